@@ -1,0 +1,44 @@
+"""Shared fixtures. Tests that read the benchmark data skip with a reason when it is absent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def shared_data(name: str) -> Path:
+    """Path of a file in ../shared/data, or skip the test naming what is missing."""
+    path = SHARED_DATA / name
+    if not path.is_file():
+        pytest.skip(f"benchmark data {path} is absent (expected ../shared/data beside the repo)")
+    return path
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    """Seeded generator for building test *inputs* (never privacy noise)."""
+    return np.random.default_rng(20261122)
+
+
+@pytest.fixture
+def small_domain():
+    from dpopt.model.domain import Domain
+
+    return Domain.from_dict({"sex": ["F", "M"], "age": ["0-14", "15-64", "65+"], "region": 4})
+
+
+@pytest.fixture
+def small_frame(small_domain, rng) -> pd.DataFrame:
+    n = 500
+    return pd.DataFrame(
+        {
+            "sex": rng.choice(["F", "M"], n),
+            "age": rng.choice(["0-14", "15-64", "65+"], n),
+            "region": rng.integers(0, 4, n),
+        }
+    )
