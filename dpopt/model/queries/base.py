@@ -91,6 +91,20 @@ class LinearQuery(ABC):
     def to_sparse(self) -> sp.csr_matrix:
         """The explicit matrix (for small problems and tests)."""
 
+    def columns(self, cells: np.ndarray) -> sp.csc_matrix:
+        """The columns of ``Q`` at the given cells, without building all of ``Q``.
+
+        A query that reads only some attributes takes them from its restriction, whose
+        matrix is as small as the marginal over its support.
+        """
+        cells = np.asarray(cells, dtype=np.int64)
+        if self.support != self.domain.attrs:
+            restricted = self.restrict()
+            codes = self.domain.unravel(cells)[:, list(self.domain.axes(restricted.domain.attrs))]
+            projected = np.ravel_multi_index(tuple(codes.T), restricted.domain.sizes)
+            return sp.csc_matrix(restricted.to_sparse())[:, projected]
+        return sp.csc_matrix(self.to_sparse())[:, cells]
+
     def to_dense(self) -> np.ndarray:
         return self.to_sparse().toarray()
 

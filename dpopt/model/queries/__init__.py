@@ -1,0 +1,50 @@
+"""Linear queries over a domain: matrix-free operators with exact sensitivities.
+
+Every query is a :class:`~dpopt.model.queries.base.LinearQuery` (``matvec``, ``rmatvec``,
+``to_sparse``, ``column_norm_powers``, ``sensitivity``, ``support``/``restrict``,
+``row_labels``).
+"""
+
+from dpopt.model.queries.base import LinearQuery, column_norms_of_matrix
+from dpopt.model.queries._common import StructuredQuery
+from dpopt.model.queries.basic import Identity, Total
+from dpopt.model.queries.binary import BinaryEncoding, binary_encoding
+from dpopt.model.queries.combine import Stack, Weighted
+from dpopt.model.queries.explicit import SparseQuery
+from dpopt.model.queries.fourier import (
+    FourierParity,
+    downward_closure,
+    fast_walsh_hadamard,
+    marginal_from_fourier,
+)
+from dpopt.model.queries.kronecker import Kronecker
+from dpopt.model.queries.lifted import Lifted
+from dpopt.model.queries.marginal import Marginal, all_marginals
+from dpopt.model.queries.predicate_count import PredicateCount
+from dpopt.model.queries.ranges import AllRanges, Prefix, RangeQueries, random_ranges
+
+__all__ = [
+    "AllRanges",
+    "BinaryEncoding",
+    "FourierParity",
+    "Identity",
+    "Kronecker",
+    "Lifted",
+    "LinearQuery",
+    "Marginal",
+    "PredicateCount",
+    "Prefix",
+    "RangeQueries",
+    "SparseQuery",
+    "Stack",
+    "StructuredQuery",
+    "Total",
+    "Weighted",
+    "all_marginals",
+    "binary_encoding",
+    "column_norms_of_matrix",
+    "downward_closure",
+    "fast_walsh_hadamard",
+    "marginal_from_fourier",
+    "random_ranges",
+]

@@ -1,0 +1,280 @@
+"""Mechanisms: a query's true answers plus exact noise, charged to an accountant first.
+
+Each mechanism derives its noise scale from the query's sensitivity (computed from the
+operator, never taken on trust) and the budget it is given, charges that budget to the
+:class:`~dpopt.privacy.accountant.Accountant` *before* any random draw, and returns a
+:class:`~dpopt.model.measurement.Measurement`.
+
+Integer-valued queries (counts, unnormalised parities) get integer noise directly.
+Real-valued queries are first rounded to a public power-of-two grid ``g``; rounding moves
+each answer by at most ``g/2``, so the grid adds at most ``g`` per row to the sensitivity,
+and the noise is drawn in grid units (Mironov 2012 shows why floating-point Laplace
+noise must not be used).
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Sequence
+
+import numpy as np
+
+from dpopt.errors import PrivacyParameterError, QueryError
+from dpopt.model.data import Dataset
+from dpopt.model.measurement import Measurement
+from dpopt.model.queries.base import LinearQuery
+from dpopt.privacy.accountant import Accountant, PrivacyCost, as_fraction
+from dpopt.privacy.conversions import approx_dp_to_zcdp
+from dpopt.privacy.randomness import RandomSource, make_random
+from dpopt.privacy.samplers import (
+    bernoulli_exp,
+    discrete_gaussian,
+    discrete_gaussian_variance,
+    discrete_laplace,
+    discrete_laplace_variance,
+)
+
+#: Grid resolution relative to the sensitivity for real-valued answers: the grid adds at
+#: most this fraction of the sensitivity to it.
+GRID_RELATIVE = 2.0**-20
+
+
+def laplace_mechanism(
+    query: LinearQuery,
+    data: Dataset,
+    epsilon,
+    accountant: Accountant,
+    rng: RandomSource | None = None,
+    *,
+    label: str | None = None,
+    answers: np.ndarray | None = None,
+) -> Measurement:
+    """Answer ``query`` with discrete Laplace noise under pure ``epsilon``-DP.
+
+    The noise scale is ``b = Delta_1 / epsilon`` with ``Delta_1`` the query's L1
+    sensitivity (Dwork, McSherry, Nissim, Smith 2006); the discrete Laplace law
+    ``P(z) ∝ exp(-|z|/b)`` is epsilon-DP for integer answers with the same sensitivity
+    (Ghosh, Roughgarden, Sundararajan 2009; Canonne, Kamath, Steinke 2020).
+
+    Parameters
+    ----------
+    query, data
+        What to answer and on which records.
+    epsilon : number
+        The budget of this measurement (exact rational; 0.1 means 1/10).
+    accountant
+        Charged ``PrivacyCost.pure(epsilon)`` before any draw.
+    rng
+        Random source; default a fresh cryptographically secure one.
+    answers
+        Precomputed true answers (e.g. from one pass over a marginal); must equal
+        ``query.answer(data)``.
+    """
+    label = label or f"laplace:{query.name}"
+    eps = _positive(epsilon, "epsilon")
+    true = _true_answers(query, data, answers)
+    grid, sensitivity = _grid_and_sensitivity(query, true, p=1)
+    scale_units = sensitivity / (eps * grid)  # scale in grid units, exact rational
+    cost = PrivacyCost.pure(eps)
+    accountant.charge(cost, label, detail=f"discrete Laplace, L1 sensitivity {float(sensitivity):g}")
+    rng = rng or make_random()
+    noise = discrete_laplace(scale_units, true.shape[0], rng)
+    values = (np.round(true / float(grid)) + noise) * float(grid)
+    variance = discrete_laplace_variance(scale_units) * float(grid) ** 2
+    return Measurement(
+        query,
+        values,
+        "discrete_laplace",
+        float(scale_units * grid),
+        variance,
+        cost,
+        label,
+        {"mechanism": "laplace", "sensitivity_l1": float(sensitivity), "grid": float(grid),
+         "epsilon": str(eps), "random": rng.description},
+    )
+
+
+def gaussian_mechanism(
+    query: LinearQuery,
+    data: Dataset,
+    accountant: Accountant,
+    rng: RandomSource | None = None,
+    *,
+    rho=None,
+    epsilon=None,
+    delta=None,
+    label: str | None = None,
+    answers: np.ndarray | None = None,
+) -> Measurement:
+    """Answer ``query`` with discrete Gaussian noise (Canonne, Kamath, Steinke 2020).
+
+    With ``rho`` given, ``sigma^2 = Delta_2^2 / (2 rho)`` and the mechanism is rho-zCDP
+    (CKS 2020, Theorem 14). With ``(epsilon, delta)`` instead, ``rho`` is the largest value
+    whose zCDP-to-(epsilon, delta) conversion stays within ``epsilon`` at ``delta``; the
+    charge then carries both. Real-valued queries go on a public grid first (see module
+    notes), which is how a "continuous" Gaussian is offered.
+    """
+    label = label or f"gaussian:{query.name}"
+    if rho is not None:
+        if epsilon is not None or delta is not None:
+            raise PrivacyParameterError("give either rho or (epsilon, delta) to the Gaussian mechanism, not both")
+        r = _positive(rho, "rho")
+        cost = PrivacyCost.zcdp(r)
+    else:
+        if epsilon is None or delta is None:
+            raise PrivacyParameterError("the Gaussian mechanism needs rho, or both epsilon and delta")
+        eps, dlt = _positive(epsilon, "epsilon"), _unit_interval(delta, "delta")
+        r = approx_dp_to_zcdp(eps, dlt)
+        cost = PrivacyCost(epsilon=eps, delta=dlt, rho=r)
+    true = _true_answers(query, data, answers)
+    grid, sens_sq = _grid_and_sensitivity(query, true, p=2)
+    sigma2_units = sens_sq / (2 * r * grid * grid)
+    accountant.charge(cost, label, detail=f"discrete Gaussian, squared L2 sensitivity {float(sens_sq):g}")
+    rng = rng or make_random()
+    noise = discrete_gaussian(sigma2_units, true.shape[0], rng)
+    values = (np.round(true / float(grid)) + noise) * float(grid)
+    variance = discrete_gaussian_variance(sigma2_units) * float(grid) ** 2
+    return Measurement(
+        query,
+        values,
+        "discrete_gaussian",
+        math.sqrt(float(sigma2_units)) * float(grid),
+        variance,
+        cost,
+        label,
+        {"mechanism": "gaussian", "sensitivity_l2_squared": float(sens_sq), "grid": float(grid),
+         "rho": str(r), "random": rng.description},
+    )
+
+
+def exponential_mechanism(
+    scores: Sequence[float] | np.ndarray,
+    epsilon,
+    accountant: Accountant,
+    rng: RandomSource | None = None,
+    *,
+    sensitivity: float = 1.0,
+    label: str = "exponential",
+) -> int:
+    """Pick index ``i`` with probability proportional to ``exp(epsilon * u_i / (2 Delta))``.
+
+    McSherry and Talwar 2007. Sampling is exact: scores are floored to a public
+    power-of-two grid ``h`` (at most ``Delta * 2^-20``), which adds ``h`` to the
+    sensitivity, so each exponent ``gamma_i = epsilon (q_max - q_i) / (2 (Delta + h))``
+    is rational; a uniformly proposed candidate is then accepted with exact probability
+    ``exp(-gamma_i)`` (rejection sampling, vectorised in batches). Scores in the millions
+    are fine: only differences to the best score enter.
+    """
+    u = np.asarray(scores, dtype=np.float64).ravel()
+    if u.size == 0:
+        raise QueryError("the exponential mechanism needs at least one candidate")
+    if not np.isfinite(u).all():
+        raise QueryError("exponential mechanism scores must be finite")
+    eps = _positive(epsilon, "epsilon")
+    delta_u = _positive(sensitivity, "sensitivity")
+    h = Fraction(2) ** math.floor(math.log2(float(delta_u) * GRID_RELATIVE))
+    steps = np.floor((u.max() - u) / float(h)).astype(np.int64)  # (q_max - q_i) / h, exact ints
+    # gamma_i = eps * steps_i * h / (2 (Delta + h)) = steps_i * coef, coef exact rational
+    coef = eps * h / (2 * (delta_u + h))
+    accountant.charge(PrivacyCost.pure(eps), label, detail=f"exponential mechanism over {u.size} candidates")
+    rng = rng or make_random()
+    return int(_exact_exponential_draw(steps, coef, rng))
+
+
+def report_noisy_max(
+    scores: Sequence[float] | np.ndarray,
+    epsilon,
+    accountant: Accountant,
+    rng: RandomSource | None = None,
+    *,
+    sensitivity: float = 1.0,
+    monotone: bool = False,
+    label: str = "report_noisy_max",
+) -> int:
+    """Index of the largest score after discrete Laplace noise of scale ``2 Delta / epsilon``.
+
+    Dwork and Roth 2014, Claim 3.9 (scale ``Delta / epsilon`` when every score moves in the
+    same direction between neighbours, ``monotone=True``). Scores are floored to a public
+    grid as in :func:`exponential_mechanism`; ties go to the lowest index.
+    """
+    u = np.asarray(scores, dtype=np.float64).ravel()
+    if u.size == 0 or not np.isfinite(u).all():
+        raise QueryError("report-noisy-max needs at least one candidate and finite scores")
+    eps = _positive(epsilon, "epsilon")
+    delta_u = _positive(sensitivity, "sensitivity")
+    h = Fraction(2) ** math.floor(math.log2(float(delta_u) * GRID_RELATIVE))
+    steps = np.floor((u - u.max()) / float(h)).astype(np.int64)
+    scale_units = (1 if monotone else 2) * (delta_u + h) / (eps * h)
+    accountant.charge(PrivacyCost.pure(eps), label, detail=f"report noisy max over {u.size} candidates")
+    rng = rng or make_random()
+    noisy = steps + discrete_laplace(scale_units, u.size, rng)
+    return int(np.argmax(noisy))
+
+
+# ---- helpers ------------------------------------------------------------------------
+def _exact_exponential_draw(steps: np.ndarray, coef: Fraction, rng: RandomSource) -> int:
+    """Propose uniformly, accept with probability exp(-steps_i * coef); batches of proposals."""
+    n = steps.size
+    num = np.asarray(steps, dtype=object) * coef.numerator if _overflows(steps, coef) else steps * coef.numerator
+    den = coef.denominator
+    batch = max(64, min(1 << 16, n))
+    while True:
+        idx = rng.uniform_below(n, batch)
+        accept = bernoulli_exp(num[idx], np.full(batch, den, dtype=np.int64), rng)
+        hits = np.flatnonzero(accept)
+        if hits.size:
+            return int(idx[hits[0]])
+
+
+def _overflows(steps: np.ndarray, coef: Fraction) -> bool:
+    return int(steps.max(initial=0)) * coef.numerator >= 2**62 or coef.denominator >= 2**62
+
+
+def _true_answers(query: LinearQuery, data: Dataset, answers) -> np.ndarray:
+    if data.domain != query.domain:
+        raise QueryError(f"{query.name}: the data's domain {data.domain} differs from the query's {query.domain}")
+    true = query.answer(data) if answers is None else np.asarray(answers, dtype=np.float64)
+    if true.shape != (query.num_rows,):
+        raise QueryError(f"{query.name}: {true.shape} precomputed answers for {query.num_rows} rows")
+    return np.asarray(true, dtype=np.float64)
+
+
+def _grid_and_sensitivity(query: LinearQuery, true: np.ndarray, p: int) -> tuple[Fraction, Fraction]:
+    """Grid ``g`` and the sensitivity of the gridded answers (L1, or squared L2 for p=2).
+
+    Integer queries have ``g = 1`` and their own sensitivity. Otherwise rounding each of
+    the ``m`` answers to the grid moves it by at most ``g/2`` on each neighbour, hence by
+    at most ``g`` between them: L1 grows by ``m g``; the L2 norm by ``sqrt(m) g``.
+    """
+    if p == 1:
+        base = Fraction(query.sensitivity(1))
+    else:
+        base = Fraction(query.squared_l2_sensitivity())
+    if base <= 0:
+        raise QueryError(f"{query.name}: zero sensitivity, nothing to protect (is the query empty?)")
+    if query.is_integer:
+        return Fraction(1), base
+    m = query.num_rows
+    if p == 1:
+        grid = Fraction(2) ** math.floor(math.log2(float(base) * GRID_RELATIVE / m))
+        return grid, base + m * grid
+    l2 = math.sqrt(float(base))
+    grid = Fraction(2) ** math.floor(math.log2(l2 * GRID_RELATIVE / math.sqrt(m)))
+    # (sqrt(base) + sqrt(m) g)^2, bounded above by an exact rational.
+    bound = Fraction(l2 + math.sqrt(m) * float(grid)) * (1 + Fraction(1, 10**9))
+    return grid, bound * bound
+
+
+def _positive(value, name: str) -> Fraction:
+    frac = as_fraction(value, name)
+    if frac <= 0:
+        raise PrivacyParameterError(f"{name} must be positive, got {value!r}")
+    return frac
+
+
+def _unit_interval(value, name: str) -> Fraction:
+    frac = as_fraction(value, name)
+    if not 0 < frac < 1:
+        raise PrivacyParameterError(f"{name} must be in (0, 1), got {value!r}")
+    return frac
