@@ -1,0 +1,137 @@
+"""The entropy engine: multiplicative weights (entropic mirror descent) over the scaled simplex.
+
+Starting from the uniform table with the problem's total ``N``, every measurement in turn
+updates the table multiplicatively,
+
+    x  <-  x * exp( eta_i * Q_i^T (y_i - Q_i x) ),   renormalised to N,
+
+which for a single counting query is exactly the MWEM update of Hardt, Ligett and
+McSherry (NIPS 2012, Fig. 1, step 3: ``exp(q(x)(m - q(A))/(2N))``), with
+``eta_i = 1/(2 N s_i)`` scaled by the measurement's precision relative to the most precise
+one (``s_i``: the largest column L1 norm of ``Q_i``, 1 for a marginal). Repeated passes are
+the paper's "iterate the update over all past measurements". Between passes the step grows
+by half (up to 64 times the paper's) while the weighted squared residual keeps falling, and
+a pass that raises it is undone with a smaller step: the same fixed points, reached in far
+fewer passes near the boundary, where multiplicative updates converge only sublinearly. Mirror descent from the
+uniform table converges to the minimum-KL (maximum-entropy) table among those that fit
+the measurements best. Structural zeros are cells pinned at zero from the start (a
+multiplicative update keeps them there); invariants of counting queries with disjoint
+rows (totals, marginals) are imposed after every update by iterative proportional fitting,
+the Bregman projection for the KL divergence.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from dpopt.errors import SolverError
+from dpopt.estimate.problem import ConsistencyProblem
+from dpopt.estimate.result import Result, make_result
+from dpopt.estimate.status import Status
+
+ENTROPY_OPTIONS = ("max_passes", "tol", "ipf_sweeps", "initial")
+#: Largest multiple of the paper's step the adaptive schedule may reach.
+MAX_BOOST = 64.0
+
+
+def solve_entropy(
+    problem: ConsistencyProblem,
+    backend: str | None = None,
+    time_limit: float | None = None,
+    *,
+    max_passes: int = 1000,
+    tol: float = 1e-6,
+    ipf_sweeps: int = 10,
+    initial: np.ndarray | None = None,
+    **options,
+) -> Result:
+    """Entropy projection by multiplicative weights; see the module notes."""
+    if backend not in (None, "mw"):
+        raise SolverError(f"the entropy objective is solved by the 'mw' backend, not {backend!r}")
+    if options:
+        raise SolverError(f"unknown options {sorted(options)} for the 'mw' backend; accepted: {list(ENTROPY_OPTIONS)}")
+    start = time.perf_counter()
+    total = problem.total_estimate()
+    if total <= 0:
+        raise SolverError(f"the entropy objective needs a positive total, the measurements imply {total:g}")
+    free = problem.free_cells()
+    x = np.zeros(problem.num_cells)
+    if initial is None:
+        x[free] = total / free.size
+    else:
+        x[free] = np.maximum(np.asarray(initial, dtype=np.float64)[free], 0) + 1e-12
+        x *= total / x.sum()
+    invariants = [_ipf_ready(inv) for inv in problem.constraints.invariants]
+    if problem.constraints.inequalities:
+        raise SolverError("the 'mw' backend does not support linear inequalities; use objective 'l2' or 'l1'")
+    min_var = min((m.variance for m in problem.noisy), default=1.0)
+    steps = [
+        (m, (min_var / m.variance) / (2.0 * total * _max_column_l1(m.query))) for m in problem.noisy
+    ]
+    x = _project(x, invariants, ipf_sweeps)
+    loss = _loss(problem, x)
+    boost = 1.0
+    status, message, passes = Status.ITERATION_LIMIT, f"stopped after {max_passes} passes", max_passes
+    for sweep in range(1, max_passes + 1):
+        previous = x
+        for m, eta in steps:
+            residual = m.values - m.query.matvec(x)
+            x = x * np.exp(boost * eta * m.query.rmatvec(residual))
+            if not invariants:
+                x *= total / x.sum()
+            x = _project(x, invariants, ipf_sweeps)
+        new_loss = _loss(problem, x)
+        if new_loss > loss * (1 + 1e-12) and boost > 1.0:
+            # The enlarged step overshot: undo the pass and fall back towards the paper's step.
+            x, boost = previous, max(1.0, boost / 4)
+            continue
+        change = np.abs(x - previous).sum() / total
+        loss, boost = new_loss, min(boost * 1.5, MAX_BOOST)
+        if change < tol:
+            status, message, passes = Status.OPTIMAL, f"converged after {sweep} passes (L1 change {change:.2e} of the total)", sweep
+            break
+        if time_limit is not None and time.perf_counter() - start > time_limit:
+            status, message, passes = Status.TIME_LIMIT, f"time limit after {sweep} passes", sweep
+            break
+    fun = _loss(problem, x)
+    return make_result(
+        status, x, message=message, fun=fun, objective="entropy", backend="mw",
+        solver="multiplicative weights", time=time.perf_counter() - start, nit=passes, problem=problem,
+        info={"total": total, "passes": passes}, incumbent=status is not Status.OPTIMAL,
+    )
+
+
+def _loss(problem: ConsistencyProblem, x: np.ndarray) -> float:
+    """The weighted squared residual the updates descend: sum ((Q x - y) / sigma)^2."""
+    return float(sum((m.residuals(x) ** 2).sum() / m.variance for m in problem.noisy))
+
+
+def _max_column_l1(query) -> float:
+    powers = query.column_norm_powers(1)
+    return float(np.max(powers)) if np.ndim(powers) else float(powers)
+
+
+def _ipf_ready(inv):
+    """An invariant usable by proportional fitting: 0/1 entries, each cell in at most one row."""
+    q = inv.query
+    coverage = q.rmatvec(np.ones(q.num_rows))
+    l1, l2 = q.column_norm_powers(1), q.column_norm_powers(2)
+    zero_one = q.is_integer and np.allclose(coverage, l1) and np.allclose(l1, l2) and np.all(coverage <= 1 + 1e-12)
+    if not zero_one:
+        raise SolverError(
+            f"invariant {inv.name!r}: the 'mw' backend imposes invariants by proportional fitting, which "
+            "needs counting queries with disjoint rows (totals, marginals); use objective 'l2' or 'l1'"
+        )
+    return inv, coverage
+
+
+def _project(x: np.ndarray, invariants, sweeps: int) -> np.ndarray:
+    """Iterative proportional fitting to every invariant (KL projection)."""
+    for _ in range(sweeps if len(invariants) > 1 else 1):
+        for inv, coverage in invariants:
+            current = inv.query.matvec(x)
+            ratio = np.divide(inv.values, current, out=np.zeros_like(current), where=current > 0)
+            x = x * (inv.query.rmatvec(ratio) + (1.0 - coverage))
+    return x

@@ -1,0 +1,256 @@
+"""The L1 and L-infinity engines: linear programs, by column generation over cells when large.
+
+L1:    minimise  sum_i |(Q x - y)_i| / sigma_i       (Laplace maximum likelihood)
+L-inf: minimise  max_i |(Q x - y)_i| / sigma_i       (Barak et al., PODS 2007, Sec. 4:
+                                                       "minimise b s.t. |phi - F w| <= b, w >= 0")
+
+Both are LPs whose constraint rows are the measured rows plus the invariants and
+inequalities, and whose cell columns are the domain's cells. A basic optimum has at most
+as many non-zero cells as rows, so on large domains the LP is solved over a growing set
+of cells (column generation, Gilmore–Gomory): solve the restricted master, price every
+cell at once with one ``Q^T`` product of the master's duals, add the cells with negative
+reduced cost, repeat until none is left. Elastic slacks with a large cost keep the
+restricted masters feasible; if any is still positive at the end the constraints are
+infeasible and the problem is re-solved in full to name the conflicting constraints.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from dpopt.estimate.backends import get_backend
+from dpopt.estimate.form import ProgramForm
+from dpopt.estimate.problem import ConsistencyProblem
+from dpopt.estimate.result import Result, from_outcome, make_result
+from dpopt.estimate.status import Status
+
+#: Above this many stacked non-zeros (or cells) the LP is solved by column generation.
+FULL_LP_NNZ = 2_000_000
+FULL_LP_CELLS = 20_000
+#: Reduced costs above -PRICING_TOL (relative to the largest weight) count as non-negative.
+PRICING_TOL = 1e-9
+
+
+@dataclass
+class _RowBlock:
+    """Rows ``lower <= scale * (Q x) + (extra vars) <= upper``; one block per query use."""
+
+    query: object
+    scale: np.ndarray  # per-row multiplier of Q
+    name: str
+
+
+def solve_linear(
+    problem: ConsistencyProblem,
+    backend: str | None,
+    time_limit=None,
+    *,
+    column_generation: bool | None = None,
+    max_rounds: int = 500,
+    **options,
+) -> Result:
+    """Solve the L1 or L-infinity problem; see the module notes."""
+    start = time.perf_counter()
+    engine = get_backend(backend or "highs")
+    free = problem.free_cells()
+    lower, upper = problem.cell_bounds()
+    big = problem.num_cells > FULL_LP_CELLS or problem.nnz_estimate() > FULL_LP_NNZ
+    use_cg = big if column_generation is None else bool(column_generation)
+    lp = _LinearProgram(problem)
+    if not use_cg:
+        form = lp.form(free, lower[free], upper[free], elastic=False)
+        outcome = engine.solve(form, time_limit=time_limit, **options)
+        x = lp.cells(outcome.x, free) if outcome.x is not None else None
+        return from_outcome(outcome, x, objective=problem.objective, problem=problem,
+                            time=time.perf_counter() - start, info=lp.info(free.size, rounds=1))
+
+    cols = lp.initial_columns(free)
+    is_free_cell = np.zeros(problem.num_cells, dtype=bool)
+    is_free_cell[free] = True
+    total_iterations = 0
+    for rounds in range(1, max_rounds + 1):
+        remaining = None if time_limit is None else max(1e-3, time_limit - (time.perf_counter() - start))
+        outcome = engine.solve(lp.form(cols, lower[cols], upper[cols], elastic=True), time_limit=remaining, **options)
+        total_iterations += outcome.iterations or 0
+        if not outcome.success:
+            x = lp.cells(outcome.x, cols) if outcome.x is not None else None
+            return from_outcome(outcome, x, objective=problem.objective, problem=problem,
+                                time=time.perf_counter() - start, nit=total_iterations,
+                                info=lp.info(cols.size, rounds=rounds))
+        if outcome.row_duals is None:
+            raise RuntimeError(f"backend {engine.name!r} returned no duals; column generation needs them")
+        reduced = lp.reduced_costs(outcome.row_duals)
+        reduced[cols] = 0.0
+        reduced[~is_free_cell] = 0.0
+        enter = _entering(reduced, lower, upper, lp.cost_scale)
+        if enter.size == 0:
+            break
+        cols = np.union1d(cols, enter[: max(50, lp.num_rows)])
+    else:
+        x = lp.cells(outcome.x, cols)
+        return make_result(Status.ITERATION_LIMIT, x, message=f"column generation stopped after {max_rounds} rounds",
+                           fun=outcome.objective, objective=problem.objective, backend=outcome.backend,
+                           solver=outcome.solver, time=time.perf_counter() - start, nit=total_iterations,
+                           problem=problem, info=lp.info(cols.size, rounds=max_rounds), incumbent=True)
+    slack = lp.elastic_total(outcome.x, cols.size)
+    if slack > 1e-7 * max(1.0, lp.rhs_scale):
+        # The constraints themselves cannot hold: solve in full to have the conflicts named.
+        form = lp.form(free, lower[free], upper[free], elastic=False)
+        full = engine.solve(form, time_limit=time_limit, **options)
+        x = lp.cells(full.x, free) if full.x is not None else None
+        return from_outcome(full, x, objective=problem.objective, problem=problem,
+                            time=time.perf_counter() - start, info=lp.info(free.size, rounds=rounds))
+    x = lp.cells(outcome.x, cols)
+    info = lp.info(cols.size, rounds=rounds)
+    return from_outcome(outcome, x, objective=problem.objective, problem=problem,
+                        time=time.perf_counter() - start, nit=total_iterations, info=info)
+
+
+def _entering(reduced, lower, upper, scale) -> np.ndarray:
+    """Cells whose reduced cost improves the master, most improving first."""
+    tol = PRICING_TOL * scale
+    can_rise = (reduced < -tol) & (upper > 0)
+    can_fall = (reduced > tol) & (lower < 0)
+    idx = np.flatnonzero(can_rise | can_fall)
+    return idx[np.argsort(-np.abs(reduced[idx]), kind="stable")]
+
+
+class _LinearProgram:
+    """The LP of an L1 / L-infinity problem with cell columns chosen by the caller."""
+
+    def __init__(self, problem: ConsistencyProblem):
+        self.problem = problem
+        self.objective = problem.objective
+        cs = problem.constraints
+        self.weights = 1.0 / problem.sigmas()
+        self.y = problem.targets()
+        self.k = self.y.size
+        # Row blocks in order: measurement rows (twice for L-inf), invariants, inequalities.
+        self.blocks: list[_RowBlock] = []
+        offset = 0
+        for m in problem.noisy:
+            w = self.weights[offset : offset + m.query.num_rows]
+            offset += m.query.num_rows
+            self.blocks.append(_RowBlock(m.query, w if self.objective == "linf" else np.ones_like(w), f"measurement:{m.label}"))
+        if self.objective == "linf":
+            self.blocks += [_RowBlock(b.query, b.scale, b.name + ":lower") for b in list(self.blocks)]
+        for inv in cs.invariants:
+            self.blocks.append(_RowBlock(inv.query, np.ones(inv.query.num_rows), f"invariant:{inv.name}"))
+        for ineq in cs.inequalities:
+            self.blocks.append(_RowBlock(ineq.query, np.ones(ineq.query.num_rows), f"inequality:{ineq.name}"))
+        self.num_rows = sum(b.query.num_rows for b in self.blocks)
+        self.num_measurement_rows = self.k * (2 if self.objective == "linf" else 1)
+        self.cost_scale = float(self.weights.max()) if self.k else 1.0
+        self.rhs_scale = float(np.abs(self.y).max()) if self.k else 1.0
+        self.elastic_cost = 1e4 * (float(self.weights.sum()) if self.k else 1.0)
+
+    def _row_bounds(self):
+        lo, hi, names = [], [], []
+        wy = self.weights * self.y
+        if self.objective == "l1":
+            lo.append(self.y), hi.append(self.y)
+            names += self.problem.row_names()
+        elif self.k:
+            lo.append(np.full(self.k, -np.inf)), hi.append(wy)  # w(Qx - y) - b <= 0
+            names += [f"{n}:upper" for n in self.problem.row_names()]
+            lo.append(wy), hi.append(np.full(self.k, np.inf))  # w(Qx - y) + b >= 0
+            names += [f"{n}:lower" for n in self.problem.row_names()]
+        cs = self.problem.constraints
+        for inv in cs.invariants:
+            lo.append(inv.values), hi.append(inv.values)
+            names += [f"invariant:{inv.name}[{i}]" for i in range(inv.values.size)]
+        for ineq in cs.inequalities:
+            lo.append(ineq.lower), hi.append(ineq.upper)
+            names += [f"inequality:{ineq.name}[{i}]" for i in range(ineq.lower.size)]
+        return np.concatenate(lo) if lo else np.zeros(0), np.concatenate(hi) if hi else np.zeros(0), names
+
+    def _extra_columns(self):
+        """Columns of the non-cell variables: residual pairs (L1) or the bound b (L-inf)."""
+        m, k = self.num_rows, self.k
+        if self.objective == "l1":
+            eye = sp.identity(k, format="csc")
+            top = sp.hstack([-eye, eye])
+            A = sp.vstack([top, sp.csc_matrix((m - k, 2 * k))])
+            cost = np.concatenate([self.weights, self.weights])
+            lower, upper = np.zeros(2 * k), np.full(2 * k, np.inf)
+        else:
+            col = np.zeros(m)
+            col[:k], col[k : 2 * k] = -1.0, 1.0
+            A = sp.csc_matrix(col.reshape(-1, 1))
+            cost, lower, upper = np.ones(1), np.zeros(1), np.full(1, np.inf)
+        return A, cost, lower, upper
+
+    def _elastic_columns(self):
+        """A +/- slack on each invariant and inequality row (restricted masters only)."""
+        first = self.num_measurement_rows
+        count = self.num_rows - first
+        if count == 0:
+            return sp.csc_matrix((self.num_rows, 0)), np.zeros(0)
+        eye = sp.identity(count, format="csc")
+        pad = sp.csc_matrix((first, 2 * count))
+        A = sp.vstack([pad, sp.hstack([eye, -eye])])
+        return A, np.full(2 * count, self.elastic_cost)
+
+    def cell_matrix(self, cols: np.ndarray) -> sp.csc_matrix:
+        parts = []
+        for b in self.blocks:
+            sub = b.query.columns(cols)
+            parts.append(sp.diags(b.scale) @ sub)
+        return sp.vstack(parts).tocsc()
+
+    def form(self, cols, lower, upper, *, elastic: bool) -> ProgramForm:
+        A_x = self.cell_matrix(cols)
+        A_e, c_e, lo_e, hi_e = self._extra_columns()
+        mats, costs, los, his = [A_x, A_e], [np.zeros(cols.size), c_e], [lower, lo_e], [upper, hi_e]
+        if elastic:
+            A_s, c_s = self._elastic_columns()
+            mats.append(A_s), costs.append(c_s), los.append(np.zeros(c_s.size)), his.append(np.full(c_s.size, np.inf))
+        row_lo, row_hi, names = self._row_bounds()
+        return ProgramForm(
+            c=np.concatenate(costs),
+            A=sp.hstack(mats).tocsr(),
+            row_lower=row_lo,
+            row_upper=row_hi,
+            row_names=names,
+            lower=np.concatenate(los),
+            upper=np.concatenate(his),
+        )
+
+    def cells(self, v: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        x = np.zeros(self.problem.num_cells)
+        x[cols] = v[: cols.size]
+        return x
+
+    def elastic_total(self, v: np.ndarray, ncols: int) -> float:
+        A_e, *_ = self._extra_columns()
+        return float(np.abs(v[ncols + A_e.shape[1] :]).sum())
+
+    def reduced_costs(self, duals: np.ndarray) -> np.ndarray:
+        """``0 - A_cells^T duals`` for every cell, one ``Q^T`` product per block."""
+        out = np.zeros(self.problem.num_cells)
+        offset = 0
+        for b in self.blocks:
+            m = b.query.num_rows
+            out -= b.query.rmatvec(b.scale * duals[offset : offset + m])
+            offset += m
+        return out
+
+    def initial_columns(self, free: np.ndarray) -> np.ndarray:
+        """Cells most supported by the measurements (largest ``Q^T (w y)``), as many as rows."""
+        score = np.zeros(self.problem.num_cells)
+        offset = 0
+        for m in self.problem.noisy:
+            rows = m.query.num_rows
+            score += m.query.rmatvec(self.weights[offset : offset + rows] * np.maximum(self.y[offset : offset + rows], 0))
+            offset += rows
+        count = min(free.size, max(50, self.num_rows))
+        order = free[np.argsort(-score[free], kind="stable")]
+        return np.sort(order[:count])
+
+    def info(self, columns: int, rounds: int) -> dict:
+        return {"rows": self.num_rows, "cell_columns": int(columns), "rounds": int(rounds),
+                "column_generation": rounds > 1 or columns < self.problem.num_cells}

@@ -1,0 +1,153 @@
+"""One consistency problem: measurements, constraints and an objective over one domain.
+
+    minimise   loss(Q x - y)    subject to   x in constraints
+
+with ``loss`` weighted by each measurement's noise: ``sum (r/sigma)^2`` (L2, generalised
+least squares), ``sum |r|/sigma`` (L1), ``max |r|/sigma`` (L-infinity, Barak et al. 2007)
+or the entropy projection (multiplicative weights). This module holds the meaning; the
+engines in this package compile it for the solver adapters in :mod:`dpopt.estimate.backends`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.linalg import LinearOperator
+
+from dpopt.errors import QueryError, SolverError
+from dpopt.model.constraints import ConstraintSet, Invariant, require_domain
+from dpopt.model.measurement import Measurement
+
+OBJECTIVES = ("l2", "l1", "linf", "entropy")
+
+
+@dataclass
+class ConsistencyProblem:
+    """Measurements plus constraints plus an objective.
+
+    Noise-free measurements (variance 0) are public exact values: they join the
+    constraints as invariants rather than the loss.
+    """
+
+    measurements: Sequence[Measurement]
+    constraints: ConstraintSet | None = None
+    objective: str = "l2"
+    noisy: list[Measurement] = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise SolverError(f"unknown objective {self.objective!r}; choose one of {list(OBJECTIVES)}")
+        ms = list(self.measurements)
+        if not ms and self.constraints is None:
+            raise QueryError("a consistency problem needs at least one measurement or constraint")
+        domain = ms[0].domain if ms else self.constraints.domain
+        for m in ms:
+            if not isinstance(m, Measurement):
+                raise QueryError(f"expected Measurement objects, got {type(m).__name__}")
+            if m.domain != domain:
+                raise QueryError(f"measurement {m.label!r} is over {m.domain}, not {domain}")
+        cs = require_domain(self.constraints, domain)
+        exact = [m for m in ms if m.variance == 0]
+        if exact:
+            cs = ConstraintSet(domain, list(cs.constraints))
+            for m in exact:
+                cs.add(Invariant(m.query, m.values, name=m.label))
+        self.constraints = cs
+        self.measurements = ms
+        self.noisy = [m for m in ms if m.variance > 0]
+        self.domain = domain
+
+    # ---- sizes and bounds --------------------------------------------------------------
+    @property
+    def num_cells(self) -> int:
+        return self.domain.require_dense("a reconstruction over the full domain")
+
+    @property
+    def num_rows(self) -> int:
+        return sum(m.query.num_rows for m in self.noisy)
+
+    def cell_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per-cell bounds from non-negativity and structural zeros."""
+        n = self.num_cells
+        lower = np.zeros(n) if self.constraints.nonnegative else np.full(n, -np.inf)
+        upper = np.full(n, np.inf)
+        if self.constraints.zero_rules:
+            zero = self.constraints.zero_mask()
+            lower[zero] = 0.0
+            upper[zero] = 0.0
+        return lower, upper
+
+    def free_cells(self) -> np.ndarray:
+        """Indices of cells not pinned to zero."""
+        lower, upper = self.cell_bounds()
+        return np.flatnonzero(~((lower == 0) & (upper == 0)))
+
+    # ---- stacked measurements ------------------------------------------------------------
+    def sigmas(self) -> np.ndarray:
+        """Noise standard deviation of every stacked row."""
+        return np.concatenate([np.full(m.query.num_rows, m.stddev) for m in self.noisy]) if self.noisy else np.zeros(0)
+
+    def targets(self) -> np.ndarray:
+        return np.concatenate([m.values for m in self.noisy]) if self.noisy else np.zeros(0)
+
+    def row_names(self) -> list[str]:
+        return [f"measurement:{m.label}[{i}]" for m in self.noisy for i in range(m.query.num_rows)]
+
+    def stacked_sparse(self) -> sp.csr_matrix:
+        """All noisy measurement rows as one sparse matrix (small and medium problems)."""
+        if not self.noisy:
+            return sp.csr_matrix((0, self.num_cells))
+        return sp.vstack([m.query.to_sparse() for m in self.noisy]).tocsr()
+
+    def stacked_operator(self) -> LinearOperator:
+        """All noisy measurement rows as a matrix-free operator (large problems)."""
+        sizes = [m.query.num_rows for m in self.noisy]
+        splits = np.cumsum(sizes)[:-1]
+        n = self.num_cells
+
+        def matvec(v):
+            v = np.ravel(v)
+            return np.concatenate([m.query.matvec(v) for m in self.noisy])
+
+        def rmatvec(u):
+            parts = np.split(np.ravel(u), splits)
+            out = np.zeros(n)
+            for m, part in zip(self.noisy, parts):
+                out += m.query.rmatvec(part)
+            return out
+
+        return LinearOperator((sum(sizes), n), matvec=matvec, rmatvec=rmatvec, dtype=np.float64)
+
+    def nnz_estimate(self) -> int:
+        """Non-zeros of the stacked matrix, from the column norms (no matrix is built)."""
+        total = 0
+        for m in self.noisy:
+            powers = m.query.column_norm_powers(1)
+            per_col = float(np.mean(powers)) if np.ndim(powers) else float(powers)
+            total += int(per_col * self.num_cells) + m.query.num_rows
+        return total
+
+    def total_estimate(self) -> float:
+        """The table's total: an invariant if one fixes it, else an inverse-variance
+        combination of the totals implied by measurements whose rows partition the cells."""
+        ones = np.ones(self.num_cells)
+        for inv in self.constraints.invariants:
+            coverage = inv.query.rmatvec(np.ones(inv.query.num_rows))
+            if np.allclose(coverage, 1.0):
+                return float(inv.values.sum())
+        estimates, weights = [], []
+        for m in self.noisy:
+            coverage = m.query.rmatvec(np.ones(m.query.num_rows))
+            if np.allclose(coverage, coverage[0]) and coverage[0] > 0:
+                estimates.append(m.values.sum() / coverage[0])
+                weights.append(1.0 / (m.variance * m.query.num_rows / coverage[0] ** 2))
+        if not estimates:
+            raise SolverError(
+                "the entropy objective needs the table's total: declare an invariant on the total "
+                "or measure a query whose rows cover every cell equally (a marginal or the total)"
+            )
+        del ones
+        return float(np.average(estimates, weights=weights))

@@ -1,0 +1,136 @@
+"""The one result object of every consistency solve, in the style of ``scipy.optimize.OptimizeResult``.
+
+Infeasible, unbounded and time-limited solves are statuses (``success`` False, ``x`` None
+unless the solver returned an incumbent, flagged as such), never estimates presented as
+solved. Input errors are exceptions, raised before any solve.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import OptimizeResult
+
+from dpopt.estimate.status import SolveOutcome, Status
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dpopt.model.queries.base import LinearQuery
+
+
+class Result(OptimizeResult):
+    """Outcome of :func:`dpopt.estimate.reconstruct` or :func:`dpopt.estimate.round_to_integers`.
+
+    Attributes
+    ----------
+    x : ndarray or None
+        The estimate over the domain's cells (None when no solution was found).
+    status : Status
+    success : bool
+        True only for an optimal (or, for iterative engines, converged) solve.
+    message : str
+        The solver's own words.
+    fun : float or None
+        Objective value at ``x``.
+    objective : str
+        ``"l2"``, ``"l1"``, ``"linf"``, ``"entropy"`` or ``"round"``.
+    backend, solver : str
+        The adapter and the solver that ran (e.g. ``"highs"``, ``"HiGHS 1.15.1"``).
+    time : float
+        Wall-clock seconds.
+    nit : int or None
+        Iterations (solver iterations, or column-generation / MW passes).
+    constraint_residuals : DataFrame
+        One row per constraint: its largest violation and whether it holds (tolerance 1e-6).
+    max_violation : float
+        The largest violation over all constraints.
+    measurement_residuals : DataFrame
+        One row per measurement: RMS and largest absolute residual standardised by sigma.
+    info : dict
+        Anything else the engine reports (sizes, column-generation rounds, rounding method).
+    """
+
+    def answer(self, query: "LinearQuery") -> np.ndarray:
+        """A query's answers on the estimate."""
+        if self.x is None:
+            raise ValueError(f"no estimate to answer from: the solve ended with status {self.status.name}")
+        return query.matvec(self.x)
+
+
+def make_result(
+    outcome_status: Status,
+    x: np.ndarray | None,
+    *,
+    message: str,
+    fun: float | None,
+    objective: str,
+    backend: str,
+    solver: str,
+    time: float,
+    nit: int | None,
+    problem=None,
+    info: dict | None = None,
+    incumbent: bool = False,
+) -> Result:
+    """Build a :class:`Result`, computing residual tables from ``problem`` when ``x`` exists."""
+    res = Result(
+        x=None if x is None else np.asarray(x, dtype=np.float64),
+        status=outcome_status,
+        success=bool(outcome_status.success and x is not None),
+        message=message,
+        fun=fun,
+        objective=objective,
+        backend=backend,
+        solver=solver,
+        time=float(time),
+        nit=nit,
+        incumbent=incumbent,
+        info=dict(info or {}),
+    )
+    if x is not None and problem is not None:
+        rows = problem.constraints.residuals(res.x)
+        res.constraint_residuals = pd.DataFrame(rows, columns=["constraint", "max_violation", "satisfied"])
+        res.max_violation = float(res.constraint_residuals["max_violation"].max()) if rows else 0.0
+        res.measurement_residuals = measurement_residual_frame(problem.measurements, res.x)
+    else:
+        res.constraint_residuals = pd.DataFrame(columns=["constraint", "max_violation", "satisfied"])
+        res.max_violation = None
+        res.measurement_residuals = pd.DataFrame(columns=["measurement", "rows", "rms_z", "max_abs_z"])
+    return res
+
+
+def from_outcome(outcome: SolveOutcome, x, *, objective: str, problem, time: float, nit=None, info=None) -> Result:
+    """A :class:`Result` from a backend's :class:`SolveOutcome` (status and words kept)."""
+    return make_result(
+        outcome.status,
+        x,
+        message=outcome.message,
+        fun=outcome.objective,
+        objective=objective,
+        backend=outcome.backend,
+        solver=outcome.solver,
+        time=time,
+        nit=outcome.iterations if nit is None else nit,
+        problem=problem,
+        info={**(info or {}), **({"conflicting_constraints": outcome.conflicting_rows} if outcome.conflicting_rows else {})},
+        incumbent=outcome.incumbent,
+    )
+
+
+def measurement_residual_frame(measurements, x: np.ndarray) -> pd.DataFrame:
+    """RMS and largest ``|Q x - y| / sigma`` of each measurement."""
+    rows = []
+    for m in measurements:
+        z = m.standardized_residuals(x)
+        raw = m.residuals(x)
+        rows.append(
+            {
+                "measurement": m.label,
+                "rows": m.query.num_rows,
+                "rms_z": float(np.sqrt(np.mean(z**2))) if m.variance > 0 else float("nan"),
+                "max_abs_z": float(np.abs(z).max()) if m.variance > 0 else float("nan"),
+                "max_abs_residual": float(np.abs(raw).max()),
+            }
+        )
+    return pd.DataFrame(rows)
