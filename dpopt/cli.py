@@ -1,0 +1,209 @@
+"""The ``dpopt`` command line.
+
+::
+
+    dpopt run SPEC [--data PATH] [--out DIR] [--seed N] [--evaluate] [--overwrite] [--quiet]
+    dpopt check SPEC [--data PATH]
+    dpopt models
+    dpopt example-data --rows N --seed S --out PATH [--format csv|parquet]
+
+``SPEC`` is a TOML file or the name of a built-in spec (``dpopt models`` lists them).
+Input errors print one line, ``dpopt: error: ...`` naming the file, line and key, and exit
+with status 2 (usage errors) or 1 (everything else); no traceback for dpopt's own errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from dpopt.errors import DpoptError
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every sub-command."""
+    import dpopt
+
+    parser = argparse.ArgumentParser(
+        prog="dpopt",
+        description="Differentially private data release: noisy measurement plus consistency optimization.",
+    )
+    parser.add_argument("--version", action="version", version=f"dpopt {dpopt.__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    run = sub.add_parser("run", help="run a release spec and write the release",
+                         description="Validate SPEC, read the data, measure with exact noise, reconstruct "
+                                     "under the constraints and write the release atomically.")
+    run.add_argument("spec", metavar="SPEC", help="a release spec (TOML file) or a built-in name")
+    run.add_argument("--data", metavar="PATH", help="read the data from this CSV/Parquet file instead of the spec's source")
+    run.add_argument("--out", metavar="DIR",
+                     help="output directory (default: output.dir of the spec, else dpopt-out/<name>)")
+    run.add_argument("--seed", metavar="N", type=_seed, help="seed the privacy noise: reproducible and NOT private")
+    run.add_argument("--evaluate", action="store_true",
+                     help="also report errors against the confidential data (NOT private; for testing)")
+    run.add_argument("--overwrite", action="store_true", help="replace DIR if it already holds files")
+    run.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
+
+    check = sub.add_parser("check", help="validate a spec and print the plan, without reading data",
+                           description="Validate SPEC, build its public parts, check the constraints and print "
+                                       "the plan and the budget split. No data are read.")
+    check.add_argument("spec", metavar="SPEC", help="a release spec (TOML file) or a built-in name")
+    check.add_argument("--data", metavar="PATH", help="the data file the run would read (checked to exist only)")
+
+    sub.add_parser("models", help="list the built-in release specs", description="List the specs in models/.")
+
+    ex = sub.add_parser("example-data", help="write the generated census-like example data",
+                        description="Write dpopt's made-up census-like person file (see docs: Example data).")
+    ex.add_argument("--rows", metavar="N", type=_positive_int, default=10_000, help="number of persons (default 10000)")
+    ex.add_argument("--seed", metavar="S", type=_seed, default=0, help="seed of the generator (default 0)")
+    ex.add_argument("--out", metavar="PATH", required=True, help="file to write (.csv or .parquet)")
+    ex.add_argument("--format", choices=("csv", "parquet"), help="default: from the extension of PATH")
+    ex.add_argument("--states", metavar="K", type=_positive_int, default=4, help="number of states (default 4)")
+    ex.add_argument("--counties-per-state", metavar="K", type=_positive_int, default=3,
+                    help="counties in each state (default 3)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``dpopt`` command; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "run":
+            return _run(args)
+        if args.command == "check":
+            return _check(args)
+        if args.command == "models":
+            return _models()
+        return _example_data(args)
+    except DpoptError as exc:
+        print(f"dpopt: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_ERROR
+    except OSError as exc:  # a file that cannot be read or written: the system's words suffice
+        print(f"dpopt: error: {_one_line(exc)}; nothing was written", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("dpopt: interrupted; nothing was written", file=sys.stderr)
+        return 130
+
+
+# ---- commands ---------------------------------------------------------------------------------
+
+
+def _run(args: argparse.Namespace) -> int:
+    from dpopt.release import run
+    from dpopt.spec import load_spec
+
+    start = time.perf_counter()
+    spec = load_spec(args.spec)
+    out = Path(args.out) if args.out else (spec.output.dir or Path("dpopt-out") / spec.name)
+    release = run(spec, data=args.data, out=out, seed=args.seed, evaluate=args.evaluate,
+                  overwrite=args.overwrite, progress=not args.quiet and sys.stderr.isatty())
+    if not args.quiet:
+        print(_run_summary(release, time.perf_counter() - start))
+    return 0
+
+
+def _run_summary(release, seconds: float) -> str:
+    r = release.report
+    pr = r["privacy"]
+    rc = r["reconstruction"]
+    rel = r["released"]
+    budget = ", ".join(f"{k} = {v}" for k, v in pr["budget"].items())
+    lines = [
+        f"dpopt: released {release.spec.name!r}: {rel['cells']:,} cells, total {rel['total']:,.0f}"
+        + (f", {rel['synthetic_rows']:,} synthetic records" if rel["synthetic_rows"] is not None else ""),
+        f"  privacy: {pr['accounting']} {budget}; ledger "
+        + ("sums exactly to the budget" if pr["ledger_sums_to_budget"] else
+           "leaves " + ", ".join(f"{k} = {v}" for k, v in pr["unspent"].items()) + " unspent"),
+        f"  reconstruction: {rc['objective']} with {rc['backend']} ({rc['solver']}), {rc['status']} "
+        f"in {rc['time_seconds']:.2f} s" + (f"; rounded ({rc['rounding']['method']})" if "rounding" in rc else ""),
+        f"  constraints: {sum(c['satisfied'] for c in r['constraints'])} of {len(r['constraints'])} hold "
+        f"(largest violation {r['max_violation']:.3g})",
+    ]
+    if r["randomness"]["seeded"]:
+        lines.append(f"  WARNING: noise seed {r['randomness']['seed']}: seeded, NOT private")
+    if r.get("evaluation"):
+        s = r["evaluation"]["summary"]
+        lines.append(f"  evaluation (NOT private): total variation {s['total_variation']:.4f}, "
+                     f"L1 error of the table {s['l1_full_table']:,.0f}")
+    lines.append(f"  wrote {release.out}/ ({len(r.get('files', []))} files) in {seconds:.1f} s; "
+                 f"see {release.out}/summary.{'md' if 'md' in release.spec.output.summary else 'html'}"
+                 if release.spec.output.summary else f"  wrote {release.out}/ in {seconds:.1f} s")
+    return "\n".join(lines)
+
+
+def _check(args: argparse.Namespace) -> int:
+    from dpopt.release import plan
+
+    p = plan(args.spec, data=args.data)
+    print(p.describe())
+    print("spec OK: nothing was read or written")
+    return 0
+
+
+def _models() -> int:
+    from dpopt.spec import list_models, load_spec, models_dir
+
+    paths = list_models()
+    if not paths:
+        print(f"no built-in specs found in {models_dir()}")
+        return 0
+    for path in paths:
+        try:
+            spec = load_spec(path)
+            about = spec.description
+        except DpoptError as exc:
+            about = f"(invalid: {_one_line(exc)})"
+        print(f"{path.stem:<20} {about}")
+        print(f"{'':<20} {path}")
+    return 0
+
+
+def _example_data(args: argparse.Namespace) -> int:
+    from dpopt.datasets.census import write_example_data
+    from dpopt.spec import data_format
+
+    path = Path(args.out)
+    fmt = args.format or data_format(path, "--out")
+    start = time.perf_counter()
+    write_example_data(path, num_people=args.rows, seed=args.seed, format=fmt,
+                       num_states=args.states, counties_per_state=args.counties_per_state)
+    print(f"dpopt: wrote {args.rows:,} example records to {path} ({fmt}, seed {args.seed}) "
+          f"in {time.perf_counter() - start:.1f} s")
+    return 0
+
+
+# ---- argument types ---------------------------------------------------------------------------
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = _seed(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+if __name__ == "__main__":  # python -m dpopt.cli
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""Plots of a release (PNG, matplotlib's Agg canvas; no display and no global backend change).
+
+Two figures go with every release:
+
+* ``released_vs_*.png``: each measured answer's released value against a reference: the
+  noisy measurement (always; this is private, post-processing only), or, with
+  ``evaluate``, the true answer (NOT private). Points on the diagonal are unchanged.
+* ``error_by_query.png``: a bar per measured query: with ``evaluate``, the L1 error of the
+  released and of the raw noisy answers against the truth (consistency usually lowers it);
+  otherwise the standardized RMS distance between released and noisy answers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+#: Above this many measured queries the scatter uses one colour and the bars thin labels.
+MAX_LEGEND = 10
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dpopt.release import ReleaseResult
+
+
+def scatter_released(
+    series: Sequence[tuple[str, np.ndarray, np.ndarray]],
+    path: str | Path,
+    *,
+    reference_name: str,
+    title: str,
+) -> Path:
+    """Scatter of released (y) against reference (x) values, one colour per query.
+
+    Parameters
+    ----------
+    series : sequence of (label, reference, released)
+    path : str or Path
+        The PNG to write.
+    reference_name, title : str
+        Axis label of the reference values and the figure title.
+    """
+    if len(series) > MAX_LEGEND:  # too many colours to tell apart: one series
+        series = [(f"all {len(series)} measured queries",
+                   np.concatenate([np.asarray(s[1], float) for s in series]),
+                   np.concatenate([np.asarray(s[2], float) for s in series]))]
+    fig = Figure(figsize=(6.4, 5.2), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    lo, hi = np.inf, -np.inf
+    for label, ref, rel in series:
+        ref, rel = np.asarray(ref, float), np.asarray(rel, float)
+        ax.scatter(ref, rel, s=9, alpha=0.6, label=label)
+        if ref.size:
+            lo, hi = min(lo, ref.min(), rel.min()), max(hi, ref.max(), rel.max())
+    if np.isfinite(lo):
+        ax.plot([lo, hi], [lo, hi], color="black", linewidth=0.8, linestyle="--", label="released = reference")
+    # Counts span orders of magnitude and noisy ones can be negative: a symmetric log scale
+    # (linear within +-10) shows small cells and large totals together.
+    ax.set_xscale("symlog", linthresh=10)
+    ax.set_yscale("symlog", linthresh=10)
+    ax.set_xlabel(f"{reference_name} (symmetric log scale)")
+    ax.set_ylabel("released value")
+    ax.set_title(title)
+    ax.legend(fontsize="x-small", loc="upper left")
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path)
+    return path
+
+
+def bar_by_query(
+    labels: Sequence[str],
+    values: dict[str, Sequence[float]],
+    path: str | Path,
+    *,
+    ylabel: str,
+    title: str,
+) -> Path:
+    """Grouped bars: one group per query, one bar per named series."""
+    many = len(labels) > MAX_LEGEND
+    fig = Figure(figsize=(max(6.4, 0.22 * len(labels)) if many else 6.4, 4.8), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    pos = np.arange(len(labels))
+    width = 0.8 / max(len(values), 1)
+    for i, (name, vals) in enumerate(values.items()):
+        ax.bar(pos + (i - (len(values) - 1) / 2) * width, np.asarray(vals, float), width, label=name)
+    ax.set_xticks(pos)
+    if many:
+        ax.set_xticklabels(labels, rotation=90, fontsize="xx-small")
+    else:
+        ax.set_xticklabels(labels, rotation=25, ha="right", fontsize="small")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if len(values) > 1:
+        ax.legend(fontsize="small")
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path)
+    return path
+
+
+def release_plots(release: "ReleaseResult", directory: str | Path) -> dict[str, str]:
+    """Draw the release's figures into ``directory``; returns ``{name: file name}``."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    x = np.asarray(release.counts, dtype=np.float64)
+    ms = release.measurements
+    labels = [m.label for m in ms]
+    out = {}
+    released = [m.query.matvec(x) for m in ms]
+    scatter_released(
+        [(m.label, m.values, r) for m, r in zip(ms, released)],
+        directory / "released_vs_noisy.png",
+        reference_name="noisy measurement", title="Released answers against the noisy measurements",
+    )
+    out["released_vs_noisy"] = "released_vs_noisy.png"
+    if release.evaluation is not None:
+        ev = release.evaluation[release.evaluation["kind"] == "measured"].set_index("query")
+        truth = release.evaluation_truth
+        scatter_released(
+            [(m.label, truth[m.label], r) for m, r in zip(ms, released)],
+            directory / "released_vs_true.png",
+            reference_name="true answer (NOT private)", title="Released against true answers (evaluation only)",
+        )
+        out["released_vs_true"] = "released_vs_true.png"
+        bar_by_query(
+            labels,
+            {"released": ev.loc[labels, "l1_error"].to_numpy(), "noisy": ev.loc[labels, "noisy_l1_error"].to_numpy()},
+            directory / "error_by_query.png",
+            ylabel="L1 error against the truth", title="Error by query (evaluation only, NOT private)",
+        )
+    else:
+        rms = [float(np.sqrt(np.mean((r - m.values) ** 2)) / m.stddev) if m.stddev > 0 else 0.0
+               for m, r in zip(ms, released)]
+        bar_by_query(labels, {"standardized RMS": rms}, directory / "error_by_query.png",
+                     ylabel="RMS(released - noisy) / noise std. dev.",
+                     title="Distance between released and noisy answers")
+    out["error_by_query"] = "error_by_query.png"
+    return out

@@ -1,0 +1,384 @@
+"""The release report: a JSON record of what was released, what it cost and how well it fits.
+
+:func:`build_report` turns a :class:`~dpopt.release.ReleaseResult` into a JSON-ready dict:
+the spec as written, the privacy ledger (exact fractions, with the check that it sums to the
+declared budget), the solver's status and times, every constraint's residual on the
+released table, the invariants published from the data, the seed when one was used (marked
+NOT private), and with ``evaluate`` the errors against the confidential data (also marked
+NOT private). :func:`render_markdown` and :func:`render_html` render the same dict as a
+readable summary, so the summary never says anything the report does not.
+
+The report never contains the confidential record count or any true answer, except in the
+``evaluation`` section, which exists only when evaluation was asked for.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import enum
+import html
+import json
+import math
+import platform
+from fractions import Fraction
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dpopt.release import ReleaseResult
+
+NOT_PRIVATE_SEED = "seeded: NOT private (the noise is reproducible from the seed; use for testing only)"
+NOT_PRIVATE_EVALUATION = (
+    "computed from the confidential data: NOT private, for testing only; do not publish"
+)
+
+
+def build_report(release: "ReleaseResult") -> dict:
+    """The JSON report of a release (see the module notes for what it holds)."""
+    import dpopt
+
+    p = release.plan
+    spec = p.spec
+    acc = release.accountant
+    ledger = acc.ledger_frame()
+    comps = [c for c in ("epsilon", "delta", "rho") if c in ledger.columns]
+    total = {c: getattr(acc.total, c) or Fraction(0) for c in comps}
+    ledger_sum = {c: sum(ledger[c], Fraction(0)) for c in comps}
+    planned = {m.label: m for m in p.measures}
+    ledger_rows = []
+    for _, row in ledger.iterrows():
+        m = planned.get(row["label"])
+        entry = {"label": row["label"]}
+        for c in comps:
+            entry[c] = str(row[c])
+            entry[f"{c}_float"] = float(row[c])
+            entry[f"cumulative_{c}"] = str(row[f"cumulative_{c}"])
+        if m is not None:
+            entry.update({"mechanism": m.mechanism, "share": str(m.share), "noise": m.noise,
+                          "noise_stddev": m.stddev})
+        entry["detail"] = str(row["detail"]) if row["detail"] is not None else None
+        ledger_rows.append(entry)
+    privacy = {
+        "accounting": acc.kind,
+        "budget": {c: str(v) for c, v in total.items()},
+        "budget_float": {c: float(v) for c, v in total.items()},
+        "ledger_sum": {c: str(v) for c, v in ledger_sum.items()},
+        "ledger_sums_to_budget": all(ledger_sum[c] == total[c] for c in comps),
+        "unspent": {c: str(total[c] - ledger_sum[c]) for c in comps if total[c] != ledger_sum[c]},
+        "ledger": ledger_rows,
+        "accountant_summary": acc.summary(),
+        "published_without_noise": [
+            {"invariant": inv.name, "query": inv.query.name,
+             "note": "published exactly from the data on purpose (not private)"}
+            for inv in release.constraints.invariants if inv.from_data
+        ],
+    }
+    seeded = p.seed is not None
+    randomness = {
+        "seeded": seeded,
+        "seed": p.seed,
+        "private": bool(release.random_is_private),
+        "source": release.random_description,
+    }
+    if seeded:
+        randomness["warning"] = NOT_PRIVATE_SEED
+    res = release.reconstruction
+    rounding = res.info.get("rounding") if isinstance(res.info, dict) else None
+    reconstruction = {
+        "objective": res.objective,
+        "backend": res.backend,
+        "solver": res.solver,
+        "status": _status(res.status),
+        "success": bool(res.success),
+        "message": str(res.message),
+        "objective_value": _num(res.fun),
+        "time_seconds": float(res.time),
+        "iterations": res.nit,
+        "time_limit": spec.reconstruct.time_limit,
+    }
+    if rounding:
+        reconstruction["rounding"] = {
+            "status": _status(rounding.get("status")),
+            "message": str(rounding.get("message")),
+            "l1_change": _num(rounding.get("fun")),
+            "time_seconds": _num(rounding.get("time")),
+            "method": (rounding.get("info") or {}).get("method"),
+        }
+    x = np.asarray(release.counts, dtype=np.float64)
+    described = {row["constraint"]: row for row in release.constraints.describe()}
+    constraints = []
+    for row in release.constraints.residuals(x):
+        d = described.get(row["constraint"], {})
+        constraints.append({"constraint": row["constraint"], "kind": d.get("kind"), "detail": d.get("detail"),
+                            "max_violation": float(row["max_violation"]), "satisfied": bool(row["satisfied"])})
+    invariants = []
+    for inv in release.constraints.invariants:
+        invariants.append({"name": inv.name, "query": inv.query.name, "from_data": bool(inv.from_data),
+                           "rows": inv.query.row_labels(), "values": [_num(v) for v in inv.values],
+                           "released": [_num(v) for v in inv.query.matvec(x)]})
+    measurements = []
+    for m in release.measurements:
+        measurements.append({"label": m.label, "query": m.query.name, "answers": m.query.num_rows,
+                             "noise": m.noise, "scale": m.scale, "stddev": m.stddev,
+                             "cost": str(m.cost) if m.cost is not None else None})
+    fit = []
+    mres = getattr(res, "measurement_residuals", None)
+    if mres is not None and len(mres):
+        for m in release.measurements:
+            r = m.query.matvec(x) - m.values
+            fit.append({"measurement": m.label, "rms_residual": float(np.sqrt(np.mean(r**2))),
+                        "rms_standardized": float(np.sqrt(np.mean(r**2)) / m.stddev) if m.stddev > 0 else None,
+                        "max_abs_residual": float(np.abs(r).max())})
+    report = {
+        "dpopt_version": dpopt.__version__,
+        "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "release": spec.name,
+        "description": spec.description,
+        "spec": {"source": str(spec.source) if spec.source else None, "settings": _jsonable(spec.raw)},
+        "run": {
+            "data": _data_text(p),
+            "seed": p.seed,
+            "evaluate": release.evaluation is not None,
+        },
+        "randomness": randomness,
+        "domain": {
+            "cells": p.domain.size,
+            "attributes": [{"name": a, "size": p.domain.size_of(a), "labels": [str(v) for v in p.domain.labels_of(a)]}
+                           for a in p.domain.attrs],
+        },
+        "privacy": privacy,
+        "measurements": measurements,
+        "reconstruction": reconstruction,
+        "constraints": constraints,
+        "constraints_all_hold": all(c["satisfied"] for c in constraints),
+        "max_violation": max((c["max_violation"] for c in constraints), default=0.0),
+        "invariants": invariants,
+        "fit": fit,
+        "released": {
+            "cells": int(x.size),
+            "nonzero_cells": int(np.count_nonzero(x)),
+            "total": _num(x.sum()),
+            "integer": bool(spec.constraints.integer),
+            "synthetic_rows": None if release.synthetic is None else int(len(release.synthetic)),
+        },
+        "evaluation": None,
+        "timings": dict(release.timings),
+        "environment": {"python": platform.python_version(), "numpy": np.__version__,
+                        "pandas": pd.__version__, "platform": platform.platform()},
+    }
+    if release.evaluation is not None:
+        report["evaluation"] = {
+            "warning": NOT_PRIVATE_EVALUATION,
+            "summary": _jsonable(release.evaluation_summary),
+            "queries": _jsonable(release.evaluation.to_dict(orient="records")),
+        }
+    return report
+
+
+def write_json(report: dict, path: str | Path) -> None:
+    """Write a report as indented JSON (fractions as strings, NaN as null)."""
+    Path(path).write_text(json.dumps(_jsonable(report), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+
+
+# ---- rendering ----------------------------------------------------------------------------------
+
+
+def summary_blocks(report: dict) -> list[tuple]:
+    """The summary as blocks ``(kind, ...)``: ``h1``/``h2``/``p``/``warn`` text, ``table``, ``img``, ``list``."""
+    b: list[tuple] = [("h1", f"Release {report['release']}")]
+    if report.get("description"):
+        b.append(("p", report["description"]))
+    rnd = report["randomness"]
+    if rnd.get("seeded"):
+        b.append(("warn", f"Seed {rnd['seed']}: {NOT_PRIVATE_SEED}."))
+    rel = report["released"]
+    b.append(("p", f"{rel['cells']:,} cells ({rel['nonzero_cells']:,} non-zero), released total "
+                   f"{_fmt(rel['total'])}" + (", integer counts" if rel["integer"] else "")
+                   + (f"; {rel['synthetic_rows']:,} synthetic records" if rel["synthetic_rows"] is not None else "")
+                   + f". Data: {report['run']['data']}. Noise source: {rnd['source']}."))
+
+    pr = report["privacy"]
+    b.append(("h2", "Privacy"))
+    budget = ", ".join(f"{k} = {v}" for k, v in pr["budget"].items())
+    spent = ", ".join(f"{k} = {v}" for k, v in pr["ledger_sum"].items())
+    b.append(("p", f"Accounting: {pr['accounting']}. Budget {budget}; the ledger sums to {spent}"
+                   + (" (exactly the budget)." if pr["ledger_sums_to_budget"] else
+                      f" (unspent: {', '.join(f'{k} = {v}' for k, v in pr['unspent'].items())}).")))
+    comps = list(pr["budget"])
+    rows = [[e["label"], e.get("mechanism", ""), *[e[c] for c in comps], _fmt(e.get("noise_stddev"))] for e in pr["ledger"]]
+    b.append(("table", ["measurement", "mechanism", *comps, "noise std. dev."], rows))
+    if pr["published_without_noise"]:
+        b.append(("p", "Published exactly from the data, without noise (a deliberate choice, not private): "
+                       + ", ".join(i["invariant"] for i in pr["published_without_noise"]) + "."))
+
+    rc = report["reconstruction"]
+    b.append(("h2", "Reconstruction"))
+    text = (f"Objective {rc['objective']}, backend {rc['backend']} ({rc['solver']}): status {rc['status']} "
+            f"in {rc['time_seconds']:.2f} s.")
+    if "rounding" in rc:
+        r = rc["rounding"]
+        text += (f" Rounded to integers ({r.get('method')}): status {r['status']}, total change "
+                 f"{_fmt(r['l1_change'])}.")
+    b.append(("p", text))
+
+    b.append(("h2", "Constraints"))
+    b.append(("p", ("Every constraint holds" if report["constraints_all_hold"] else "SOME CONSTRAINTS DO NOT HOLD")
+                   + f" on the released table (largest violation {_fmt(report['max_violation'])})."))
+    b.append(("table", ["constraint", "detail", "max violation", "holds"],
+              [[c["constraint"], c["detail"] or "", _fmt(c["max_violation"]), "yes" if c["satisfied"] else "NO"]
+               for c in report["constraints"]]))
+
+    if report["fit"]:
+        b.append(("h2", "Fit to the measurements"))
+        b.append(("p", "Residuals released minus noisy answers; a standardized RMS near 1 means the release "
+                       "moved each answer by about one noise standard deviation."))
+        b.append(("table", ["measurement", "RMS residual", "standardized RMS", "max |residual|"],
+                  [[f["measurement"], _fmt(f["rms_residual"]), _fmt(f["rms_standardized"]), _fmt(f["max_abs_residual"])]
+                   for f in report["fit"]]))
+
+    ev = report.get("evaluation")
+    if ev:
+        b.append(("h2", "Accuracy against the confidential data"))
+        b.append(("warn", f"This section is {NOT_PRIVATE_EVALUATION}."))
+        s = ev["summary"]
+        b.append(("p", f"Records: {s['records']:,}. Total variation distance of the released table: "
+                       f"{_fmt(s['total_variation'])}; L1 error of the full table: {_fmt(s['l1_full_table'])}."))
+        b.append(("table", ["kind", "query", "answers", "L1 error", "L1 error of the noisy answers", "max |error|"],
+                  [[q["kind"], q["query"], str(q["answers"]), _fmt(q["l1_error"]), _fmt(q["noisy_l1_error"]),
+                    _fmt(q["max_abs_error"])] for q in ev["queries"]]))
+
+    if report.get("plots"):
+        b.append(("h2", "Plots"))
+        for name, rel_path in report["plots"].items():
+            b.append(("img", name.replace("_", " "), rel_path))
+    if report.get("files"):
+        b.append(("h2", "Files"))
+        b.append(("list", report["files"]))
+    return b
+
+
+def render_markdown(report: dict) -> str:
+    """The summary as Markdown."""
+    out = []
+    for block in summary_blocks(report):
+        kind = block[0]
+        if kind == "h1":
+            out.append(f"# {block[1]}")
+        elif kind == "h2":
+            out.append(f"## {block[1]}")
+        elif kind == "p":
+            out.append(block[1])
+        elif kind == "warn":
+            out.append(f"> **Warning.** {block[1]}")
+        elif kind == "table":
+            header, rows = block[1], block[2]
+            out.append("| " + " | ".join(_md_cell(h) for h in header) + " |")
+            out.append("|" + "---|" * len(header))
+            out.extend("| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows)
+        elif kind == "img":
+            out.append(f"![{block[1]}]({block[2]})")
+        elif kind == "list":
+            out.extend(f"- `{item}`" for item in block[1])
+        out.append("")
+    return "\n".join(out)
+
+
+def render_html(report: dict) -> str:
+    """The summary as a self-contained HTML page (plots linked by relative path)."""
+    e = html.escape
+    body = []
+    for block in summary_blocks(report):
+        kind = block[0]
+        if kind in ("h1", "h2"):
+            body.append(f"<{kind}>{e(block[1])}</{kind}>")
+        elif kind == "p":
+            body.append(f"<p>{e(block[1])}</p>")
+        elif kind == "warn":
+            body.append(f'<p class="warn"><strong>Warning.</strong> {e(block[1])}</p>')
+        elif kind == "table":
+            head = "".join(f"<th>{e(str(h))}</th>" for h in block[1])
+            rows = "".join("<tr>" + "".join(f"<td>{e(str(c))}</td>" for c in row) + "</tr>" for row in block[2])
+            body.append(f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>")
+        elif kind == "img":
+            body.append(f'<figure><img src="{e(block[2])}" alt="{e(block[1])}"><figcaption>{e(block[1])}</figcaption></figure>')
+        elif kind == "list":
+            body.append("<ul>" + "".join(f"<li><code>{e(i)}</code></li>" for i in block[1]) + "</ul>")
+    style = ("body{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1em;line-height:1.4}"
+             "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.2em .5em;"
+             "text-align:left}.warn{background:#fff3cd;padding:.5em;border-left:4px solid #e0a800}"
+             "img{max-width:100%}")
+    title = e(f"dpopt release {report['release']}")
+    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{title}</title>"
+            f"<style>{style}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
+
+
+# ---- helpers ----------------------------------------------------------------------------------
+
+
+def _data_text(p) -> str:
+    if p.data_source == "example":
+        return f"generated example ({p.spec.data.rows:,} rows, data seed {p.spec.data.seed})"
+    if p.data_source == "given":
+        return "given in Python"
+    return str(p.data_path)
+
+
+def _status(status: Any) -> str | None:
+    if status is None:
+        return None
+    return getattr(status, "name", str(status))
+
+
+def _num(v: Any) -> float | None:
+    if v is None:
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, str):
+        return v
+    f = float(v)
+    if not math.isfinite(f):
+        return "–"
+    if f == int(f) and abs(f) < 1e15:
+        return f"{int(f):,}"
+    return f"{f:.4g}"
+
+
+def _md_cell(value: Any) -> str:
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _jsonable(obj: Any) -> Any:
+    """Plain JSON types: Fractions as strings, numpy scalars as numbers, NaN/inf as null."""
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return [_jsonable(v) for v in obj.tolist()]
+    if isinstance(obj, (bool, np.bool_)):
+        return bool(obj)
+    if isinstance(obj, (int, np.integer)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        return float(obj) if math.isfinite(float(obj)) else None
+    if isinstance(obj, Fraction):
+        return str(obj)
+    if isinstance(obj, enum.Enum):
+        return obj.name
+    if isinstance(obj, (Path, _dt.date, _dt.datetime, _dt.time)):
+        return str(obj)
+    if obj is None or isinstance(obj, str):
+        return obj
+    return str(obj)
