@@ -19,6 +19,7 @@ from dpopt.errors import SolverError
 from dpopt.estimate.backends import (
     BACKENDS,
     available_backends,
+    default_backend,
     find_conflicting_rows,
     get_backend,
     installed_backends,
@@ -133,6 +134,19 @@ def test_registry_lists_every_backend():
     assert set(available_backends()) == {"highs", "scipy", "cvxpy", "pulp"}
     assert set(INSTALLED) <= set(available_backends())
     assert "highs" in INSTALLED and "scipy" in INSTALLED
+
+
+def test_default_backend_by_kind():
+    assert default_backend(random_lp()).name == "highs"
+    assert default_backend(random_milp()).name == "highs"
+    assert default_backend(random_qp()).name == ("cvxpy" if "cvxpy" in INSTALLED else "highs")
+    lsq = LeastSquaresForm(M=np.eye(2), y=np.ones(2))
+    assert default_backend(lsq).name == "scipy"
+    miqp = ProgramForm(c=[1.0], A=np.ones((1, 1)), row_lower=[0], row_upper=[1], row_names=["r"], P=np.eye(1),
+                       integrality=[True])
+    if not any(get_backend(name).supports(miqp) for name in INSTALLED):
+        with pytest.raises(SolverError, match="no installed backend supports MIQP"):
+            default_backend(miqp)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -288,6 +302,23 @@ def test_knapsack_known_optimum_and_enumeration():
         assert out.objective == pytest.approx(-220.0)
         np.testing.assert_allclose(out.x, [0, 1, 1], atol=1e-6)
         assert get_backend(name).solve(random).objective == pytest.approx(random_opt, rel=REL)
+
+
+def test_large_lp_through_interior_point_matches_closed_form():
+    """min cᵀx s.t. Σx = k, 0 ≤ x ≤ 1: the k cheapest items. n > IPM_MIN_VARS selects IPM + crossover."""
+    from dpopt.estimate.backends.highs import IPM_MIN_VARS
+
+    n, k = IPM_MIN_VARS + 2000, 500
+    c = np.random.default_rng(12).permutation(n) / n - 0.3      # distinct costs: unique optimum
+    form = ProgramForm(c=c, A=sp.csr_array(np.ones((1, n))), row_lower=[k], row_upper=[k], row_names=["total"],
+                       upper=np.ones(n))
+    expected = np.sort(c)[:k].sum()
+    for name in ("highs", "scipy"):
+        out = get_backend(name).solve(form)
+        check_solution(form, out)
+        assert out.objective == pytest.approx(expected, rel=1e-9)
+        # The dual of the total is the k-th cheapest cost (up to the gap to the next one).
+        assert np.sort(c)[k - 1] - 1e-9 <= out.row_duals[0] <= np.sort(c)[k] + 1e-9
 
 
 def test_form_without_rows():

@@ -134,6 +134,35 @@ def test_bounds_only_l2_scipy_matches_qp(binary4, rng):
     assert a.fun == pytest.approx(b.fun, rel=1e-6, abs=1e-6)
 
 
+def test_nnls_working_set_matches_qp(rng):
+    dom = Domain(tuple("abcdefg"), (2,) * 7)
+    data = Dataset.from_histogram(rng.poisson(rng.gamma(0.3, 4.0, dom.size)), dom)
+    ms = [noisy(q, data, rng, sigma=1.0 + i % 3) for i, q in enumerate(all_marginals(dom, 3))]
+    cs = ConstraintSet(dom, [NonNegativity(), StructuralZeros({"a": 1, "b": 1, "c": 1}, name="z")])
+    ws = reconstruct(ms, cs, "l2", working_set=True)
+    qp = reconstruct(ms, cs, "l2")
+    assert ws.success and "KKT" in ws.message and ws.info["form"] == "NNLS working set"
+    assert ws.fun == pytest.approx(qp.fun, rel=1e-7)
+    assert np.all(ws.x >= 0) and np.all(ws.x[cs.zero_mask()] == 0)
+    for m in ms:  # the optimal answers are unique even where the table is not
+        assert np.allclose(m.query.matvec(ws.x), m.query.matvec(qp.x), atol=1e-4)
+
+
+def test_marginal_workload_equals_stacked_marginals(rng):
+    from dpopt.model.queries import MarginalWorkload, Stack
+
+    for dom in (Domain(tuple("abcde"), (2,) * 5), Domain.from_dict({"a": 3, "b": 2, "c": 4, "d": 2})):
+        sets = [m.attrs for m in all_marginals(dom, 2)] + [("a",), ("a", "b", "c")]
+        work, stack = MarginalWorkload(dom, sets), Stack([Marginal(dom, s) for s in sets])
+        x, y = rng.random(dom.size), rng.random(work.num_rows)
+        assert np.allclose(work.matvec(x), stack.matvec(x))
+        assert np.allclose(work.rmatvec(y), stack.rmatvec(y))
+        assert np.array_equal(work.to_dense(), stack.to_dense())
+        cells = rng.choice(dom.size, 7, replace=False)
+        assert np.array_equal(work.columns(cells).toarray(), stack.to_dense()[:, cells])
+        assert work.sensitivity(1) == stack.sensitivity(1)
+
+
 def test_column_generation_equals_full_lp(rng):
     dom = Domain(tuple("abcdefgh"), (2,) * 8)
     data = Dataset.from_histogram(rng.poisson(rng.gamma(0.3, 4.0, dom.size)), dom)

@@ -18,16 +18,22 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator
 
+from dpopt.errors import SolverError
 from dpopt.estimate.backends import get_backend
 from dpopt.estimate.form import LeastSquaresForm, ProgramForm
 from dpopt.estimate.problem import ConsistencyProblem
-from dpopt.estimate.result import Result, from_outcome
+from dpopt.estimate.result import Result, from_outcome, make_result
+from dpopt.estimate.status import Status
+from dpopt.model.queries import Marginal, MarginalWorkload
 
 #: Above this many stacked non-zeros the bounded least-squares path goes matrix-free.
 MATRIX_FREE_NNZ = 3_000_000
 
 
-def solve_l2(problem: ConsistencyProblem, backend: str | None, time_limit=None, **options) -> Result:
+def solve_l2(problem: ConsistencyProblem, backend: str | None, time_limit=None, *,
+             working_set: bool | None = None, **options) -> Result:
+    """Solve the L2 problem; ``working_set`` forces (True) or forbids (False) the NNLS
+    working-set method, which by default runs for large non-negative bounds-only problems."""
     start = time.perf_counter()
     cs = problem.constraints
     free = problem.free_cells()
@@ -37,8 +43,15 @@ def solve_l2(problem: ConsistencyProblem, backend: str | None, time_limit=None, 
     general = bool(cs.invariants or cs.inequalities)
     if not general:
         # Explicit matrices go to an interior-point QP (cvxpy/Clarabel: fast and accurate);
-        # only problems too large to hold explicitly go matrix-free to scipy's L-BFGS-B.
+        # problems too large to hold explicitly are solved as NNLS over a working set of cells
+        # when every free cell is non-negative, else matrix-free by scipy.
         matrix_free = problem.nnz_estimate() > MATRIX_FREE_NNZ
+        if working_set is None:
+            working_set = matrix_free and backend in (None, "scipy") and cs.nonnegative and not options
+        if working_set:
+            if not cs.nonnegative or options or backend not in (None, "scipy"):
+                raise SolverError("the NNLS working-set method needs non-negativity, the scipy backend and no options")
+            return nnls_by_column_generation(problem, free, sigma, y, time_limit, start)
         name = backend or ("scipy" if matrix_free else "cvxpy")
         if matrix_free:
             M = _gathered_operator(problem.stacked_operator(), free)
@@ -56,6 +69,79 @@ def solve_l2(problem: ConsistencyProblem, backend: str | None, time_limit=None, 
         x[free] = outcome.x[: free.size]
     info = {"variables": int(free.size), "rows": int(sigma.size), "form": type(form).__name__}
     return from_outcome(outcome, x, objective="l2", problem=problem, time=time.perf_counter() - start, info=info)
+
+
+def nnls_by_column_generation(problem, free, sigma, y, time_limit, start, *, tol=1e-9, max_rounds=500) -> Result:
+    """Non-negative least squares over a growing working set of cells (Lawson–Hanson inside).
+
+    A minimiser with at most as many positive cells as measured rows exists (the optimal
+    answers ``Q x`` are unique and ``{x >= 0 : Q x = Q x*}`` is a polytope whose vertices
+    have such a support), so the problem is solved on a working set ``J`` of cells with
+    ``scipy.optimize.nnls`` on the dense columns ``Q[:, J]``; every other cell is priced by
+    the gradient ``Q^T W (Q x - y)``, one adjoint product, and the most negative ones join
+    ``J``. It stops when no cell has a gradient below ``-tol`` times the gradient's scale:
+    the KKT conditions of the full problem, which the result reports.
+    """
+    from scipy.optimize import nnls
+
+    w = 1.0 / sigma
+    op = problem.stacked_operator()
+    n = problem.num_cells
+    is_free = np.zeros(n, dtype=bool)
+    is_free[free] = True
+    scale = float(np.abs(op.rmatvec(w * w * y)).max()) or 1.0
+    gradient = -op.rmatvec(w * w * y)
+    batch = max(50, y.size // 4)
+    work = np.zeros(0, dtype=np.int64)
+    x = np.zeros(n)
+    status, message = Status.ITERATION_LIMIT, f"stopped after {max_rounds} working-set rounds"
+    for rounds in range(1, max_rounds + 1):
+        candidates = np.flatnonzero(is_free & (gradient < -tol * scale))
+        candidates = candidates[~np.isin(candidates, work)]
+        if candidates.size == 0:
+            status, message = Status.OPTIMAL, (
+                f"KKT conditions hold to {tol:g} relative after {rounds - 1} rounds "
+                f"({work.size} cells in the working set, {int((x > 0).sum())} positive)")
+            break
+        enter = candidates[np.argsort(gradient[candidates], kind="stable")[:batch]]
+        work = np.union1d(work[x[work] > 0], enter)  # drop cells that stayed at zero
+        block, target = _square_system(sp.diags(w) @ _columns(problem, work), w * y)
+        solution, _ = nnls(block, target, maxiter=50 * max(1, work.size))
+        x = np.zeros(n)
+        x[work] = solution
+        gradient = op.rmatvec(w * w * (op.matvec(x) - y))
+        if time_limit is not None and time.perf_counter() - start > time_limit:
+            status, message = Status.TIME_LIMIT, f"time limit after {rounds} working-set rounds"
+            break
+    fun = float(np.sum((w * (op.matvec(x) - y)) ** 2))
+    info = {"variables": int(free.size), "rows": int(y.size), "form": "NNLS working set",
+            "working_set": int(work.size), "rounds": rounds}
+    return make_result(status, x, message=message, fun=fun, objective="l2", backend="scipy",
+                       solver="scipy.optimize.nnls (working-set column generation)",
+                       time=time.perf_counter() - start, nit=rounds, problem=problem, info=info,
+                       incumbent=status is not Status.OPTIMAL)
+
+
+def _square_system(A: sp.csc_matrix, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(R, t)`` with ``||A v - b||^2 = ||R v - t||^2 + const`` and ``R`` square.
+
+    From the eigen-decomposition of the (sparse, cheap) Gram matrix ``A^T A = V L V^T``:
+    ``R = L^(1/2) V^T`` and ``t = L^(-1/2) V^T A^T b`` on the non-zero eigenvalues
+    (``A^T b`` lies in the range of ``A^T A``), so rank-deficient working sets are fine.
+    """
+    gram = (A.T @ A).toarray()
+    eigval, eigvec = np.linalg.eigh(gram)
+    keep = eigval > 1e-12 * max(float(eigval.max()), 1e-300)
+    root = np.sqrt(eigval[keep])
+    R = root[:, None] * eigvec[:, keep].T
+    t = (eigvec[:, keep].T @ (A.T @ b)) / root
+    return R, t
+
+
+def _columns(problem, cells) -> sp.csc_matrix:
+    if all(type(m.query) is Marginal for m in problem.noisy):
+        return MarginalWorkload(problem.domain, [m.query.attrs for m in problem.noisy]).columns(cells)
+    return sp.vstack([m.query.columns(cells) for m in problem.noisy]).tocsc()
 
 
 def lifted_qp(problem, free, lower, upper, sigma, y) -> ProgramForm:

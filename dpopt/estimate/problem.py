@@ -20,6 +20,7 @@ from scipy.sparse.linalg import LinearOperator
 from dpopt.errors import QueryError, SolverError
 from dpopt.model.constraints import ConstraintSet, Invariant, require_domain
 from dpopt.model.measurement import Measurement
+from dpopt.model.queries import Marginal, MarginalWorkload
 
 OBJECTIVES = ("l2", "l1", "linf", "entropy")
 
@@ -103,7 +104,13 @@ class ConsistencyProblem:
         return sp.vstack([m.query.to_sparse() for m in self.noisy]).tocsr()
 
     def stacked_operator(self) -> LinearOperator:
-        """All noisy measurement rows as a matrix-free operator (large problems)."""
+        """All noisy measurement rows as a matrix-free operator (large problems).
+
+        A workload made only of marginals runs as one :class:`MarginalWorkload` (all
+        marginals from one Walsh–Hadamard transform on binary domains).
+        """
+        if self.noisy and all(type(m.query) is Marginal for m in self.noisy):
+            return MarginalWorkload(self.domain, [m.query.attrs for m in self.noisy]).as_linear_operator()
         sizes = [m.query.num_rows for m in self.noisy]
         splits = np.cumsum(sizes)[:-1]
         n = self.num_cells

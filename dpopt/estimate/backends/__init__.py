@@ -16,12 +16,19 @@ from dpopt.estimate.backends.cvxpy_backend import CvxpyBackend
 from dpopt.estimate.backends.highs import HighsBackend
 from dpopt.estimate.backends.least_squares import LSQ_METHODS, solve_least_squares
 from dpopt.estimate.backends.pulp_backend import PulpBackend
-from dpopt.estimate.backends.registry import BACKENDS, available_backends, get_backend, installed_backends
+from dpopt.estimate.backends.registry import (
+    BACKENDS,
+    PREFERRED,
+    available_backends,
+    default_backend,
+    get_backend,
+    installed_backends,
+)
 from dpopt.estimate.backends.scipy_backend import ScipyBackend
 
 __all__ = [
     "Backend", "SolveSettings", "CONFLICT_ROW_LIMIT", "DEFAULT_MIP_GAP",
     "HighsBackend", "CvxpyBackend", "PulpBackend", "ScipyBackend",
-    "BACKENDS", "get_backend", "installed_backends", "available_backends",
+    "BACKENDS", "PREFERRED", "get_backend", "installed_backends", "available_backends", "default_backend",
     "find_conflicting_rows", "BOUNDS_GROUP", "LSQ_METHODS", "solve_least_squares",
 ]

@@ -163,7 +163,7 @@ class Backend(ABC):
         if not self.supports(form):
             raise SolverError(
                 f"backend {self.name!r} does not support {form.kind} forms"
-                + (" with a matrix-free M" if isinstance(form, LeastSquaresForm) else "")
+                + (" with a matrix-free M" if isinstance(form, LeastSquaresForm) and "QP" in self.kinds else "")
                 + f"; it supports {sorted(self.kinds)}"
             )
         settings = SolveSettings(
@@ -204,6 +204,8 @@ class Backend(ABC):
 
     def _check_options(self, form: ProgramForm | LeastSquaresForm, settings: SolveSettings) -> None:
         """Validate option values (names are already known to be accepted)."""
+        if not isinstance(settings.options.get("conflicts", True), bool):
+            raise SolverError(f"backend {self.name!r}: conflicts must be True or False")
         if "mip_gap" in settings.options:
             gap = settings.options["mip_gap"]
             if not isinstance(gap, (int, float)) or not (0 <= gap < 1):

@@ -20,6 +20,7 @@ from dpopt.model.queries.fourier import (
 from dpopt.model.queries.kronecker import Kronecker
 from dpopt.model.queries.lifted import Lifted
 from dpopt.model.queries.marginal import Marginal, all_marginals
+from dpopt.model.queries.marginal_workload import MarginalWorkload
 from dpopt.model.queries.predicate_count import PredicateCount
 from dpopt.model.queries.ranges import AllRanges, Prefix, RangeQueries, random_ranges
 
@@ -32,6 +33,7 @@ __all__ = [
     "Lifted",
     "LinearQuery",
     "Marginal",
+    "MarginalWorkload",
     "PredicateCount",
     "Prefix",
     "RangeQueries",

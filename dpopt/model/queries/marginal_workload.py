@@ -1,0 +1,130 @@
+"""A workload of many marginals as one fast operator.
+
+Stacking hundreds of :class:`~dpopt.model.queries.marginal.Marginal` queries and calling
+each in turn costs one pass over the domain per marginal. This operator does all of them
+at once:
+
+* on a binary domain, through the Fourier basis (Barak et al., PODS 2007, Theorem 3):
+  the marginal over ``S`` depends only on the coefficients ``alpha ⊆ S`` of the
+  Walsh–Hadamard transform ``c = H x``, namely ``C^S x = H_k c_S / 2^k`` with ``k = |S|``.
+  One transform of ``x`` and one small batched product per marginal size give every
+  marginal; the adjoint scatters ``2^(d-k) H_k r_S`` into a coefficient vector and needs one
+  inverse transform. Cost ``O(d 2^d + sum_S 4^|S|)`` instead of ``O(|workload| 2^d)``.
+* on any other domain, through precomputed projected cell indices: ``bincount`` for
+  ``Q x`` and a gather for ``Q^T r``, one linear pass each with a small constant.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from dpopt.errors import QueryError
+from dpopt.model.domain import Domain
+from dpopt.model.queries.base import LinearQuery
+from dpopt.model.queries.fourier import fast_walsh_hadamard
+from dpopt.model.queries.marginal import Marginal
+
+
+class MarginalWorkload(LinearQuery):
+    """The rows of several marginals, stacked in the order given.
+
+    Parameters
+    ----------
+    domain : Domain
+    attr_sets : sequence of sequences of str
+        One attribute set per marginal (stored in domain order, like :class:`Marginal`).
+    """
+
+    is_integer = True
+
+    def __init__(self, domain: Domain, attr_sets: Sequence[Sequence[str]]):
+        self.domain = domain
+        self.marginals = [Marginal(domain, attrs) for attrs in attr_sets]
+        if not self.marginals:
+            raise QueryError("a marginal workload needs at least one marginal")
+        self.sizes = np.array([m.num_rows for m in self.marginals])
+        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)])
+        self.binary = all(s == 2 for s in domain.sizes)
+        n = domain.require_dense("a marginal workload operator")
+        if self.binary:
+            self._prepare_fourier()
+        else:
+            codes = domain.unravel(np.arange(n))
+            self._index = [
+                np.ravel_multi_index(tuple(codes[:, list(domain.axes(m.attrs))].T), m.restrict().domain.sizes)
+                .astype(np.int64)
+                for m in self.marginals
+            ]
+
+    # ---- Fourier path ----------------------------------------------------------------
+    def _prepare_fourier(self) -> None:
+        d = len(self.domain)
+        self._groups = []  # (k, marginal positions, alpha masks (m_k, 2^k), Hadamard H_k)
+        ks = np.array([len(m.attrs) for m in self.marginals])
+        for k in np.unique(ks):
+            positions = np.flatnonzero(ks == k)
+            q = np.arange(2**k)
+            masks = np.zeros((positions.size, 2**k), dtype=np.int64)
+            for j in range(k):  # bit (k-1-j) of q selects the j-th attribute of S
+                axes = np.array([self.domain.axis(self.marginals[p].attrs[j]) for p in positions])
+                masks += ((q[None, :] >> (k - 1 - j)) & 1) << (d - 1 - axes[:, None])
+            hadamard = fast_walsh_hadamard(np.eye(2**k))
+            self._groups.append((int(k), positions, masks, hadamard))
+
+    # ---- LinearQuery ---------------------------------------------------------------------
+    @property
+    def num_rows(self) -> int:
+        return int(self.offsets[-1])
+
+    def _matvec(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x, dtype=np.float64)
+        out = np.empty(self.num_rows)
+        if self.binary:
+            c = fast_walsh_hadamard(x)
+            for k, positions, masks, hadamard in self._groups:
+                values = (c[masks] @ hadamard) / 2**k
+                for row, p in enumerate(positions):
+                    out[self.offsets[p] : self.offsets[p + 1]] = values[row]
+        else:
+            for p, idx in enumerate(self._index):
+                out[self.offsets[p] : self.offsets[p + 1]] = np.bincount(idx, weights=x, minlength=self.sizes[p])
+        return out
+
+    def _rmatvec(self, y: np.ndarray) -> np.ndarray:
+        y = np.asarray(y, dtype=np.float64)
+        n = self.domain.size
+        if self.binary:
+            d = len(self.domain)
+            g = np.zeros(n)
+            for k, positions, masks, hadamard in self._groups:
+                block = np.stack([y[self.offsets[p] : self.offsets[p + 1]] for p in positions])
+                g += np.bincount(masks.ravel(), weights=(2.0 ** (d - k) * (block @ hadamard)).ravel(), minlength=n)
+            return fast_walsh_hadamard(g) / n
+        out = np.zeros(n)
+        for p, idx in enumerate(self._index):
+            out += y[self.offsets[p] : self.offsets[p + 1]][idx]
+        return out
+
+    def to_sparse(self) -> sp.csr_matrix:
+        return sp.vstack([m.to_sparse() for m in self.marginals]).tocsr()
+
+    def columns(self, cells: np.ndarray) -> sp.csc_matrix:
+        """Each cell lies in one row of every marginal: one 1 per marginal per column."""
+        cells = np.asarray(cells, dtype=np.int64)
+        codes = self.domain.unravel(cells)
+        rows = np.empty((len(self.marginals), cells.size), dtype=np.int64)
+        for p, m in enumerate(self.marginals):
+            sub = m.restrict().domain.sizes
+            rows[p] = self.offsets[p] + np.ravel_multi_index(tuple(codes[:, list(self.domain.axes(m.attrs))].T), sub)
+        cols = np.broadcast_to(np.arange(cells.size), rows.shape)
+        data = np.ones(rows.size)
+        return sp.csc_matrix((data, (rows.ravel(), cols.ravel())), shape=(self.num_rows, cells.size))
+
+    def column_norm_powers(self, p: int) -> float:
+        return float(len(self.marginals))  # every cell lies in exactly one row of each marginal
+
+    def row_labels(self) -> list[str]:
+        return [label for m in self.marginals for label in m.row_labels()]
