@@ -1,0 +1,3 @@
+"""dpopt."""
+
+from dpopt.algorithms.mwem import MWEMResult, SelectedRows, WorkloadEvaluator, mwem  # noqa: E402

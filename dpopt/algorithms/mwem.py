@@ -1,0 +1,493 @@
+"""MWEM: the multiplicative weights exponential mechanism (Hardt, Ligett, McSherry, NIPS 2012).
+
+The algorithm of the paper's Figure 1, on any workload of linear queries. ``n`` records,
+``A_0 = n * uniform``; for ``i = 1..T``:
+
+1. **select** a badly fit query with the exponential mechanism at ``eps/(2T)`` and score
+   ``s_i(q) = |q(A_{i-1}) - q(B)|`` (sensitivity 1): ``P(q) ∝ exp(eps s_i(q) / (4T))``;
+2. **measure** it: ``m_i = q_i(B) + Lap(2T/eps)`` (budget ``eps/(2T)`` on a
+   sensitivity-1 query gives the scale ``1/(eps/(2T)) = 2T/eps``; exact discrete noise);
+3. **update** by multiplicative weights: ``A_i(x) ∝ A_{i-1}(x) exp(q_i(x)(m_i - q_i(A_{i-1}))/(2n))``.
+
+Output the last iterate (the paper's experiments) or the average (its Theorem 2.2).
+The whole run is eps-DP by sequential composition; the ledger sums exactly to eps.
+
+The improvements of the paper's Section 3, each an option of :func:`mwem`:
+
+* ``repeat_passes``: re-apply the update over all past measurements after each round
+  (the reference code does 100 passes); ``boost`` lets the step grow while the squared
+  residual falls (the entropy engine's schedule), reaching the same fixed point in far
+  fewer passes;
+* ``init_share``: spend a share of the budget on a noisy histogram (discrete Laplace on
+  every cell) and start from its positive part;
+* ``adaptive``: choose T on the fly by doubling the per-round budget (see :func:`mwem`);
+* ``select="block"``: whole-marginal ("cuboid") selection: a block's score is
+  ``sum_cells |q(A) - q(B)| - #cells`` (sensitivity: the block's L1 sensitivity, 1 for a
+  marginal) and one Laplace vector measures all its cells.
+
+A zCDP variant (``rho=``) selects with the exponential mechanism at ``eps_sel`` (charged
+``eps_sel^2/2``, Bun & Steinke 2016, Prop. 1.4) and measures with the discrete Gaussian
+mechanism, each round taking ``rho/T``.
+
+Structural zeros are cells held at zero from the start, and invariants (totals, marginals)
+hold after every update (:mod:`dpopt.estimate.mw_step`). Candidate scores are computed for
+all queries at once per round: one ``matvec`` per block, and for marginals of a binary
+domain one Walsh-Hadamard transform of the estimate and 2^k coefficients per marginal.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from dpopt.errors import PrivacyParameterError, QueryError, SolverError
+from dpopt.estimate.mw_step import MWState
+from dpopt.model.constraints import ConstraintSet
+from dpopt.model.data import Dataset
+from dpopt.model.domain import Domain
+from dpopt.model.measurement import Measurement
+from dpopt.model.queries._common import (
+    SupportArray,
+    StructuredQuery,
+    abs_power_rmatvec,
+    depends_on,
+    restrict_query,
+    support_norm_powers,
+)
+from dpopt.model.queries.base import LinearQuery
+from dpopt.model.queries.basic import Identity
+from dpopt.model.queries.fourier import fast_walsh_hadamard
+from dpopt.model.queries.marginal import Marginal
+from dpopt.privacy.accountant import Accountant, as_fraction
+from dpopt.privacy.mechanisms import exponential_mechanism, gaussian_mechanism, laplace_mechanism
+from dpopt.privacy.randomness import RandomSource, make_random
+
+__all__ = ["mwem", "MWEMResult", "SelectedRows", "WorkloadEvaluator"]
+
+SELECT_MODES = ("query", "block")
+ITERATES = ("last", "average")
+
+
+# ---- a few rows of a query --------------------------------------------------------------------
+class SelectedRows(StructuredQuery):
+    """Rows ``rows`` of ``parent``: what MWEM measures when it selects single queries.
+
+    Column norms (hence sensitivities) are those of the selected rows only, computed from
+    the parent's operator.
+    """
+
+    def __init__(self, parent: LinearQuery, rows: Sequence[int]) -> None:
+        self.parent = parent
+        self.domain = parent.domain
+        self.rows = np.asarray(rows, dtype=np.int64).ravel()
+        if self.rows.size == 0 or self.rows.min() < 0 or self.rows.max() >= parent.num_rows:
+            raise QueryError(f"SelectedRows: rows must lie in 0..{parent.num_rows - 1}, got {self.rows[:5]}")
+        self.is_integer = parent.is_integer
+
+    @property
+    def name(self) -> str:
+        rows = ",".join(str(int(r)) for r in self.rows[:4]) + (",..." if self.rows.size > 4 else "")
+        return f"{self.parent.name}[{rows}]"
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.rows.size)
+
+    @property
+    def depends_on(self) -> tuple[str, ...]:
+        return depends_on(self.parent)
+
+    def _restrict_to(self, attrs: tuple[str, ...]) -> "SelectedRows":
+        return SelectedRows(restrict_query(self.parent, attrs), self.rows)
+
+    def _scatter(self, y: np.ndarray) -> np.ndarray:
+        full = np.zeros(self.parent.num_rows)
+        np.add.at(full, self.rows, np.asarray(y, dtype=np.float64))
+        return full
+
+    def _matvec(self, x: np.ndarray) -> np.ndarray:
+        return self.parent.matvec(x)[self.rows]
+
+    def _rmatvec(self, y: np.ndarray) -> np.ndarray:
+        return self.parent.rmatvec(self._scatter(y))
+
+    def to_sparse(self) -> sp.csr_matrix:
+        return sp.csr_matrix(self.parent.to_sparse())[self.rows]
+
+    def _abs_power_rmatvec(self, v: np.ndarray, p: float) -> SupportArray:
+        return abs_power_rmatvec(self.parent, self._scatter(v), p)
+
+    def row_labels(self) -> list[str]:
+        labels = self.parent.row_labels()
+        return [labels[int(r)] for r in self.rows]
+
+
+# ---- evaluating the whole workload at once -----------------------------------------------------
+class WorkloadEvaluator:
+    """All answers of a list of query blocks on a dense vector, as one concatenated array.
+
+    Marginals of a binary domain are answered together from one Walsh-Hadamard transform:
+    with ``u = H x`` (unnormalised coefficients), the marginal on ``beta`` is
+    ``H_|beta| u[alpha ⪯ beta] / 2^|beta|`` (Barak et al. 2007, Thm 3), so each marginal
+    costs ``2^|beta|`` gathered coefficients and one small matrix product. Every other
+    block is answered by its own ``matvec``.
+    """
+
+    def __init__(self, domain: Domain, blocks: Sequence[LinearQuery]) -> None:
+        self.domain = domain
+        self.blocks = list(blocks)
+        self.sizes = np.array([b.num_rows for b in self.blocks], dtype=np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)])
+        binary = all(s == 2 for s in domain.sizes)
+        self._fourier: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._generic: list[int] = []
+        groups: dict[int, list[int]] = {}
+        for i, b in enumerate(self.blocks):
+            if binary and isinstance(b, Marginal):
+                groups.setdefault(len(b.attrs), []).append(i)
+            else:
+                self._generic.append(i)
+        k = len(domain)
+        for size, members in groups.items():
+            # masks[i, gamma]: the full-domain parity index of the sub-parity gamma of marginal i;
+            # attribute j of the domain is bit k-1-j (C order, first attribute most significant).
+            bits = np.array([[k - 1 - domain.axis(a) for a in self.blocks[i].attrs] for i in members], dtype=np.int64)
+            gammas = np.arange(2**size)
+            sub = (gammas[:, None] >> np.arange(size - 1, -1, -1)[None, :]) & 1  # (2^size, size), C order
+            masks = (sub[None, :, :] << bits[:, None, :]).sum(axis=2)
+            hadamard = fast_walsh_hadamard(np.eye(2**size, dtype=np.int64))
+            self._fourier[size] = (np.asarray(members), masks, hadamard)
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.offsets[-1])
+
+    def answers(self, x: np.ndarray) -> np.ndarray:
+        """Every block's answers on ``x``, concatenated in block order."""
+        out = np.empty(self.num_rows, dtype=np.float64 if x.dtype.kind == "f" else np.int64)
+        if self._fourier:
+            u = fast_walsh_hadamard(x)
+            for size, (members, masks, hadamard) in self._fourier.items():
+                vals = u[masks] @ hadamard  # (len(members), 2^size), H symmetric
+                vals = vals // 2**size if vals.dtype.kind == "i" else vals / 2**size
+                starts = self.offsets[members]
+                out[(starts[:, None] + np.arange(2**size)[None, :]).ravel()] = vals.ravel()
+        for i in self._generic:
+            out[self.offsets[i]:self.offsets[i + 1]] = self.blocks[i].matvec(x)
+        return out
+
+    def locate(self, flat: int) -> tuple[int, int]:
+        """(block, row) of a position in the concatenated answers."""
+        block = int(np.searchsorted(self.offsets, flat, side="right") - 1)
+        return block, int(flat - self.offsets[block])
+
+
+# ---- result --------------------------------------------------------------------------------------
+@dataclass
+class MWEMResult:
+    """What an MWEM run releases and how it got there.
+
+    Attributes
+    ----------
+    x : ndarray
+        The released table (``last`` or ``average``, per the ``iterate`` option).
+    last, average : ndarray
+        The last iterate ``A_T`` and the average of ``A_1..A_T``.
+    measurements : list of Measurement
+        Every noisy measurement, in order (the noisy histogram first when one was taken).
+    selected : list of (block, row)
+        The selected query each round (``row`` is None for a whole block).
+    accountant : Accountant
+        Its ledger sums exactly to the budget.
+    rounds : int
+        ``T`` (chosen on the fly with ``adaptive``).
+    info : dict
+        Timings (``time_select``, ``time_measure``, ``time_update``, ``time_data``), passes,
+        per-round budgets.
+    """
+
+    x: np.ndarray
+    last: np.ndarray
+    average: np.ndarray
+    measurements: list[Measurement]
+    selected: list[tuple[int, int | None]]
+    accountant: Accountant
+    rounds: int
+    info: dict = field(default_factory=dict)
+
+
+# ---- the algorithm -------------------------------------------------------------------------------
+def mwem(
+    data: Dataset,
+    workload: LinearQuery | Sequence[LinearQuery],
+    epsilon=None,
+    *,
+    rounds: int = 10,
+    rho=None,
+    accountant: Accountant | None = None,
+    rng: RandomSource | None = None,
+    select: str = "query",
+    repeat_passes: int = 0,
+    boost: float = 1.0,
+    final_passes: int = 0,
+    tol: float = 0.0,
+    merge: bool = True,
+    init_share=0,
+    adaptive: bool = False,
+    iterate: str = "last",
+    total: float | None = None,
+    constraints: ConstraintSet | None = None,
+    selection_share="1/2",
+) -> MWEMResult:
+    """Run MWEM (Hardt, Ligett, McSherry 2012, Fig. 1) with the options of its Section 3.
+
+    Parameters
+    ----------
+    data : Dataset
+        The private records; the domain must be small enough for a dense table (use
+        :func:`dpopt.estimate.factored.factored_mwem` for wide binary data).
+    workload : LinearQuery or sequence of LinearQuery
+        Query blocks (marginals, range batches, parities, predicate counts, ...). With
+        ``select="query"`` every row of every block is a candidate; with ``"block"`` every
+        block is.
+    epsilon : number
+        Pure-DP budget of the whole run (exact rational; ``0.1`` means 1/10).
+    rounds : int
+        ``T``. With ``adaptive`` it is the initial guess: the per-round budget starts at
+        ``budget/T`` and doubles whenever a round's measured correction is within twice
+        the noise's standard deviation (so the remaining budget buys fewer, more accurate
+        rounds); the run ends when the budget is spent, the last round taking the exact
+        remainder.
+    rho : number
+        zCDP budget instead of ``epsilon``.
+    accountant : Accountant, optional
+        Charged for every step; default a new one holding exactly the budget.
+    rng : RandomSource, optional
+        Default a fresh secure source.
+    select : {"query", "block"}
+        Single rows (Fig. 1) or whole blocks ("cuboids").
+    repeat_passes : int
+        Passes over all past measurements after each round (0: the plain update of Fig. 1).
+    boost : float
+        Largest multiple of the paper's step the repeated passes may reach (1: the paper's).
+    final_passes : int
+        Extra passes after the last round (converging the released estimate).
+    tol : float
+        Passes stop early when one moves less than ``tol * n`` in L1.
+    merge : bool
+        Apply all measurements of one block in one update (fast); False keeps the
+        paper's one-update-per-measurement order.
+    init_share : number in [0, 1)
+        Share of the budget spent on a noisy histogram used as ``A_0``.
+    iterate : {"last", "average"}
+    total : float, optional
+        ``n``; default the data's record count, treated as public as in the paper.
+    constraints : ConstraintSet, optional
+        Structural zeros (held at zero) and invariants (kept after every update).
+    selection_share : number in (0, 1)
+        Share of each round's budget for the selection (the paper: 1/2).
+
+    Returns
+    -------
+    MWEMResult
+    """
+    domain = data.domain
+    blocks = _check_workload(workload, domain)
+    _check_options(rounds, select, iterate, repeat_passes, final_passes, boost, tol)
+    kind, budget = _budget(epsilon, rho)
+    init = as_fraction(init_share, "init_share")
+    if not 0 <= init < 1:
+        raise PrivacyParameterError(f"init_share must be in [0, 1), got {init_share!r}")
+    sel_share = as_fraction(selection_share, "selection_share")
+    if not 0 < sel_share < 1:
+        raise PrivacyParameterError(f"selection_share must be in (0, 1), got {selection_share!r}")
+    if accountant is None:
+        accountant = Accountant.pure(budget) if kind == "pure" else Accountant.zcdp(budget)
+    rng = rng or make_random()
+    n = float(data.total if total is None else total)
+    if not n > 0:
+        raise SolverError(f"total must be positive, got {n!r}")
+    constraints = constraints if constraints is not None else ConstraintSet(domain)
+    if constraints.domain != domain:
+        raise QueryError(f"constraints are over {constraints.domain}, not the data's {domain}")
+    constraints.check()
+    zeros = constraints.zero_mask() if constraints.zero_rules else None
+    invariants = [(inv.query, inv.values) for inv in constraints.invariants]
+
+    timings = {"time_data": 0.0, "time_select": 0.0, "time_measure": 0.0, "time_update": 0.0}
+    start = time.perf_counter()
+    evaluator = WorkloadEvaluator(domain, blocks)
+    true = evaluator.answers(data.histogram())  # the data's answers, once
+    timings["time_data"] = time.perf_counter() - start
+    measurements: list[Measurement] = []
+
+    initial = None
+    if init > 0:
+        hist_query = Identity(domain)
+        m0 = _measure(hist_query, data, kind, budget * init, accountant, rng, "mwem:noisy histogram",
+                      data.histogram().astype(np.float64))
+        measurements.append(m0)
+        initial = np.asarray(m0.values)
+    state = MWState(domain, n, zeros=zeros, invariants=invariants, initial=initial, merge=merge)
+
+    score_sens = _score_sensitivity(blocks, select)
+    remaining = budget * (1 - init)
+    per_round = remaining / rounds
+    selected: list[tuple[int, int | None]] = []
+    budgets: list[str] = []
+    average = np.zeros_like(state.x)
+    passes_done = 0
+    t = 0
+    while remaining > 0:
+        t += 1
+        last_round = (not adaptive and t == rounds) or (adaptive and remaining < 2 * per_round)
+        round_budget = remaining if last_round else per_round
+        budgets.append(str(round_budget))
+        eps_sel, meas_budget = _split_round(kind, round_budget, sel_share)
+
+        tick = time.perf_counter()
+        estimate = evaluator.answers(state.x)
+        errors = np.abs(estimate - true)
+        if select == "query":
+            flat = exponential_mechanism(errors, eps_sel, accountant, rng, sensitivity=score_sens,
+                                         label=f"mwem round {t}: select")
+            b, row = evaluator.locate(flat)
+            rows = np.array([row])
+            query: LinearQuery = SelectedRows(blocks[b], rows)
+        else:
+            scores = np.add.reduceat(errors, evaluator.offsets[:-1]) - evaluator.sizes
+            b = exponential_mechanism(scores, eps_sel, accountant, rng, sensitivity=score_sens,
+                                      label=f"mwem round {t}: select")
+            row, rows, query = None, np.arange(blocks[b].num_rows), blocks[b]
+        timings["time_select"] += time.perf_counter() - tick
+
+        tick = time.perf_counter()
+        lo, hi = evaluator.offsets[b], evaluator.offsets[b + 1]
+        answers = true[lo:hi][rows].astype(np.float64)
+        m = _measure(query, data, kind, meas_budget, accountant, rng, f"mwem round {t}: measure", answers)
+        measurements.append(m)
+        selected.append((b, row))
+        timings["time_measure"] += time.perf_counter() - tick
+
+        tick = time.perf_counter()
+        before = estimate[lo:hi][rows]
+        state.add_measurement(blocks[b], rows, m.values, key=b)
+        if repeat_passes > 0:
+            passes_done += state.passes(repeat_passes, tol, max_boost=boost)
+        else:  # Fig. 1, step 3: the update of the new measurement alone
+            state.update_once(blocks[b], rows, m.values)
+        average += state.x
+        timings["time_update"] += time.perf_counter() - tick
+
+        remaining -= round_budget
+        if adaptive and not last_round:
+            correction = np.abs(np.asarray(m.values) - before).sum()
+            if correction < 2.0 * m.stddev * rows.size:
+                per_round = min(2 * per_round, remaining)
+        if last_round:
+            break
+
+    tick = time.perf_counter()
+    if final_passes > 0:
+        # Converges the released last iterate; the average stays over the rounds' iterates.
+        passes_done += state.passes(final_passes, tol, max_boost=boost)
+    timings["time_update"] += time.perf_counter() - tick
+    average /= t
+    last = state.x
+    info = dict(timings, passes=passes_done, updates=state.updates, round_budgets=budgets,
+                total=n, total_public=total is None, select=select, kind=kind)
+    return MWEMResult(last if iterate == "last" else average, last, average, measurements, selected,
+                      accountant, t, info)
+
+
+# ---- helpers -------------------------------------------------------------------------------------
+def _measure(query, data, kind, budget, accountant, rng, label, answers) -> Measurement:
+    if kind == "pure":
+        return laplace_mechanism(query, data, budget, accountant, rng, label=label, answers=answers)
+    return gaussian_mechanism(query, data, accountant, rng, rho=budget, label=label, answers=answers)
+
+
+def _split_round(kind: str, round_budget: Fraction, share: Fraction) -> tuple[Fraction, Fraction]:
+    """(selection epsilon, measurement budget) of one round, summing exactly to the round's budget.
+
+    Pure: ``share * eps_r`` and the rest. zCDP: the exponential mechanism at ``eps_sel`` costs
+    ``eps_sel^2 / 2``; ``eps_sel`` is a rational just below ``sqrt(2 share rho_r)`` and the
+    Gaussian measurement takes exactly the remainder.
+    """
+    if kind == "pure":
+        eps_sel = round_budget * share
+        return eps_sel, round_budget - eps_sel
+    target = math.sqrt(2 * float(round_budget * share))
+    eps_sel = Fraction(target).limit_denominator(10**9)
+    while eps_sel * eps_sel / 2 >= round_budget:
+        eps_sel *= Fraction(999, 1000)
+    return eps_sel, round_budget - eps_sel * eps_sel / 2
+
+
+def _budget(epsilon, rho) -> tuple[str, Fraction]:
+    if (epsilon is None) == (rho is None):
+        raise PrivacyParameterError("give exactly one of epsilon (pure DP) or rho (zCDP) to mwem")
+    if epsilon is not None:
+        eps = as_fraction(epsilon, "epsilon")
+        if eps <= 0:
+            raise PrivacyParameterError(f"epsilon must be positive, got {epsilon!r}")
+        return "pure", eps
+    r = as_fraction(rho, "rho")
+    if r <= 0:
+        raise PrivacyParameterError(f"rho must be positive, got {rho!r}")
+    return "zcdp", r
+
+
+def _check_workload(workload, domain: Domain) -> list[LinearQuery]:
+    blocks = [workload] if isinstance(workload, LinearQuery) else list(workload)
+    if not blocks:
+        raise QueryError("mwem: the workload is empty")
+    for i, b in enumerate(blocks):
+        if not isinstance(b, LinearQuery):
+            raise QueryError(f"mwem: workload item {i} is a {type(b).__name__}, not a LinearQuery")
+        if b.domain != domain:
+            raise QueryError(f"mwem: workload item {i} ({b.name}) is over {b.domain}, not the data's {domain}")
+    domain.require_dense("the MWEM estimate")
+    return blocks
+
+
+def _check_options(rounds, select, iterate, repeat_passes, final_passes, boost, tol) -> None:
+    if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)) or rounds < 1:
+        raise SolverError(f"rounds must be a positive integer, got rounds={rounds!r}")
+    if select not in SELECT_MODES:
+        raise SolverError(f"select must be one of {SELECT_MODES}, got select={select!r}")
+    if iterate not in ITERATES:
+        raise SolverError(f"iterate must be one of {ITERATES}, got iterate={iterate!r}")
+    for name, value in (("repeat_passes", repeat_passes), ("final_passes", final_passes)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+            raise SolverError(f"{name} must be a non-negative integer, got {name}={value!r}")
+    if not (isinstance(boost, (int, float)) and boost >= 1):
+        raise SolverError(f"boost must be a number >= 1, got boost={boost!r}")
+    if not (isinstance(tol, (int, float)) and tol >= 0):
+        raise SolverError(f"tol must be a number >= 0, got tol={tol!r}")
+
+
+def _score_sensitivity(blocks: Sequence[LinearQuery], select: str) -> float:
+    """Sensitivity of the selection score.
+
+    A single row's ``|q(A) - q(B)|`` moves by at most the largest entry ``|Q_ij|`` (1 for
+    counting queries and parities); a block's ``sum |error| - #rows`` by at most the
+    block's L1 sensitivity (1 for a marginal).
+    """
+    if select == "block":
+        return max(b.sensitivity(1) for b in blocks)
+    worst = 0.0
+    for b in blocks:
+        # Integer entries with |q| = q^2 in every column lie in {-1, 0, 1}.
+        l1, l2 = support_norm_powers(b, 1.0), support_norm_powers(b, 2.0)
+        if b.is_integer and l1[0] == l2[0] and np.array_equal(l1[1], l2[1]):
+            worst = max(worst, 1.0)
+        else:
+            worst = max(worst, float(abs(sp.csr_matrix(b.restrict().to_sparse())).max()))
+    return worst

@@ -1,0 +1,220 @@
+"""MWEM (Hardt, Ligett, McSherry 2012): the update against a plain re-implementation of the
+paper's reference code, convergence without noise, the selection law, the ledger."""
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from dpopt.algorithms.mwem import SelectedRows, WorkloadEvaluator, mwem
+from dpopt.errors import PrivacyParameterError, QueryError, SolverError
+from dpopt.estimate.mw_step import MarginalIndex, MWState
+from dpopt.model.constraints import ConstraintSet, Invariant, StructuralZeros
+from dpopt.model.data import Dataset
+from dpopt.model.domain import Domain
+from dpopt.model.queries import FourierParity, Marginal, RangeQueries, Total, all_marginals
+from dpopt.privacy.randomness import make_random
+
+
+@pytest.fixture(scope="module")
+def small():
+    dom = Domain(("a", "b", "c", "d"), (2, 3, 2, 2))
+    counts = np.random.default_rng(3).integers(0, 9, size=dom.size)
+    return Dataset.from_histogram(counts, dom)
+
+
+def reference_mw(A, rows, values, passes):
+    """The paper's reference loop (Fig. 8), written plainly over dense query rows:
+    for each pass, for each past measurement in order,
+    A[x] *= exp(q(x) * (m - q(A)) / (2 n)), then renormalise to n."""
+    A = A.copy()
+    n = A.sum()
+    for _ in range(passes):
+        for q, m in zip(rows, values):
+            A = A * np.exp(q * (m - q @ A) / (2.0 * n))
+            A = A * (n / A.sum())
+    return A
+
+
+def test_update_matches_reference_code(small):
+    dom = small.domain
+    rng = np.random.default_rng(0)
+    marg = Marginal(dom, ["a", "c"])
+    ranges = RangeQueries(dom, ["b"], [[0], [1]], [[1], [2]])
+    parity = FourierParity(Domain(("p", "q", "r"), (2, 2, 2)), [("p",), ("q", "r")])
+    n = float(small.total)
+    # marginal cells and ranges on the mixed domain
+    picks = [(marg, 1), (ranges, 0), (marg, 3), (ranges, 1), (marg, 1)]
+    values = rng.normal(n / 4, 5, size=len(picks))
+    state = MWState(dom, n, merge=False)
+    for (q, r), v in zip(picks, values):
+        state.add_measurement(q, [r], [v])
+    state.passes(7)
+    dense_rows = [q.to_dense()[r] for q, r in picks]
+    expected = reference_mw(np.full(dom.size, n / dom.size), dense_rows, values, 7)
+    np.testing.assert_allclose(state.x, expected, rtol=1e-12)
+    # parities (entries +-1) on a binary domain
+    state = MWState(parity.domain, 50.0, merge=False)
+    state.add_measurement(parity, [0], [10.0])
+    state.add_measurement(parity, [1], [-4.0])
+    state.passes(5)
+    expected = reference_mw(np.full(8, 50 / 8), [parity.to_dense()[0], parity.to_dense()[1]], [10.0, -4.0], 5)
+    np.testing.assert_allclose(state.x, expected, rtol=1e-12)
+
+
+def test_whole_run_replays_with_reference(small):
+    """Fig. 1 end to end: re-running the reference loop on the run's own measurements
+    reproduces the released table, and every selection was a workload row."""
+    W = all_marginals(small.domain, 2)
+    res = mwem(small, W, 2, rounds=6, rng=make_random(11), repeat_passes=4, merge=False)
+    rows = [W[b].to_dense()[r] for b, r in res.selected]
+    values = [m.values[0] for m in res.measurements]
+    n = float(small.total)
+    A = np.full(small.domain.size, n / small.domain.size)
+    iterates = []
+    for i in range(len(rows)):
+        A = reference_mw(A, rows[: i + 1], values[: i + 1], 4)
+        iterates.append(A)
+    np.testing.assert_allclose(res.last, A, rtol=1e-10)
+    np.testing.assert_allclose(res.average, np.mean(iterates, axis=0), rtol=1e-10)
+    # the plain Fig. 1 update (no repetition): one step per measurement
+    res = mwem(small, W, 2, rounds=5, rng=make_random(12))
+    rows = [W[b].to_dense()[r] for b, r in res.selected]
+    A = np.full(small.domain.size, n / small.domain.size)
+    for q, m in zip(rows, [m.values[0] for m in res.measurements]):
+        A = reference_mw(A, [q], [m], 1)
+    np.testing.assert_allclose(res.x, A, rtol=1e-10)
+
+
+def test_converges_to_data_without_noise(small):
+    """With an enormous budget the noise vanishes and MWEM fits the data (no empty cells:
+    multiplicative weights approach a zero cell only sublinearly)."""
+    counts = np.random.default_rng(8).integers(1, 9, size=small.domain.size)
+    small = Dataset.from_histogram(counts, small.domain)
+    W = [Marginal(small.domain, small.domain.attrs)] + all_marginals(small.domain, 2)
+    res = mwem(small, W, 10**9, rounds=8, rng=make_random(5), select="block",
+               repeat_passes=50, boost=64.0, final_passes=2000, tol=1e-13)
+    assert all(np.array_equal(m.values, W[b].answer(small)) for m, (b, _) in zip(res.measurements, res.selected))
+    np.testing.assert_allclose(res.x, small.histogram(), atol=1e-3)
+
+
+def test_selection_frequencies_follow_exponential_law():
+    """First-round picks ~ exp(eps s / (4T)) with s = |q(A_0) - q(B)| (chi-square test)."""
+    dom = Domain(("a", "b"), (2, 2))
+    data = Dataset.from_histogram(np.array([14, 2, 0, 4]), dom)
+    W = [Marginal(dom, ["a", "b"])]
+    eps, T, runs = 4, 2, 1500
+    picks = np.array([mwem(data, W, eps, rounds=T, rng=make_random(1000 + i)).selected[0][1] for i in range(runs)])
+    scores = np.abs(np.full(4, 5.0) - np.array([14, 2, 0, 4]))
+    p = np.exp(eps * scores / (4 * T))
+    p /= p.sum()
+    observed = np.bincount(picks, minlength=4)
+    assert stats.chisquare(observed, p * runs).pvalue > 1e-3
+    # power: the law at twice the rate is rejected
+    p2 = np.exp(2 * eps * scores / (4 * T))
+    p2 /= p2.sum()
+    assert stats.chisquare(observed, p2 * runs).pvalue < 1e-6
+
+
+@pytest.mark.parametrize("options", [
+    {}, {"select": "block"}, {"init_share": "1/4"}, {"adaptive": True, "rounds": 4}, {"iterate": "average"},
+])
+def test_ledger_sums_exactly_to_epsilon(small, options):
+    options = {"rounds": 5, **options}
+    res = mwem(small, all_marginals(small.domain, 2), "7/10", rng=make_random(2), **options)
+    frame = res.accountant.ledger_frame()
+    assert frame["epsilon"].sum() == Fraction(7, 10) == res.accountant.spent.epsilon
+    n_select = sum("select" in label for label in frame["label"])
+    assert n_select == res.rounds == len(res.selected)
+    if not options.get("adaptive"):
+        assert res.rounds == options["rounds"]
+        # each round: eps/(2T) to select and eps/(2T) to measure (Fig. 1)
+        share = Fraction(7, 10) * (1 - Fraction(options.get("init_share", 0))) / (2 * options["rounds"])
+        assert all(e == share for e in frame["epsilon"][frame["label"].str.startswith("mwem round")])
+        measure = [m for m in res.measurements if "round" in m.label]
+        sens = 1.0  # marginal cells and whole marginals have sensitivity 1
+        assert all(np.isclose(m.scale, sens / float(share)) for m in measure)  # Laplace scale 2T/eps
+
+
+def test_zcdp_variant_ledger_and_gaussian_noise(small):
+    res = mwem(small, all_marginals(small.domain, 2), rho="1/2", rounds=4, rng=make_random(3))
+    assert res.accountant.spent.rho == Fraction(1, 2)
+    assert sum(res.accountant.ledger_frame()["rho"]) == Fraction(1, 2)
+    assert all(m.noise == "discrete_gaussian" for m in res.measurements)
+
+
+def test_structural_zeros_and_invariants(small):
+    dom = small.domain
+    hist = small.histogram().copy()
+    cs = ConstraintSet(dom, [StructuralZeros("a == 1 and b == 2", name="z")])
+    zero = cs.zero_mask()
+    hist[zero] = 0
+    data = Dataset.from_histogram(hist, dom)
+    inv_q = Marginal(dom, ["d"])
+    cs.add(Invariant(inv_q, inv_q.answer(data), "d-margin"))
+    res = mwem(data, all_marginals(dom, 2), 1, rounds=5, rng=make_random(4), constraints=cs, repeat_passes=3)
+    assert np.all(res.x[zero] == 0) and np.all(res.x[~zero] > 0)
+    np.testing.assert_allclose(inv_q.matvec(res.x), inv_q.answer(data), rtol=1e-9)
+    np.testing.assert_allclose(res.x.sum(), data.total)
+
+
+def test_range_and_parity_workloads(small):
+    dom = Domain(("x",), (16,))
+    data = Dataset.from_histogram(np.arange(16), dom)
+    W = RangeQueries(dom, "x", [[0], [3], [8], [0]], [[7], [9], [15], [15]])
+    res = mwem(data, W, 5, rounds=4, rng=make_random(6), repeat_passes=10)
+    assert res.x.shape == (16,) and abs(res.x.sum() - data.total) < 1e-6
+    pdom = Domain(("p", "q", "r"), (2, 2, 2))
+    pdata = Dataset.from_histogram(np.array([5, 0, 1, 7, 2, 2, 0, 9]), pdom)
+    res = mwem(pdata, FourierParity(pdom, [("p",), ("q",), ("p", "r")]), 3, rounds=3, rng=make_random(7))
+    assert res.rounds == 3
+
+
+def test_evaluator_matches_blockwise_answers(small):
+    bdom = Domain(tuple("abcde"), (2,) * 5)
+    x = np.random.default_rng(1).random(32)
+    blocks = all_marginals(bdom, 2) + all_marginals(bdom, 3) + [Total(bdom)]
+    ev = WorkloadEvaluator(bdom, blocks)
+    np.testing.assert_allclose(ev.answers(x), np.concatenate([b.matvec(x) for b in blocks]))
+    hist = np.random.default_rng(2).integers(0, 50, 32)
+    assert np.array_equal(ev.answers(hist), np.concatenate([b.matvec(hist) for b in blocks]))
+    ev = WorkloadEvaluator(small.domain, all_marginals(small.domain, 2))
+    x = np.random.default_rng(1).random(small.domain.size)
+    np.testing.assert_allclose(ev.answers(x), np.concatenate([b.matvec(x) for b in ev.blocks]))
+    assert ev.locate(0) == (0, 0) and ev.locate(int(ev.offsets[2])) == (2, 0)
+
+
+def test_marginal_index_and_selected_rows(small):
+    dom = small.domain
+    x = np.random.default_rng(4).random(dom.size)
+    for attrs in (["a"], ["b", "d"], ["a", "b", "c", "d"]):
+        mi, q = MarginalIndex(dom, attrs), Marginal(dom, attrs)
+        np.testing.assert_allclose(mi.answers(x), q.matvec(x))
+        v = np.arange(q.num_rows, dtype=float)
+        np.testing.assert_allclose(mi.spread(v), q.rmatvec(v))
+    sel = SelectedRows(Marginal(dom, ["b", "c"]), [1, 4])
+    np.testing.assert_allclose(sel.to_dense(), Marginal(dom, ["b", "c"]).to_dense()[[1, 4]])
+    assert sel.sensitivity(1) == 1.0 and np.array_equal(sel.answer(small), Marginal(dom, ["b", "c"]).answer(small)[[1, 4]])
+
+
+def test_bad_inputs_raise_named_errors(small):
+    W = all_marginals(small.domain, 2)
+    with pytest.raises(PrivacyParameterError, match="exactly one of epsilon"):
+        mwem(small, W)
+    with pytest.raises(PrivacyParameterError, match="epsilon"):
+        mwem(small, W, -1)
+    with pytest.raises(SolverError, match="rounds"):
+        mwem(small, W, 1, rounds=0)
+    with pytest.raises(SolverError, match="select"):
+        mwem(small, W, 1, select="cells")
+    with pytest.raises(SolverError, match="iterate"):
+        mwem(small, W, 1, iterate="best")
+    with pytest.raises(SolverError, match="repeat_passes"):
+        mwem(small, W, 1, repeat_passes=-2)
+    with pytest.raises(PrivacyParameterError, match="init_share"):
+        mwem(small, W, 1, init_share=1)
+    with pytest.raises(QueryError, match="workload item 0"):
+        mwem(small, [Marginal(Domain(("z",), (3,)), ["z"])], 1)
+    with pytest.raises(QueryError, match="empty"):
+        mwem(small, [], 1)
