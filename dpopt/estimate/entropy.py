@@ -31,7 +31,7 @@ from dpopt.estimate.problem import ConsistencyProblem
 from dpopt.estimate.result import Result, make_result
 from dpopt.estimate.status import Status
 
-ENTROPY_OPTIONS = ("max_passes", "tol", "ipf_sweeps", "initial")
+ENTROPY_OPTIONS = ("max_passes", "tol", "ipf_sweeps", "initial", "simultaneous")
 #: Largest multiple of the paper's step the adaptive schedule may reach.
 MAX_BOOST = 64.0
 
@@ -45,9 +45,16 @@ def solve_entropy(
     tol: float = 1e-6,
     ipf_sweeps: int = 10,
     initial: np.ndarray | None = None,
+    simultaneous: bool | None = None,
     **options,
 ) -> Result:
-    """Entropy projection by multiplicative weights; see the module notes."""
+    """Entropy projection by multiplicative weights; see the module notes.
+
+    ``simultaneous`` makes each pass one update with the summed gradient of every
+    measurement (one product with the stacked operator, which for a marginal workload is
+    one Walsh–Hadamard transform) instead of one update per measurement in turn; the
+    default chooses it for problems with more than 50 measurements over 10^4 cells.
+    """
     if backend not in (None, "mw"):
         raise SolverError(f"the entropy objective is solved by the 'mw' backend, not {backend!r}")
     if options:
@@ -70,25 +77,45 @@ def solve_entropy(
     steps = [
         (m, (min_var / m.variance) / (2.0 * total * _max_column_l1(m.query))) for m in problem.noisy
     ]
+    if simultaneous is None:
+        simultaneous = len(steps) > 50 and problem.num_cells > 10_000
+    max_boost = MAX_BOOST
+    if simultaneous:
+        # One step along the summed gradient; the paper's step is shared among the measurements.
+        op, targets = problem.stacked_operator(), problem.targets()
+        row_eta = np.concatenate([np.full(m.query.num_rows, eta) for m, eta in steps]) / len(steps)
+        max_boost = MAX_BOOST * len(steps)
+        inv_var = 1.0 / problem.sigmas() ** 2
     x = _project(x, invariants, ipf_sweeps)
     loss = _loss(problem, x)
+    answers = op.matvec(x) if simultaneous else None
     boost = 1.0
     status, message, passes = Status.ITERATION_LIMIT, f"stopped after {max_passes} passes", max_passes
     for sweep in range(1, max_passes + 1):
-        previous = x
-        for m, eta in steps:
+        previous, previous_answers = x, answers
+        if simultaneous:
+            x = x * np.exp(boost * op.rmatvec(row_eta * (targets - answers)))
+            if not invariants:
+                x *= total / x.sum()
+            x = _project(x, invariants, ipf_sweeps)
+        for m, eta in steps if not simultaneous else ():
             residual = m.values - m.query.matvec(x)
             x = x * np.exp(boost * eta * m.query.rmatvec(residual))
             if not invariants:
                 x *= total / x.sum()
             x = _project(x, invariants, ipf_sweeps)
-        new_loss = _loss(problem, x)
+        if simultaneous:
+            answers = op.matvec(x)
+            new_loss = float(np.sum((answers - targets) ** 2 * inv_var))
+        else:
+            new_loss = _loss(problem, x)
         if new_loss > loss * (1 + 1e-12) and boost > 1.0:
             # The enlarged step overshot: undo the pass and fall back towards the paper's step.
             x, boost = previous, max(1.0, boost / 4)
+            answers = previous_answers
             continue
         change = np.abs(x - previous).sum() / total
-        loss, boost = new_loss, min(boost * 1.5, MAX_BOOST)
+        loss, boost = new_loss, min(boost * 1.5, max_boost)
         if change < tol:
             status, message, passes = Status.OPTIMAL, f"converged after {sweep} passes (L1 change {change:.2e} of the total)", sweep
             break
@@ -105,6 +132,9 @@ def solve_entropy(
 
 def _loss(problem: ConsistencyProblem, x: np.ndarray) -> float:
     """The weighted squared residual the updates descend: sum ((Q x - y) / sigma)^2."""
+    if len(problem.noisy) > 50:
+        residual = problem.stacked_operator().matvec(x) - problem.targets()
+        return float(np.sum(residual**2 / problem.sigmas() ** 2))
     return float(sum((m.residuals(x) ** 2).sum() / m.variance for m in problem.noisy))
 
 

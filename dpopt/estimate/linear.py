@@ -89,7 +89,7 @@ def solve_linear(
         enter = _entering(reduced, lower, upper, lp.cost_scale)
         if enter.size == 0:
             break
-        cols = np.union1d(cols, enter[: max(50, lp.num_rows)])
+        cols = np.union1d(cols, enter[: max(50, lp.num_rows // 8)])
     else:
         x = lp.cells(outcome.x, cols)
         return make_result(Status.ITERATION_LIMIT, x, message=f"column generation stopped after {max_rounds} rounds",
@@ -247,7 +247,7 @@ class _LinearProgram:
             rows = m.query.num_rows
             score += m.query.rmatvec(self.weights[offset : offset + rows] * np.maximum(self.y[offset : offset + rows], 0))
             offset += rows
-        count = min(free.size, max(50, self.num_rows))
+        count = min(free.size, max(50, self.num_rows // 8))
         order = free[np.argsort(-score[free], kind="stable")]
         return np.sort(order[:count])
 

@@ -110,7 +110,9 @@ class ConsistencyProblem:
         marginals from one Walsh–Hadamard transform on binary domains).
         """
         if self.noisy and all(type(m.query) is Marginal for m in self.noisy):
-            return MarginalWorkload(self.domain, [m.query.attrs for m in self.noisy]).as_linear_operator()
+            if getattr(self, "_workload", None) is None:  # built once: it precomputes index tables
+                self._workload = MarginalWorkload(self.domain, [m.query.attrs for m in self.noisy])
+            return self._workload.as_linear_operator()
         sizes = [m.query.num_rows for m in self.noisy]
         splits = np.cumsum(sizes)[:-1]
         n = self.num_cells
