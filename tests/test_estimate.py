@@ -174,6 +174,9 @@ def test_column_generation_equals_full_lp(rng):
         cg = reconstruct(ms, cs, objective, column_generation=True)
         assert full.success and cg.success
         assert cg.info["column_generation"] and cg.info["cell_columns"] < dom.size
+        capped = reconstruct(ms, cs, objective, column_generation=True, max_rounds=1)
+        assert capped.status is Status.ITERATION_LIMIT and not capped.success and capped.incumbent
+        assert capped.x.shape == (dom.size,) and capped.fun >= full.fun - 1e-9
         assert cg.fun == pytest.approx(full.fun, rel=1e-6, abs=1e-7)
 
 
@@ -194,6 +197,15 @@ def test_infeasible_is_a_status_naming_constraints(binary4):
     res = solve_linear(ConsistencyProblem([noiseless(Identity(dom), binary4)], cs, "l1"), None)
     assert res.status is Status.INFEASIBLE and not res.success and res.x is None
     assert set(res.info["conflicting_constraints"]) >= {"invariant:total", "invariant:a_counts"}
+
+
+def test_entropy_survives_huge_noise(binary4, rng):
+    """Noisy answers far from the data must not overflow the multiplicative updates."""
+    ms = [noisy(q, binary4, rng, sigma=5000.0) for q in all_marginals(binary4.domain, 2)]
+    cs = ConstraintSet(binary4.domain, [NonNegativity()])
+    cs.invariant_from_data(Total(binary4.domain), binary4, "total")
+    res = reconstruct(ms, cs, "entropy", max_passes=200)
+    assert res.x is not None and np.isfinite(res.x).all() and res.x.min() >= 0
 
 
 def test_unknown_backend_and_option(binary4):

@@ -94,13 +94,13 @@ def solve_entropy(
     for sweep in range(1, max_passes + 1):
         previous, previous_answers = x, answers
         if simultaneous:
-            x = x * np.exp(boost * op.rmatvec(row_eta * (targets - answers)))
+            x = _multiply(x, boost * op.rmatvec(row_eta * (targets - answers)), rescaled=not invariants)
             if not invariants:
                 x *= total / x.sum()
             x = _project(x, invariants, ipf_sweeps)
         for m, eta in steps if not simultaneous else ():
             residual = m.values - m.query.matvec(x)
-            x = x * np.exp(boost * eta * m.query.rmatvec(residual))
+            x = _multiply(x, boost * eta * m.query.rmatvec(residual), rescaled=not invariants)
             if not invariants:
                 x *= total / x.sum()
             x = _project(x, invariants, ipf_sweeps)
@@ -122,12 +122,31 @@ def solve_entropy(
         if time_limit is not None and time.perf_counter() - start > time_limit:
             status, message, passes = Status.TIME_LIMIT, f"time limit after {sweep} passes", sweep
             break
+    if not np.isfinite(x).all():
+        status, message = Status.NUMERICAL_ERROR, f"the multiplicative updates left non-finite cells after {passes} passes"
+        return make_result(status, None, message=message, fun=None, objective="entropy", backend="mw",
+                           solver="multiplicative weights", time=time.perf_counter() - start, nit=passes,
+                           problem=problem, info={"total": total, "passes": passes})
     fun = _loss(problem, x)
     return make_result(
         status, x, message=message, fun=fun, objective="entropy", backend="mw",
         solver="multiplicative weights", time=time.perf_counter() - start, nit=passes, problem=problem,
         info={"total": total, "passes": passes}, incumbent=status is not Status.OPTIMAL,
     )
+
+
+def _multiply(x: np.ndarray, exponent: np.ndarray, rescaled: bool) -> np.ndarray:
+    """``x * exp(exponent)`` without overflow.
+
+    When the caller renormalises to the total afterwards, a common shift of the exponent
+    (its largest value over cells with mass) changes nothing and keeps ``exp`` finite;
+    otherwise the exponent is capped where ``exp`` would overflow.
+    """
+    if rescaled:
+        alive = x > 0
+        if alive.any():
+            exponent = exponent - exponent[alive].max()
+    return x * np.exp(np.minimum(exponent, 700.0))
 
 
 def _loss(problem: ConsistencyProblem, x: np.ndarray) -> float:

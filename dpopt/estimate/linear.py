@@ -75,6 +75,7 @@ def solve_linear(
     for rounds in range(1, max_rounds + 1):
         remaining = None if time_limit is None else max(1e-3, time_limit - (time.perf_counter() - start))
         outcome = engine.solve(lp.form(cols, lower[cols], upper[cols], elastic=True), time_limit=remaining, **options)
+        solved = cols  # the columns of the master just solved (cols grows below)
         total_iterations += outcome.iterations or 0
         if not outcome.success:
             x = lp.cells(outcome.x, cols) if outcome.x is not None else None
@@ -91,11 +92,11 @@ def solve_linear(
             break
         cols = np.union1d(cols, enter[: max(50, lp.num_rows // 8)])
     else:
-        x = lp.cells(outcome.x, cols)
+        x = lp.cells(outcome.x, solved)
         return make_result(Status.ITERATION_LIMIT, x, message=f"column generation stopped after {max_rounds} rounds",
                            fun=outcome.objective, objective=problem.objective, backend=outcome.backend,
                            solver=outcome.solver, time=time.perf_counter() - start, nit=total_iterations,
-                           problem=problem, info=lp.info(cols.size, rounds=max_rounds), incumbent=True)
+                           problem=problem, info=lp.info(solved.size, rounds=max_rounds), incumbent=True)
     slack = lp.elastic_total(outcome.x, cols.size)
     if slack > 1e-7 * max(1.0, lp.rhs_scale):
         # The constraints themselves cannot hold: solve in full to have the conflicts named.
