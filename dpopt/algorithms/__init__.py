@@ -1,3 +1,14 @@
-"""dpopt."""
+"""dpopt algorithms: plans of measurement plus consistency over the shared model."""
 
-from dpopt.algorithms.mwem import MWEMResult, SelectedRows, WorkloadEvaluator, mwem  # noqa: E402
+from dpopt.algorithms.barak import (
+    BarakRelease,
+    FourierPlan,
+    barak_release,
+    fourier_consistency,
+    fourier_plan,
+    measure_fourier,
+)
+
+__all__ = [
+    "BarakRelease", "FourierPlan", "barak_release", "fourier_consistency", "fourier_plan", "measure_fourier",
+]

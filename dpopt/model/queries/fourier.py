@@ -218,6 +218,30 @@ class FourierParity(StructuredQuery):
         out = expand(fast_walsh_hadamard(coeffs), self.domain, self._union)
         return out * self.scale if self.normalized else out
 
+    def columns(self, cells: np.ndarray) -> sp.csc_matrix:
+        """The columns at ``cells``: ``(-1)^popcount(alpha & j)`` (times the scale), no full matrix.
+
+        Column generation over cells (Barak et al. §4 LP on large domains) asks for a few
+        thousand columns of a ``2^k``-column matrix; each entry is one popcount.
+        """
+        cells = np.asarray(cells, dtype=np.int64).ravel()
+        n = self.domain.size
+        if cells.size and (cells.min() < 0 or cells.max() >= n):
+            raise QueryError(f"{self.name}.columns: cell numbers must lie in 0..{n - 1}")
+        m = self.num_rows
+        # Column-major entries: the CSC arrays are written directly (every entry is non-zero).
+        masks = getattr(self, "_full_masks", None)
+        if masks is None:  # cached: column generation asks for columns every round
+            masks = self._full_masks = self.masks()
+        odd = np.bitwise_count(cells[:, None] & masks[None, :]) & 1
+        if self.normalized:
+            data = ((1.0 - 2.0 * odd) * self.scale).ravel()
+        else:
+            data = (1 - 2 * odd.astype(np.int64)).ravel()
+        indices = np.tile(np.arange(m, dtype=np.int32 if m < 2**31 else np.int64), cells.size)
+        indptr = np.arange(0, m * cells.size + 1, m, dtype=np.int64)
+        return sp.csc_matrix((data, indices, indptr), shape=(m, cells.size))
+
     def to_sparse(self) -> sp.csr_matrix:
         n = self.domain.require_dense("the parity matrix")
         cells = np.arange(n, dtype=np.int64)

@@ -1,0 +1,627 @@
+"""Fourier release with consistency (Barak, Chaudhuri, Dwork, Kale, McSherry, Talwar, PODS 2007).
+
+A plan of three steps over the shared model (design notes §2)::
+
+    plan = fourier_plan(domain, marginals)                 # B = downward closure; public
+    m = measure_fourier(plan, data, accountant, epsilon=1)  # noisy parities of B, in integers
+    release = fourier_consistency(plan, m, method="linf")   # consistent marginals
+
+or all at once with :func:`barak_release`.
+
+**Measurement** (Barak et al. §4, Eq. 6). The unnormalised parities
+``u_alpha = sum_beta (-1)^<alpha,beta> x_beta = 2^{k/2} <f^alpha, x>`` of the integer table
+are integers; every column of the ``|B|`` rows has L1 norm ``|B|`` (and squared L2 norm
+``|B|``), so discrete Laplace noise of scale ``|B| / eps``, derived by
+:func:`~dpopt.privacy.mechanisms.laplace_mechanism` from the query, is eps-DP. In the
+orthonormal basis this is the paper's ``Lap(|B| / (eps 2^{k/2}))``. Under zCDP or
+(eps, delta) the noise is discrete Gaussian with ``sigma^2 = |B| / (2 rho)``.
+
+**Consistency** (``method``):
+
+* ``"linf"`` — the paper's LP: minimise ``b`` subject to ``w >= 0`` and
+  ``|phi_alpha - <f^alpha, w>| <= b`` for ``alpha`` in ``B``, solved by
+  :func:`dpopt.estimate.reconstruct` (column generation over cells on large domains), then
+  rounded to integers;
+* ``"l1"``, ``"l2"`` — least absolute / weighted least-squares deviations, same constraints;
+* ``"entropy"`` — multiplicative weights from all coefficients (the "modified Barak"
+  baseline of Hardt, Ligett, McSherry, NIPS 2012, §3);
+* ``"shift"`` — no optimisation (Barak et al. Theorem 6 / Corollary 1): add
+  ``t |B|^2 / (eps 2^{k/2})`` to the zeroth normalised coefficient, i.e. ``t * |B| * b``
+  with ``b = |B| / eps`` the Laplace scale of the unnormalised coefficients, and read the
+  marginals straight off the coefficients (Theorem 3). With probability at least
+  ``1 - e^{-t}`` a non-negative table has exactly these coefficients, so every released
+  marginal is non-negative. For Gaussian noise the shift is
+  ``sigma sqrt(|B| (|B| + 2 sqrt(|B| t) + 2 t))``: by Cauchy--Schwarz the table is
+  non-negative when ``sum |z_alpha|`` is below it, and the chi-square tail of a
+  sub-Gaussian vector (Hsu, Kakade, Zhang 2012, Thm. 1) bounds that by ``e^{-t}``.
+
+Non-binary attributes are binary-encoded (Barak et al. §6); the unused codes are declared
+structural zeros, so the optimising methods never put mass on them.
+
+**Report** (:class:`BarakRelease`): the released table and marginals, the Theorem 5 bound
+``2^{|alpha|} 2|B| log(|B|/delta) / eps + |B|`` on ``||C^alpha x - C^alpha w'||_1`` (with
+probability ``1 - delta``) for each requested marginal next to the achieved error when the
+true data are given, the LP's status and size, and the privacy ledger.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+from itertools import combinations
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import pandas as pd
+import scipy.sparse as sp
+
+from dpopt.errors import DataError, PrivacyParameterError, QueryError, SolverError
+from dpopt.model.constraints import (
+    ConstraintSet,
+    Hierarchy,
+    Integrality,
+    Invariant,
+    LinearInequality,
+    NonNegativity,
+    StructuralZeros,
+)
+from dpopt.model.data import Dataset, cells_frame
+from dpopt.model.domain import Domain
+from dpopt.model.measurement import Measurement
+from dpopt.model.queries._common import marginalize
+from dpopt.model.queries.binary import BinaryEncoding, binary_encoding
+from dpopt.model.queries.explicit import SparseQuery
+from dpopt.model.queries.fourier import FourierParity, downward_closure, marginal_from_fourier
+from dpopt.privacy.accountant import Accountant
+from dpopt.privacy.mechanisms import gaussian_mechanism, laplace_mechanism
+from dpopt.privacy.randomness import RandomSource, make_random
+
+__all__ = [
+    "METHODS", "FourierPlan", "BarakRelease", "fourier_plan", "measure_fourier",
+    "fourier_consistency", "barak_release", "theorem5_bound", "shift_amount",
+]
+
+#: Consistency methods: the engines' objectives plus the Theorem 6 shift.
+METHODS = ("linf", "l1", "l2", "entropy", "shift")
+
+
+# ---- plan ---------------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class FourierPlan:
+    """The public part of a Fourier release: which parities to measure.
+
+    Attributes
+    ----------
+    source : Domain
+        The domain of the data and of the released marginals.
+    domain : Domain
+        The binary domain the parities live on (``source`` itself when already binary).
+    encoding : BinaryEncoding or None
+        The binary encoding, None when ``source`` is binary.
+    marginals : tuple of tuple of str
+        The requested marginals, attributes in ``source`` order.
+    bits : dict of str to tuple of str
+        The binary attributes of each source attribute.
+    query : FourierParity
+        The unnormalised parities of the downward closure ``B`` (``query.subsets``).
+    """
+
+    source: Domain
+    domain: Domain
+    encoding: BinaryEncoding | None
+    marginals: tuple[tuple[str, ...], ...]
+    bits: dict
+    query: FourierParity
+
+    @property
+    def closure_size(self) -> int:
+        """``|B|``."""
+        return self.query.num_rows
+
+    def marginal_bits(self, attrs: Sequence[str]) -> tuple[str, ...]:
+        """The binary attributes of a source marginal, in binary-domain order."""
+        return tuple(b for a in self.source.canonical(attrs) for b in self.bits[a])
+
+    def unused_code_zeros(self) -> list[StructuralZeros]:
+        """One structural-zero rule per attribute with unused binary codes (Barak et al. §6)."""
+        rules = []
+        if self.encoding is None:
+            return rules
+        for a in self.source.attrs:
+            codes = self.encoding.unused_codes[a]
+            if codes:
+                width = len(self.bits[a])
+                cells = [[(c >> (width - 1 - j)) & 1 for j in range(width)] for c in codes]
+                rules.append(StructuralZeros(_bits_expression(self.bits[a], np.array(cells)),
+                                             name=f"unused codes of {a}",
+                                             reason="binary encoding: codes beyond the attribute's size"))
+        return rules
+
+
+def fourier_plan(domain: Domain, marginals: Iterable[Sequence[str]] | int) -> FourierPlan:
+    """The parities a Fourier release of ``marginals`` must measure: the downward closure ``B``.
+
+    Parameters
+    ----------
+    domain : Domain
+        Any attributes; non-binary ones are binary-encoded.
+    marginals : iterable of attribute-name sequences, or int
+        The requested marginals ``A``; an int ``k`` means every ``k``-way marginal.
+
+    Returns
+    -------
+    FourierPlan
+    """
+    if not isinstance(domain, Domain):
+        raise QueryError(f"fourier_plan: domain must be a Domain, got {type(domain).__name__}")
+    if isinstance(marginals, (int, np.integer)) and not isinstance(marginals, bool):
+        k = int(marginals)
+        if not 1 <= k <= len(domain):
+            raise QueryError(f"fourier_plan: marginals = {k} must be between 1 and {len(domain)} attributes")
+        marginals = list(combinations(domain.attrs, k))
+    if isinstance(marginals, str):
+        raise QueryError(f"fourier_plan: marginals must be a list of attribute lists, got {marginals!r}")
+    requested: list[tuple[str, ...]] = []
+    for i, attrs in enumerate(marginals):
+        attrs = (attrs,) if isinstance(attrs, str) else tuple(attrs)
+        if not attrs:
+            raise QueryError(f"fourier_plan: marginals[{i}] is empty")
+        try:
+            canon = domain.canonical(attrs)
+        except Exception as exc:  # DomainError names the unknown attribute
+            raise QueryError(f"fourier_plan: marginals[{i}] {attrs!r}: {exc}") from None
+        if canon not in requested:
+            requested.append(canon)
+    if not requested:
+        raise QueryError("fourier_plan: marginals is empty")
+    if all(s == 2 for s in domain.sizes):
+        encoding, binary = None, domain
+        bits = {a: (a,) for a in domain.attrs}
+    else:
+        encoding = binary_encoding(domain)
+        binary, bits = encoding.domain, dict(encoding.bits)
+    plan_bits = [tuple(b for a in m for b in bits[a]) for m in requested]
+    closure = downward_closure(plan_bits, binary)
+    query = FourierParity(binary, closure, normalized=False)
+    return FourierPlan(domain, binary, encoding, tuple(requested), bits, query)
+
+
+def _bits_expression(bit_names: Sequence[str], patterns: np.ndarray) -> str:
+    """A predicate true on the cells whose bits match one of ``patterns`` (rows of 0/1)."""
+    terms = []
+    for row in patterns:
+        terms.append("(" + " and ".join(f"attr({b!r}) == {int(v)}" for b, v in zip(bit_names, row)) + ")")
+    return " or ".join(terms)
+
+
+# ---- measurement ---------------------------------------------------------------------------------
+def binary_data(plan: FourierPlan, data: Dataset) -> Dataset:
+    """The records of ``data`` over the plan's binary domain."""
+    if not isinstance(data, Dataset):
+        raise DataError(f"data must be a Dataset, got {type(data).__name__}")
+    if data.domain != plan.source:
+        raise DataError(f"data: its domain {data.domain} differs from the plan's {plan.source}")
+    if plan.encoding is None:
+        return data
+    return Dataset(plan.encoding.encode_codes(data.codes), plan.domain, data.weights)
+
+
+def measure_fourier(
+    plan: FourierPlan,
+    data: Dataset,
+    accountant: Accountant,
+    rng: RandomSource | None = None,
+    *,
+    epsilon=None,
+    rho=None,
+    delta=None,
+    label: str = "fourier",
+) -> Measurement:
+    """Measure the parities of ``B`` on ``data`` with exact noise (Barak et al. §4).
+
+    Give ``epsilon`` alone (discrete Laplace, pure DP, scale ``|B| / epsilon`` from the
+    query's L1 sensitivity), ``rho`` (discrete Gaussian, zCDP) or ``epsilon`` and ``delta``
+    (discrete Gaussian at the largest rho that is (epsilon, delta)-DP). The accountant is
+    charged before any draw.
+    """
+    bdata = binary_data(plan, data)
+    if rho is None and delta is None:
+        if epsilon is None:
+            raise PrivacyParameterError("measure_fourier: give epsilon, rho, or epsilon and delta")
+        return laplace_mechanism(plan.query, bdata, epsilon, accountant, rng, label=label)
+    if rho is not None:
+        return gaussian_mechanism(plan.query, bdata, accountant, rng, rho=rho, epsilon=epsilon, delta=delta, label=label)
+    return gaussian_mechanism(plan.query, bdata, accountant, rng, epsilon=epsilon, delta=delta, label=label)
+
+
+# ---- bounds -------------------------------------------------------------------------------------
+def theorem5_bound(order: int, closure_size: int, epsilon: float, delta: float) -> float:
+    """Barak et al. Theorem 5: ``2^{|alpha|} 2|B| log(|B|/delta) / eps + |B|``.
+
+    With probability ``1 - delta`` the L1 error of a released marginal over ``|alpha|``
+    binary attributes is at most this.
+    """
+    if not 0 < delta < 1:
+        raise PrivacyParameterError(f"theorem5_bound: delta must be in (0, 1), got {delta!r}")
+    if epsilon <= 0:
+        raise PrivacyParameterError(f"theorem5_bound: epsilon must be positive, got {epsilon!r}")
+    b = closure_size
+    return 2.0**order * 2.0 * b * math.log(b / delta) / epsilon + b
+
+
+def shift_amount(measurement: Measurement, t: float) -> float:
+    """The Theorem 6 shift of the zeroth unnormalised coefficient for failure probability ``e^{-t}``.
+
+    Laplace: ``t * Delta_1 * b`` with ``Delta_1 = |B|`` the query's L1 sensitivity and
+    ``b = |B| / eps`` the noise scale, i.e. ``t |B|^2 / eps`` (the paper's
+    ``t |B|^2 / (eps 2^{k/2})`` in the normalised basis). Gaussian:
+    ``sigma sqrt(|B| (|B| + 2 sqrt(|B| t) + 2 t))`` (see the module notes).
+    """
+    if not (isinstance(t, (int, float, np.integer, np.floating)) and t > 0 and math.isfinite(t)):
+        raise SolverError(f"t must be a positive number, got {t!r}")
+    m = measurement.query.num_rows
+    if measurement.noise == "discrete_laplace":
+        return float(t) * measurement.query.sensitivity(1) * measurement.scale
+    if measurement.noise == "discrete_gaussian":
+        return measurement.scale * math.sqrt(m * (m + 2 * math.sqrt(m * t) + 2 * t))
+    if measurement.noise == "none":
+        return 0.0
+    raise SolverError(f"the shift is derived for discrete Laplace or Gaussian noise, not {measurement.noise!r}")
+
+
+# ---- the release --------------------------------------------------------------------------------
+@dataclass(eq=False)
+class BarakRelease:
+    """A Fourier release and its report.
+
+    Attributes
+    ----------
+    method : str
+    success : bool
+    status : str
+        The consistency solve's status (``"OPTIMAL"``, ...; ``"SHIFT"`` for the shift).
+    message : str
+    marginals : dict of tuple to DataFrame
+        Each requested marginal (source attributes in domain order) with a ``count`` column.
+    table : DataFrame or None
+        Every source cell with its released ``count`` (None for the shift, which releases
+        marginals only).
+    counts : ndarray or None
+        The released cell values over the source domain (int64 when rounded).
+    bounds : DataFrame
+        Per marginal: ``bits`` (``|alpha|``), ``theorem5_bound`` (at ``bound_delta``),
+        ``l1_error`` (when the truth was given, else NaN), ``within_bound``.
+    lp : dict
+        Status, objective, sizes (rows, cell columns, column-generation rounds), backend,
+        time; ``max_coefficient_error`` is ``b`` of the LP in unnormalised units.
+    shift : dict or None
+        ``t``, the shift in unnormalised and normalised units, ``probability_bound`` ``1 - e^{-t}``.
+    ledger : DataFrame or None
+        The accountant's ledger (exact fractions).
+    measurement : Measurement
+    plan : FourierPlan
+    reconstruction : dpopt.estimate.Result or None
+    rounding : dict or None
+    """
+
+    method: str
+    success: bool
+    status: str
+    message: str
+    marginals: dict
+    table: pd.DataFrame | None
+    counts: np.ndarray | None
+    bounds: pd.DataFrame
+    lp: dict
+    shift: dict | None
+    ledger: pd.DataFrame | None
+    measurement: Measurement
+    plan: FourierPlan
+    reconstruction: Any = None
+    rounding: dict | None = None
+    binary_table: np.ndarray | None = field(default=None, repr=False)
+
+    def marginal(self, attrs: Sequence[str]) -> pd.DataFrame:
+        """The released marginal over ``attrs`` (any order)."""
+        key = self.plan.source.canonical(attrs)
+        if key not in self.marginals:
+            raise QueryError(f"marginal {tuple(attrs)!r} was not requested; released: {list(self.marginals)}")
+        return self.marginals[key]
+
+
+def fourier_consistency(
+    plan: FourierPlan,
+    measurement: Measurement,
+    method: str = "linf",
+    constraints: ConstraintSet | None = None,
+    *,
+    integer: bool | None = None,
+    t: float = 1.0,
+    bound_delta: float = 0.05,
+    truth: Dataset | None = None,
+    accountant: Accountant | None = None,
+    backend: str | None = None,
+    time_limit: float | None = None,
+    engine_options: dict | None = None,
+) -> BarakRelease:
+    """Make the measured coefficients consistent and release the requested marginals.
+
+    Parameters
+    ----------
+    plan, measurement
+        From :func:`fourier_plan` and :func:`measure_fourier` (or any measurement of
+        ``plan.query``, e.g. a noise-free one for tests).
+    method : {"linf", "l1", "l2", "entropy", "shift"}
+        See the module notes.
+    constraints : ConstraintSet, optional
+        Public constraints over ``plan.source`` (structural zeros, hierarchy, invariants,
+        inequalities, integrality). Non-negativity is always imposed; unused binary codes
+        are structural zeros.
+    integer : bool, optional
+        Round the table exactly to integers (default: True for the optimising methods).
+    t : float
+        Shift parameter (method ``"shift"``): failure probability ``e^{-t}``.
+    bound_delta : float
+        Failure probability of the reported Theorem 5 bounds.
+    truth : Dataset, optional
+        The confidential data, to report achieved errors (NOT private).
+    accountant : Accountant, optional
+        Its ledger goes into the report.
+    backend, time_limit, engine_options
+        Passed to :func:`dpopt.estimate.reconstruct` (``engine_options`` as its keyword
+        options, e.g. ``{"method": "ipm"}`` for HiGHS or ``{"max_passes": 500}`` for "mw").
+    """
+    from dpopt.estimate import reconstruct, round_to_integers
+
+    if method not in METHODS:
+        raise SolverError(f"method must be one of {list(METHODS)}, got {method!r}")
+    if not isinstance(measurement, Measurement) or measurement.query is not plan.query:
+        if not (isinstance(measurement, Measurement) and isinstance(measurement.query, FourierParity)
+                and measurement.query.subsets == plan.query.subsets and not measurement.query.normalized
+                and measurement.query.domain == plan.domain):
+            raise QueryError("measurement must measure the plan's unnormalised parities (plan.query)")
+    source_cs = constraints if constraints is not None else ConstraintSet(plan.source)
+    if not isinstance(source_cs, ConstraintSet) or source_cs.domain != plan.source:
+        raise QueryError(f"constraints must be a ConstraintSet over {plan.source}")
+    if not 0 < bound_delta < 1:
+        raise PrivacyParameterError(f"bound_delta must be in (0, 1), got {bound_delta!r}")
+    lp: dict = {}
+    shift_info = None
+    reconstruction = None
+    rounding = None
+    counts = binary_table = None
+    if method == "shift":
+        if source_cs.invariants or source_cs.inequalities:
+            raise SolverError("method 'shift' reads marginals straight from the coefficients and cannot keep "
+                              "invariants or inequalities; use method 'linf', 'l1', 'l2' or 'entropy'")
+        amount = shift_amount(measurement, t)
+        k = len(plan.domain)
+        shift_info = {"t": float(t), "amount": amount, "amount_normalized": amount / 2.0 ** (k / 2),
+                      "probability_bound": 1.0 - math.exp(-t)}
+        values = np.array(measurement.values, dtype=np.float64)
+        values[plan.query.subsets.index(())] += amount
+        coeffs = plan.query.coefficient_map(values)
+        marginal_values = {m: _drop_unused(plan, m, marginal_from_fourier(plan.domain, plan.marginal_bits(m), coeffs))
+                           for m in plan.marginals}
+        marginal_values = {m: _zero_forbidden(source_cs, m, v) for m, v in marginal_values.items()}
+        success, status, message = True, "SHIFT", f"zeroth coefficient shifted by {amount:.6g} (t = {t:g})"
+    else:
+        cs = _binary_constraints(plan, source_cs)
+        ms = [measurement]
+        if method == "entropy":
+            ms = _split_total(plan, measurement)
+        reconstruction = reconstruct(ms, cs, method, backend=backend, time_limit=time_limit, integer=False,
+                                     **dict(engine_options or {}))
+        success = bool(reconstruction.success)
+        status = getattr(reconstruction.status, "name", str(reconstruction.status))
+        message = reconstruction.message
+        lp = _lp_report(reconstruction, measurement)
+        x = reconstruction.x
+        if x is not None and not np.isfinite(x).all():  # an engine that diverged releases nothing
+            success, status, x = False, "NUMERICAL_ERROR", None
+            message = f"{message}; the estimate is not finite"
+        do_round = True if integer is None else bool(integer)
+        if x is not None and do_round:
+            if cs.invariants or cs.inequalities:
+                r = round_to_integers(x, cs, time_limit=time_limit)
+                rounding = {"status": getattr(r.status, "name", str(r.status)), "method": r.info.get("method"),
+                            "l1_change": r.fun, "time": r.time}
+                if not r.success:
+                    success, status, message = False, rounding["status"], f"integer rounding failed: {r.message}"
+                    x = None
+                else:
+                    x = r.x
+            else:
+                # No equality or inequality rows: the L1-closest non-negative integer table
+                # (what round_to_integers would return) is cell-wise rounding.
+                rounded = np.rint(np.maximum(x, 0.0))
+                rounding = {"status": "OPTIMAL", "method": "cell-wise (no equality rows)",
+                            "l1_change": float(np.abs(rounded - x).sum()), "time": 0.0}
+                x = rounded
+        if x is not None:
+            binary_table = x
+            counts = plan.encoding.decode_histogram(x) if plan.encoding is not None else x
+            if do_round:
+                counts = np.rint(counts).astype(np.int64)
+        marginal_values = ({m: _drop_unused(plan, m, marginalize(binary_table, plan.domain, plan.marginal_bits(m)))
+                            for m in plan.marginals} if binary_table is not None else {})
+    marginals = {m: cells_frame(plan.source.project(m), v) for m, v in marginal_values.items()}
+    table = cells_frame(plan.source, counts) if counts is not None else None
+    bounds = _bounds_frame(plan, measurement, marginal_values, truth, bound_delta)
+    ledger = accountant.ledger_frame() if accountant is not None else None
+    return BarakRelease(method, success, status, message, marginals, table, counts, bounds, lp, shift_info,
+                        ledger, measurement, plan, reconstruction, rounding, binary_table)
+
+
+def barak_release(
+    data: Dataset,
+    marginals: Iterable[Sequence[str]] | int,
+    *,
+    epsilon=None,
+    rho=None,
+    delta=None,
+    method: str = "linf",
+    accountant: Accountant | None = None,
+    rng: RandomSource | None = None,
+    constraints: ConstraintSet | None = None,
+    evaluate: bool = False,
+    **options,
+) -> BarakRelease:
+    """Plan, measure and make consistent in one call (see the module notes).
+
+    Parameters
+    ----------
+    data : Dataset
+    marginals : iterable of attribute lists, or int k (every k-way marginal)
+    epsilon, rho, delta
+        The budget: ``epsilon`` alone (pure, discrete Laplace), ``rho`` (zCDP) or
+        ``epsilon`` and ``delta`` (discrete Gaussian). A fresh accountant holding exactly
+        this budget is created unless ``accountant`` is given.
+    method : {"linf", "l1", "l2", "entropy", "shift"}
+    rng : RandomSource, optional
+        Default: a fresh cryptographically secure source (a seeded one is not private).
+    constraints : ConstraintSet over ``data.domain``, optional
+    evaluate : bool
+        Report the achieved errors against ``data`` (NOT private; for testing).
+    **options
+        Passed to :func:`fourier_consistency` (``t``, ``integer``, ``bound_delta``,
+        ``backend``, ``time_limit``, ``engine_options``).
+    """
+    if not isinstance(data, Dataset):
+        raise DataError(f"data must be a Dataset, got {type(data).__name__}")
+    if method not in METHODS:
+        raise SolverError(f"method must be one of {list(METHODS)}, got {method!r}")
+    plan = fourier_plan(data.domain, marginals)
+    if accountant is None:
+        if rho is not None:
+            accountant = Accountant.zcdp(rho)
+        elif delta is not None:
+            accountant = Accountant.approx(epsilon, delta) if epsilon is not None else None
+        elif epsilon is not None:
+            accountant = Accountant.pure(epsilon)
+        if accountant is None:
+            raise PrivacyParameterError("barak_release: give epsilon, rho, or epsilon and delta")
+    if constraints is not None:
+        constraints.check()  # public: before any noise is drawn
+    rng = rng or make_random()
+    m = measure_fourier(plan, data, accountant, rng, epsilon=epsilon, rho=rho, delta=delta)
+    return fourier_consistency(plan, m, method, constraints, truth=data if evaluate else None,
+                               accountant=accountant, **options)
+
+
+# ---- helpers ----------------------------------------------------------------------------------------
+def _binary_constraints(plan: FourierPlan, source_cs: ConstraintSet) -> ConstraintSet:
+    """The source constraints over the binary domain, with non-negativity and the unused codes."""
+    if plan.encoding is None:
+        cs = ConstraintSet(plan.domain, [c for c in source_cs if not isinstance(c, Integrality)])
+    else:
+        cs = ConstraintSet(plan.domain)
+        lift = _lift_matrix(plan)
+        for c in source_cs:
+            if isinstance(c, (StructuralZeros, Hierarchy)):
+                attrs, mask = c.pattern(plan.source)
+                zero = np.flatnonzero(mask)
+                if zero.size:
+                    codes = plan.source.project(attrs).unravel(zero)
+                    bit_rows = np.concatenate(
+                        [(codes[:, [j]] >> np.arange(len(plan.bits[a]) - 1, -1, -1)) & 1 for j, a in enumerate(attrs)],
+                        axis=1)
+                    names = [b for a in attrs for b in plan.bits[a]]
+                    cs.add(StructuralZeros(_bits_expression(names, bit_rows), name=c.name,
+                                           reason=getattr(c, "reason", "")))
+            elif isinstance(c, Invariant):
+                q = SparseQuery(plan.domain, c.query.to_sparse() @ lift)
+                cs.add(Invariant(q, c.values, name=c.name, from_data=c.from_data))
+            elif isinstance(c, LinearInequality):
+                q = SparseQuery(plan.domain, c.query.to_sparse() @ lift)
+                cs.add(LinearInequality(q, c.lower, c.upper, name=c.name))
+        for rule in plan.unused_code_zeros():
+            cs.add(rule)
+    if not cs.nonnegative:
+        cs.add(NonNegativity())
+    return cs
+
+
+def _lift_matrix(plan: FourierPlan) -> sp.csr_matrix:
+    """``P`` with ``P[s, cell_map[s]] = 1``: a source query ``Q`` becomes ``Q P`` on binary cells."""
+    cell_map = plan.encoding.cell_map()
+    n = cell_map.size
+    return sp.csr_matrix((np.ones(n, dtype=np.int64), (np.arange(n), cell_map)), shape=(n, plan.domain.size))
+
+
+def _drop_unused(plan: FourierPlan, attrs: tuple[str, ...], binary_marginal: np.ndarray) -> np.ndarray:
+    """A marginal over the bits of ``attrs`` as a marginal over ``attrs`` (unused codes dropped)."""
+    if plan.encoding is None:
+        return np.asarray(binary_marginal)
+    padded = tuple(2 ** len(plan.bits[a]) for a in attrs)
+    sizes = tuple(plan.source.size_of(a) for a in attrs)
+    return np.asarray(binary_marginal).reshape(padded)[tuple(slice(0, s) for s in sizes)].reshape(-1)
+
+
+def _zero_forbidden(cs: ConstraintSet, attrs: tuple[str, ...], values: np.ndarray) -> np.ndarray:
+    """Zero the cells of a marginal that a structural-zero rule within its attributes forbids."""
+    sub = cs.domain.project(attrs)
+    out = np.array(values, dtype=np.float64).reshape(sub.shape)
+    for rule in cs.zero_rules:
+        rattrs, mask = rule.pattern(cs.domain)
+        if set(rattrs) <= set(attrs):
+            shape = [sub.size_of(a) if a in rattrs else 1 for a in attrs]
+            out[np.broadcast_to(mask.reshape(shape), sub.shape)] = 0.0
+    return out.reshape(-1)
+
+
+def _split_total(plan: FourierPlan, m: Measurement) -> list[Measurement]:
+    """The same noisy answers as two measurements: the total (empty parity) and the rest.
+
+    Post-processing only (the cost stays on ``m``); the entropy engine reads the table's
+    total from a measurement whose rows cover every cell once, and needs it positive.
+    """
+    subsets = plan.query.subsets
+    zero = subsets.index(())
+    rest = [s for s in subsets if s != ()]
+    values = np.asarray(m.values)
+    # A noisy total below one record is clamped (post-processing): MW needs a positive total.
+    total = Measurement(FourierParity(plan.domain, [()]), np.maximum(values[[zero]], 1.0), m.noise, m.scale, m.variance,
+                        None, f"{m.label}:total", dict(m.info))
+    if not rest:
+        return [total]
+    others = Measurement(FourierParity(plan.domain, rest), np.delete(values, zero), m.noise, m.scale,
+                         m.variance, None, f"{m.label}:parities", dict(m.info))
+    return [total, others]
+
+
+def _lp_report(result, measurement: Measurement) -> dict:
+    info = dict(result.info or {})
+    out = {
+        "status": getattr(result.status, "name", str(result.status)),
+        "objective": result.objective,
+        "fun": result.fun,
+        "backend": result.backend,
+        "solver": result.solver,
+        "time": result.time,
+        "iterations": result.nit,
+        "rows": info.get("rows"),
+        "cell_columns": info.get("cell_columns"),
+        "rounds": info.get("rounds"),
+        "column_generation": info.get("column_generation"),
+    }
+    if result.objective == "linf" and result.fun is not None:
+        # fun = max |residual| / sigma: b in the units of the unnormalised coefficients.
+        out["max_coefficient_error"] = float(result.fun) * measurement.stddev
+    return out
+
+
+def _bounds_frame(plan, measurement, marginal_values, truth, bound_delta) -> pd.DataFrame:
+    eps = measurement.info.get("epsilon")
+    pure = measurement.noise == "discrete_laplace" and eps is not None
+    rows = []
+    for m in plan.marginals:
+        order = len(plan.marginal_bits(m))
+        bound = theorem5_bound(order, plan.closure_size, float(Fraction(eps)), bound_delta) if pure else float("nan")
+        err = float("nan")
+        if truth is not None and m in marginal_values:
+            err = float(np.abs(np.asarray(marginal_values[m], dtype=np.float64) - truth.marginal(m)).sum())
+        rows.append({"marginal": ", ".join(m), "bits": order, "theorem5_bound": bound, "l1_error": err,
+                     "within_bound": bool(err <= bound) if not (math.isnan(err) or math.isnan(bound)) else None})
+    return pd.DataFrame(rows)

@@ -1,0 +1,291 @@
+"""Barak et al. (PODS 2007) Fourier release: measurement scale, consistency methods, LP, shift."""
+
+from __future__ import annotations
+
+import math
+from itertools import combinations
+
+import numpy as np
+import pytest
+from scipy.optimize import linprog
+from scipy.stats import binom
+
+from dpopt.algorithms.barak import (
+    METHODS,
+    barak_release,
+    fourier_consistency,
+    fourier_plan,
+    measure_fourier,
+    shift_amount,
+    theorem5_bound,
+)
+from dpopt.errors import DataError, PrivacyParameterError, QueryError, SolverError
+from dpopt.model.constraints import ConstraintSet, Invariant, StructuralZeros
+from dpopt.model.data import Dataset
+from dpopt.model.domain import Domain
+from dpopt.model.measurement import Measurement
+from dpopt.model.queries.basic import Total
+from dpopt.model.queries.fourier import FourierParity, downward_closure
+from dpopt.model.queries.marginal import Marginal
+from dpopt.privacy.accountant import Accountant
+from dpopt.privacy.randomness import make_random
+from dpopt.privacy.samplers import discrete_gaussian_variance, discrete_laplace_variance
+
+
+def binary_data(k: int, n: int, seed: int, sparse: bool = True) -> Dataset:
+    """Records over k binary attributes, correlated, with many empty cells."""
+    gen = np.random.default_rng(seed)  # test data only, not privacy noise
+    base = gen.integers(0, 2, size=(n, 1))
+    flip = gen.random((n, k)) < (0.15 if sparse else 0.45)
+    codes = (base ^ flip).astype(np.int64)
+    domain = Domain(tuple(f"a{i}" for i in range(k)), (2,) * k)
+    return Dataset(codes, domain)
+
+
+def mixed_data(n: int = 300, seed: int = 3) -> Dataset:
+    """Non-binary attributes (3, 2, 5 values): the binary encoding has unused codes."""
+    gen = np.random.default_rng(seed)
+    domain = Domain(("x", "y", "z"), (3, 2, 5))
+    codes = np.stack([gen.integers(0, 3, n), gen.integers(0, 2, n), gen.integers(0, 5, n)], axis=1)
+    return Dataset(codes, domain)
+
+
+def exact_measurement(plan, data) -> Measurement:
+    """The true coefficients, labelled with unit Laplace-like variance so they enter the loss."""
+    bdata = Dataset(plan.encoding.encode_codes(data.codes), plan.domain) if plan.encoding else data
+    true = plan.query.answer(bdata)
+    return Measurement(plan.query, true, "discrete_laplace", 1.0, 1.0, label="exact")
+
+
+# ---- plan and measurement -----------------------------------------------------------------------
+def test_plan_closure_and_unused_codes():
+    data = mixed_data()
+    plan = fourier_plan(data.domain, [("x", "z"), ("y",)])
+    # x: 2 bits, y: 1 bit, z: 3 bits; B = all subsets of the 5 bits of {x,z} plus {y#0}.
+    assert plan.closure_size == 2**5 + 1
+    assert plan.marginal_bits(("z", "x")) == ("x#0", "x#1", "z#0", "z#1", "z#2")
+    cs = ConstraintSet(plan.domain, plan.unused_code_zeros())
+    unused = plan.encoding.structural_zero_mask()
+    assert np.array_equal(cs.zero_mask(), unused)
+    assert fourier_plan(data.domain, 1).marginals == (("x",), ("y",), ("z",))
+
+
+def test_laplace_scale_derived_from_sensitivity():
+    data = binary_data(6, 200, 0)
+    plan = fourier_plan(data.domain, 2)
+    b = plan.closure_size
+    m = measure_fourier(plan, data, Accountant.pure(0.5), make_random(1), epsilon=0.5)
+    assert plan.query.sensitivity(1) == b
+    assert m.scale == pytest.approx(b / 0.5)
+    # the paper's normalised calibration |B| / (eps 2^{k/2})
+    assert m.scale / 2 ** (len(data.domain) / 2) == pytest.approx(b / (0.5 * 2**3))
+    assert np.array_equal(m.values, np.round(m.values))  # integers: exact discrete noise
+
+
+def _noise_draws(plan, data, reps, **budget):
+    true = plan.query.answer(data)
+    rng = make_random(11)
+    draws = []
+    for _ in range(reps):
+        acc = Accountant.zcdp(budget["rho"]) if "rho" in budget else Accountant.pure(budget["epsilon"])
+        draws.append(measure_fourier(plan, data, acc, rng, **budget).values - true)
+    return np.concatenate(draws), draws
+
+
+def test_laplace_noise_matches_claimed_scale():
+    data = binary_data(5, 100, 1)
+    plan = fourier_plan(data.domain, 2)
+    noise, _ = _noise_draws(plan, data, 400, epsilon=2.0)  # 16 * 400 draws
+    b = plan.closure_size / 2.0
+    var = discrete_laplace_variance(b)
+    # mean |Z| of the discrete Laplace law: 2p/(1-p^2) with p = exp(-1/b)
+    p = math.exp(-1 / b)
+    mean_abs = 2 * p / (1 - p * p)
+    n = noise.size
+    se = math.sqrt((var - mean_abs**2) / n)
+    assert abs(np.abs(noise).mean() - mean_abs) < 5 * se
+    assert abs(noise.var() / var - 1) < 0.1
+    # power: 0.7x and 1.3x the scale are rejected
+    for wrong in (0.7 * b, 1.3 * b):
+        q = math.exp(-1 / wrong)
+        assert abs(np.abs(noise).mean() - 2 * q / (1 - q * q)) > 5 * se
+
+
+def test_gaussian_noise_matches_claimed_scale():
+    data = binary_data(5, 100, 2)
+    plan = fourier_plan(data.domain, 2)
+    noise, _ = _noise_draws(plan, data, 300, rho=0.5)
+    sigma2 = plan.closure_size / (2 * 0.5)  # squared L2 sensitivity |B| / (2 rho)
+    var = discrete_gaussian_variance(sigma2)
+    se = var * math.sqrt(2 / noise.size)
+    assert abs(noise.var() - var) < 5 * se
+    assert abs(noise.mean()) < 5 * math.sqrt(var / noise.size)
+    for wrong in (0.7, 1.3):
+        assert abs(noise.var() - wrong**2 * var) > 5 * se
+
+
+# ---- noise-free reconstruction ------------------------------------------------------------------
+@pytest.mark.parametrize("method", METHODS)
+def test_noise_free_reconstructs_requested_marginals(method):
+    data = binary_data(6, 300, 4)
+    plan = fourier_plan(data.domain, [("a0", "a1", "a2"), ("a2", "a4"), ("a5",)])
+    m = exact_measurement(plan, data)
+    options = {"engine_options": {"max_passes": 20000, "tol": 1e-10}} if method == "entropy" else {}
+    if method == "shift":
+        m = Measurement.exact(plan.query, m.values)
+    r = fourier_consistency(plan, m, method, integer=False, truth=data, **options)
+    assert r.success, r.message
+    for attrs in plan.marginals:
+        tol = 1e-3 if method == "entropy" else 1e-6
+        np.testing.assert_allclose(r.marginal(attrs)["count"], data.marginal(attrs), atol=tol * data.total)
+    assert (r.bounds["l1_error"] <= 1e-3 * data.total).all()
+
+
+@pytest.mark.parametrize("method", ["linf", "l1", "l2", "entropy"])
+def test_noise_free_non_binary_keeps_unused_codes_empty(method):
+    data = mixed_data()
+    plan = fourier_plan(data.domain, [("x", "y"), ("y", "z")])
+    options = {"engine_options": {"max_passes": 20000, "tol": 1e-10}} if method == "entropy" else {}
+    r = fourier_consistency(plan, exact_measurement(plan, data), method, integer=False, **options)
+    assert r.success, r.message
+    unused = plan.encoding.structural_zero_mask()
+    assert np.abs(r.binary_table[unused]).max() <= 1e-9
+    for attrs in plan.marginals:
+        np.testing.assert_allclose(r.marginal(attrs)["count"], data.marginal(attrs), atol=1e-3 * data.total)
+
+
+def test_noisy_release_keeps_structural_zeros_and_invariants():
+    data = mixed_data()
+    zeros = StructuralZeros("x == 2 and z >= 3", name="rule")
+    truth = data.histogram()
+    forbidden = ConstraintSet(data.domain, [zeros]).zero_mask()
+    clean = Dataset.from_histogram(np.where(forbidden, 0, truth), data.domain)
+    total = Invariant(Total(data.domain), [clean.total], name="total")
+    cs = ConstraintSet(data.domain, [zeros, total])
+    for method in ("linf", "l1", "l2", "entropy"):
+        options = {"max_passes": 300} if method == "entropy" else {}
+        r = barak_release(clean, [("x", "z")], epsilon=1, method=method, constraints=cs, rng=make_random(5),
+                          engine_options=options)
+        assert r.counts is not None, (method, r.message)
+        assert r.counts.dtype == np.int64 and (r.counts >= 0).all()
+        assert r.counts.sum() == clean.total, method
+        assert (r.counts[forbidden] == 0).all(), method
+        assert r.ledger["epsilon"].sum() == 1
+
+
+# ---- the LP against a dense LP ----------------------------------------------------------------------
+def dense_linf(plan, m):
+    """min b  s.t.  -b <= F w - y <= b,  w >= 0,  with F the dense parity matrix (scipy HiGHS)."""
+    F = plan.query.to_dense()
+    rows, n = F.shape
+    c = np.r_[np.zeros(n), 1.0]
+    A = np.block([[F, -np.ones((rows, 1))], [-F, -np.ones((rows, 1))]])
+    ub = np.r_[m.values, -m.values]
+    sol = linprog(c, A_ub=A, b_ub=ub, bounds=[(0, None)] * (n + 1), method="highs-ds")
+    assert sol.status == 0
+    return sol.fun
+
+
+@pytest.mark.parametrize("column_generation", [False, True])
+def test_linf_optimum_equals_dense_lp(column_generation):
+    data = binary_data(9, 150, 6)  # 512 cells, |B| = 46: the masters start below the domain
+    plan = fourier_plan(data.domain, 2)
+    m = measure_fourier(plan, data, Accountant.pure(1), make_random(8), epsilon=1)
+    r = fourier_consistency(plan, m, "linf", integer=False, engine_options={"column_generation": column_generation})
+    assert r.success and r.lp["status"] == "OPTIMAL"
+    assert r.lp["column_generation"] == column_generation
+    expected = dense_linf(plan, m)
+    assert r.lp["max_coefficient_error"] == pytest.approx(expected, rel=1e-6, abs=1e-6)
+    achieved = np.abs(plan.query.matvec(r.binary_table) - m.values).max()
+    assert achieved == pytest.approx(expected, rel=1e-6, abs=1e-6)
+    assert r.lp["rows"] == 2 * plan.closure_size
+
+
+def test_linf_rounded_release_is_integer_and_bounded():
+    data = binary_data(8, 400, 9)
+    plan = fourier_plan(data.domain, 2)
+    eps = 1.0
+    r = barak_release(data, 2, epsilon=eps, method="linf", rng=make_random(10), evaluate=True)
+    assert r.counts.dtype == np.int64 and (r.counts >= 0).all()
+    for attrs, frame in r.marginals.items():
+        np.testing.assert_array_equal(frame["count"], Marginal(data.domain, attrs).matvec(r.counts))
+    b = plan.closure_size
+    assert r.bounds["theorem5_bound"].iloc[0] == pytest.approx(4 * 2 * b * math.log(b / 0.05) / eps + b)
+    assert r.bounds["within_bound"].all()
+
+
+# ---- the shift (Theorem 6 / Corollary 1) --------------------------------------------------------------
+def test_shift_amount_matches_paper_calibration():
+    data = binary_data(6, 100, 12)
+    plan = fourier_plan(data.domain, 2)
+    m = measure_fourier(plan, data, Accountant.pure(0.5), make_random(13), epsilon=0.5)
+    b, k = plan.closure_size, 6
+    r = fourier_consistency(plan, m, "shift", t=3.0)
+    assert r.shift["amount_normalized"] == pytest.approx(3.0 * b**2 / (0.5 * 2 ** (k / 2)))
+    assert r.shift["probability_bound"] == pytest.approx(1 - math.exp(-3.0))
+    assert r.table is None and r.lp == {}
+
+
+@pytest.mark.parametrize("t", [0.5, 1.0])
+def test_shift_gives_nonnegative_marginals_with_claimed_frequency(t):
+    data = binary_data(6, 60, 14)  # many empty cells: unshifted marginals go negative
+    plan = fourier_plan(data.domain, 2)
+    rng = make_random(15)
+    reps, ok, unshifted_ok = 150, 0, 0
+    for _ in range(reps):
+        m = measure_fourier(plan, data, Accountant.pure(1), rng, epsilon=1)
+        shifted = fourier_consistency(plan, m, "shift", t=t)
+        ok += all((f["count"] >= -1e-9).all() for f in shifted.marginals.values())
+        plain = fourier_consistency(plan, m, "shift", t=1e-12)
+        unshifted_ok += all((f["count"] >= -1e-9).all() for f in plain.marginals.values())
+    claimed = 1 - math.exp(-t)
+    # one-sided binomial test at level 1e-4 that the frequency is at least the claim
+    assert binom.cdf(ok, reps, claimed) > 1e-4
+    assert unshifted_ok < ok  # the shift is what makes the marginals non-negative
+
+
+def test_gaussian_shift_amount():
+    data = binary_data(5, 80, 16)
+    plan = fourier_plan(data.domain, 2)
+    m = measure_fourier(plan, data, Accountant.zcdp(1), make_random(17), rho=1)
+    b = plan.closure_size
+    sigma = math.sqrt(b / 2)
+    assert shift_amount(m, 2.0) == pytest.approx(sigma * math.sqrt(b * (b + 2 * math.sqrt(2 * b) + 4)))
+
+
+# ---- inputs --------------------------------------------------------------------------------------
+def test_bad_inputs_raise_named_errors():
+    data = binary_data(4, 50, 18)
+    plan = fourier_plan(data.domain, 2)
+    m = measure_fourier(plan, data, Accountant.pure(1), make_random(19), epsilon=1)
+    with pytest.raises(SolverError, match="method"):
+        fourier_consistency(plan, m, "lp")
+    with pytest.raises(SolverError, match="t must be"):
+        fourier_consistency(plan, m, "shift", t=-1)
+    with pytest.raises(QueryError, match="marginals\\[0\\]"):
+        fourier_plan(data.domain, [("nope",)])
+    with pytest.raises(QueryError, match="between 1 and"):
+        fourier_plan(data.domain, 9)
+    with pytest.raises(PrivacyParameterError, match="epsilon"):
+        barak_release(data, 2)
+    with pytest.raises(PrivacyParameterError, match="delta"):
+        theorem5_bound(2, 10, 1.0, 1.5)
+    with pytest.raises(DataError, match="domain"):
+        measure_fourier(fourier_plan(mixed_data().domain, 1), data, Accountant.pure(1), epsilon=1)
+    other = FourierParity(plan.domain, downward_closure([("a0",)], plan.domain))
+    with pytest.raises(QueryError, match="plan's unnormalised parities"):
+        fourier_consistency(plan, Measurement.exact(other, other.answer(data)), "linf")
+    inv = ConstraintSet(data.domain, [Invariant(Total(data.domain), [50.0], name="total")])
+    with pytest.raises(SolverError, match="invariants"):
+        fourier_consistency(plan, m, "shift", inv)
+
+
+def test_fourier_columns_match_dense_matrix():
+    domain = Domain(tuple(f"a{i}" for i in range(7)), (2,) * 7)
+    subsets = downward_closure([("a0", "a3", "a6"), ("a1", "a2")], domain)
+    cells = np.array([5, 0, 127, 64, 3, 3])
+    for normalized in (False, True):
+        q = FourierParity(domain, subsets, normalized=normalized)
+        np.testing.assert_array_equal(q.columns(cells).toarray(), q.to_dense()[:, cells])
+    with pytest.raises(QueryError, match="cell numbers"):
+        q.columns(np.array([128]))
