@@ -28,6 +28,10 @@ from dpopt.privacy.mechanisms import laplace_mechanism
 from dpopt.privacy.randomness import SeededRandom
 
 
+#: Seconds each reconstruction may take before it reports TIME_LIMIT.
+TIME_LIMIT = 120
+
+
 def measure_all(data: Dataset, k: int, epsilon, seed: int):
     """All k-way marginals, one Laplace vector each, the budget split evenly (sequential)."""
     sets = list(itertools.combinations(data.domain.attrs, k))
@@ -51,7 +55,7 @@ def main() -> None:
     cs = ConstraintSet(nltcs.domain, [NonNegativity()])
     for objective in ("l2", "l1", "linf", "entropy"):
         start = time.perf_counter()
-        res = reconstruct(ms, cs, objective)
+        res = reconstruct(ms, cs, objective, time_limit=TIME_LIMIT)
         report(objective, res, time.perf_counter() - start, truth)
         if objective == "l2":
             l2 = res
@@ -69,7 +73,7 @@ def main() -> None:
     big = Dataset(records, dom)
     ms, _ = measure_all(big, 2, 1, seed=2)
     start = time.perf_counter()
-    res = reconstruct(ms, ConstraintSet(dom, [NonNegativity()]), "l2")
+    res = reconstruct(ms, ConstraintSet(dom, [NonNegativity()]), "l2", time_limit=TIME_LIMIT)
     report("2^20 cells, 2-way marginals: NNLS", res, time.perf_counter() - start, big.histogram().astype(float))
     print(f"  peak memory {peak_memory_mb():.0f} MB")
 
