@@ -121,6 +121,7 @@ class ReleasePlan:
     seed: int | None = None
     out: Path | None = None
     overwrite: bool = False
+    algorithm_plan: Any = field(default=None, repr=False)
 
     def new_accountant(self) -> Accountant:
         """A fresh accountant holding the spec's total budget."""
@@ -162,10 +163,14 @@ class ReleasePlan:
         lines.append(f"privacy: {_budget_text(spec)}")
         if self.seed is not None:
             lines.append(f"  noise seed {self.seed}: seeded, NOT private (for testing only)")
-        frame = self.budget_frame().drop(columns=["query", "sensitivity", "noise"])
-        frame["noise_stddev"] = frame["noise_stddev"].map(lambda v: f"{v:.2f}")
-        lines.append("budget split (noise_stddev: standard deviation of the noise on each answer):")
-        lines.extend("  " + line for line in _text_table(frame))
+        if self.measures:
+            frame = self.budget_frame().drop(columns=["query", "sensitivity", "noise"])
+            frame["noise_stddev"] = frame["noise_stddev"].map(lambda v: f"{v:.2f}")
+            lines.append("budget split (noise_stddev: standard deviation of the noise on each answer):")
+            lines.extend("  " + line for line in _text_table(frame))
+        else:
+            lines.append(f"algorithm: {spec.algorithm.describe()}")
+            lines.extend("  " + line for line in _describe_algorithm_plan(self))
         lines.append("constraints:")
         for row in self.constraints.describe():
             lines.append(f"  {row['constraint']}: {row['detail']}")
@@ -173,9 +178,13 @@ class ReleasePlan:
             lines.append(f"  invariant:{name}: {query.name} with {query.num_rows} rows "
                          "(to be published exactly from the data, not private)")
         rc = spec.reconstruct
-        lines.append(f"reconstruct: objective {rc.objective}, backend {rc.backend or 'default'}"
-                     + (f", time limit {rc.time_limit:g} s" if rc.time_limit else "")
-                     + (", then exact integer rounding" if spec.constraints.integer else ""))
+        if spec.algorithm.name == "mwem":
+            lines.append("reconstruct: multiplicative weights within MWEM"
+                         + (", then exact integer rounding keeping the total" if spec.constraints.integer else ""))
+        else:
+            lines.append(f"reconstruct: objective {rc.objective}, backend {rc.backend or 'default'}"
+                         + (f", time limit {rc.time_limit:g} s" if rc.time_limit else "")
+                         + (", then exact integer rounding" if spec.constraints.integer else ""))
         out = spec.output
         parts = [f"tables as {', '.join(out.formats) or 'no files'}"]
         if out.synthetic:
@@ -217,7 +226,9 @@ def plan(
     """
     spec = load_spec(spec)
     domain = _build_domain(spec)
-    measures = _plan_measures(spec, domain)
+    default = spec.algorithm.name == "measure-and-reconstruct"
+    measures = _plan_measures(spec, domain) if default else []
+    algorithm_plan = None if default else _plan_algorithm(spec, domain)
     constraints, data_invariants = _public_constraints(spec, domain)
     _check_constraints(spec, constraints, when="before reading any data")
     source, path, fmt, given = _plan_data(spec, data, domain)
@@ -228,7 +239,7 @@ def plan(
     if out is not None:
         out_path = check_output_dir(out, overwrite=overwrite)
     return ReleasePlan(spec, domain, measures, constraints, data_invariants, source, path, fmt,
-                       given, seed, out_path, overwrite)
+                       given, seed, out_path, overwrite, algorithm_plan)
 
 
 def _build_domain(spec: ReleaseSpec) -> Domain:
@@ -742,17 +753,24 @@ def run(
         constraints = build_constraints(p, data_set)
         bar.update(1)
         lap("constraints")
-        step("measuring")
-        measurements, accountant, rng = measure(p, data_set, progress=bar)
-        lap("measure")
-        step("reconstructing")
-        result = reconstruct_table(p, measurements, constraints)
-        bar.update(1)
-        lap("reconstruct")
+        notes: dict | None = None
+        if p.algorithm_plan is None:
+            step("measuring")
+            measurements, accountant, rng = measure(p, data_set, progress=bar)
+            lap("measure")
+            step("reconstructing")
+            result = reconstruct_table(p, measurements, constraints)
+            bar.update(1)
+            lap("reconstruct")
+            counts = released_counts(p, result.x)
+            marginals = released_marginals(measurements, counts)
+        else:
+            step(f"running {p.spec.algorithm.name}")
+            measurements, accountant, rng, result, counts, marginals, notes = run_algorithm(p, data_set, constraints)
+            bar.update(1 + len(p.measures))
+            lap(p.spec.algorithm.name)
         step("synthesizing")
-        counts = released_counts(p, result.x)
         table = released_table(p, counts)
-        marginals = released_marginals(measurements, counts)
         synthetic = synthesize(p.domain, counts) if p.spec.output.synthetic else None
         bar.update(1)
         lap("tables")
@@ -768,6 +786,8 @@ def run(
         )
         step("reporting")
         release.report = build_report(release)
+        if notes is not None:
+            release.report["algorithm"] = notes
         bar.update(1)
         lap("report")
         if out is not None:
@@ -826,10 +846,17 @@ def write_release(release: ReleaseResult, out: str | Path, *, overwrite: bool = 
         report["timings"] = dict(release.timings)
         release.report = report
         write_json(report, tmp / "report.json")
+        notes = _algorithm_markdown(report)
         if "md" in spec.output.summary:
-            (tmp / "summary.md").write_text(render_markdown(report), encoding="utf-8")
+            (tmp / "summary.md").write_text(render_markdown(report) + notes, encoding="utf-8")
         if "html" in spec.output.summary:
-            (tmp / "summary.html").write_text(render_html(report), encoding="utf-8")
+            html = render_html(report)
+            if notes:
+                from html import escape
+
+                section = "<h2>Algorithm</h2>\n<pre>" + escape(notes.split("\n", 2)[-1].strip()) + "</pre>\n"
+                html = html.replace("</body>", section + "</body>", 1) if "</body>" in html else html + section
+            (tmp / "summary.html").write_text(html, encoding="utf-8")
     return Path(out)
 
 
@@ -839,6 +866,237 @@ def slug(label: str) -> str:
     while "__" in out:
         out = out.replace("__", "_")
     return out.strip("_") or "query"
+
+
+# ---- the landed algorithms: Barak et al. (Fourier) and MWEM ---------------------------------------
+# A spec with algorithm = "barak" or "mwem" replaces the measure and reconstruct steps: the
+# algorithm spends the whole budget itself (one accountant, so the ledger still sums exactly
+# to the budget) and returns a table over the spec's domain; tables, synthetic data, report
+# and plots are then built as for the default pipeline.
+
+
+def _plan_algorithm(spec: ReleaseSpec, domain: Domain):
+    """The public plan of a landed algorithm: the Fourier plan (Barak) or the workload (MWEM)."""
+    alg = spec.algorithm
+    key = (alg.section, "marginals")
+    if alg.name == "barak":
+        from dpopt.algorithms.barak import fourier_plan
+
+        try:
+            return fourier_plan(domain, alg.marginals)
+        except DpoptError as exc:
+            raise spec.error(key, _plain(exc).removeprefix("fourier_plan: ")) from None
+    from dpopt.model.queries.marginal import Marginal, all_marginals
+
+    try:
+        if isinstance(alg.marginals, int):
+            if alg.marginals > len(domain):
+                raise SpecError(f"order {alg.marginals} exceeds the {len(domain)} attributes of the domain")
+            return list(all_marginals(domain, alg.marginals))
+        return [Marginal(domain, attrs) for attrs in alg.marginals]
+    except (DpoptError, ValueError) as exc:
+        raise spec.error(key, _plain(exc)) from None
+
+
+def _describe_algorithm_plan(p: ReleasePlan) -> list[str]:
+    alg, ap = p.spec.algorithm, p.algorithm_plan
+    if alg.name == "barak":
+        noise = "discrete Laplace" if p.spec.privacy.accounting == "pure" else "discrete Gaussian"
+        lines = [f"one measurement of the |B| = {ap.closure_size} unnormalised parities of the downward closure "
+                 f"of {len(ap.marginals)} marginals, {noise} noise, the whole budget"]
+        if ap.encoding is not None:
+            lines.append(f"non-binary attributes binary-encoded: {len(ap.domain)} bits, {ap.domain.size:,} binary cells")
+        return lines
+    return [f"workload: {len(ap)} marginals, {sum(q.num_rows for q in ap):,} queries; {alg.rounds} rounds, "
+            "each split equally between selection and measurement",
+            "the record count is treated as public (Hardt, Ligett, McSherry 2012)"]
+
+
+def run_algorithm(p: ReleasePlan, data: Dataset, constraints: ConstraintSet):
+    """Run the spec's landed algorithm (``barak`` or ``mwem``) on the confidential data.
+
+    Returns ``(measurements, accountant, rng, result, counts, marginals, notes)``: the
+    measurements over ``p.domain``, the accountant (charged the whole budget), the random
+    source, a :class:`~dpopt.estimate.result.Result` describing the solve for the report,
+    the released counts (int64 when integral), the released marginals and the report's
+    ``algorithm`` section.
+    """
+    from dpopt.privacy.randomness import make_random
+
+    accountant = p.new_accountant()
+    rng = make_random(p.seed)
+    if p.spec.algorithm.name == "barak":
+        return (*_run_barak(p, data, constraints, accountant, rng),)
+    return (*_run_mwem(p, data, constraints, accountant, rng),)
+
+
+def _privacy_arguments(p: ReleasePlan, accountant: Accountant) -> dict:
+    """The whole budget as keyword arguments (zCDP from (epsilon, delta) as its rho)."""
+    priv = p.spec.privacy
+    if priv.accounting == "pure":
+        return {"epsilon": priv.epsilon}
+    if priv.accounting == "approx":
+        return {"epsilon": priv.epsilon, "delta": priv.delta}
+    return {"rho": accountant.total.rho}
+
+
+def _run_barak(p: ReleasePlan, data: Dataset, constraints: ConstraintSet, accountant: Accountant, rng):
+    from dpopt.algorithms.barak import fourier_consistency, measure_fourier
+    from dpopt.estimate.result import Result
+    from dpopt.model.queries.explicit import SparseQuery
+
+    spec, fplan, alg = p.spec, p.algorithm_plan, p.spec.algorithm
+    try:
+        m = measure_fourier(fplan, data, accountant, rng, label="fourier parities", **_privacy_arguments(p, accountant))
+        rel = fourier_consistency(fplan, m, alg.method, constraints, integer=spec.constraints.integer,
+                                  accountant=accountant, backend=spec.reconstruct.backend,
+                                  time_limit=spec.reconstruct.time_limit)
+    except DpoptError as exc:
+        raise spec.error(("barak",), _plain(exc), type(exc)) from None
+    if not rel.success or rel.counts is None:
+        raise spec.error(("barak", "method"), f"the {alg.method} consistency solve ended with status "
+                         f"{rel.status}: {rel.message}", SolverError)
+    counts = np.asarray(rel.counts)
+    if not spec.constraints.integer:
+        counts = counts.astype(np.float64)
+    if fplan.encoding is not None:
+        # The parities live on the binary encoding; as a query of the source cells they are
+        # Q P (P maps each source cell to its code), so the report, plots and evaluation can
+        # compare them with the released table over the spec's domain.
+        lifted = SparseQuery(p.domain, fplan.query.to_sparse().tocsc()[:, fplan.encoding.cell_map()].tocsr())
+        m = Measurement(lifted, m.values, m.noise, m.scale, m.variance, m.cost, m.label, dict(m.info))
+    rec = rel.reconstruction
+    info = {}
+    if rel.rounding is not None:
+        info["rounding"] = {"status": rel.rounding["status"], "message": rel.rounding["method"],
+                            "fun": rel.rounding["l1_change"], "time": rel.rounding["time"],
+                            "info": {"method": rel.rounding["method"]}}
+    result = Result(x=counts.astype(np.float64), status=rec.status, success=True, message=rec.message,
+                    fun=rec.fun, objective=alg.method, backend=rec.backend,
+                    solver=f"{rec.solver}; Fourier release of Barak et al. (PODS 2007)", time=rec.time,
+                    nit=rec.nit, info=info)
+    marginals = {", ".join(attrs): frame for attrs, frame in rel.marginals.items()}
+    notes = {
+        "name": "barak",
+        "reference": "Barak, Chaudhuri, Dwork, Kale, McSherry, Talwar, PODS 2007",
+        "parameters": {"marginals": [list(a) for a in fplan.marginals], "method": alg.method},
+        "closure_size": fplan.closure_size,
+        "binary_domain": {"attributes": len(fplan.domain), "cells": fplan.domain.size,
+                          "encoded": fplan.encoding is not None},
+        "lp": rel.lp,
+        "bounds": rel.bounds.to_dict(orient="records"),
+        "notes": [
+            f"The whole budget buys one measurement: the {fplan.closure_size} unnormalised Fourier parities of the "
+            "downward closure of the requested marginals (no [[measure]] tables).",
+            "The released marginals (marginals/) are read from the released table, so they are mutually "
+            "consistent; they have no 'noisy' column because the marginals themselves were not measured.",
+            "The released total is noisy (the empty parity), not the record count.",
+        ] + ([f"Non-binary attributes were binary-encoded ({len(fplan.domain)} bits); the table was solved over "
+              "the binary domain with the unused codes as structural zeros and decoded back to the spec's domain."]
+             if fplan.encoding is not None else [])
+          + ["Theorem 5 bounds are reported for pure DP only."
+             if spec.privacy.accounting != "pure" else
+             "Theorem 5 bounds (probability 0.95) on each marginal's L1 error are listed under 'bounds'."],
+    }
+    return [m], accountant, rng, result, counts, marginals, notes
+
+
+def _run_mwem(p: ReleasePlan, data: Dataset, constraints: ConstraintSet, accountant: Accountant, rng):
+    from dpopt.algorithms.mwem import mwem
+    from dpopt.estimate import round_to_integers
+    from dpopt.estimate.result import Result
+    from dpopt.estimate.status import Status
+    from dpopt.model.queries.basic import Total
+
+    spec, workload, alg = p.spec, p.algorithm_plan, p.spec.algorithm
+    start = time.perf_counter()
+    try:
+        res = mwem(data, workload, accountant=accountant, rng=rng, rounds=alg.rounds, select=alg.select,
+                   repeat_passes=alg.repeat_passes, constraints=constraints, **_privacy_arguments(p, accountant))
+    except DpoptError as exc:
+        raise spec.error(("mwem",), _plain(exc), type(exc)) from None
+    n = float(res.info["total"])
+    x = np.asarray(res.x, dtype=np.float64)
+    info: dict = {}
+    if spec.constraints.integer:
+        rounded, info["rounding"] = _round_keeping_total(x, n, constraints, round_to_integers, Total)
+        if rounded is None:
+            raise spec.error(("constraints", "integer"), f"integer rounding of the MWEM table failed: "
+                             f"{info['rounding']['message']}", SolverError)
+        counts = rounded.astype(np.int64)
+    else:
+        counts = x
+    result = Result(x=np.asarray(counts, dtype=np.float64), status=Status.ITERATION_LIMIT, success=True,
+                    message=f"MWEM ran its {res.rounds} rounds (no optimality claim: the last iterate is released)",
+                    fun=None, objective="entropy", backend="mwem",
+                    solver="MWEM of Hardt, Ligett, McSherry (NIPS 2012)", time=time.perf_counter() - start,
+                    nit=res.rounds, info=info)
+    from dpopt.model.queries.marginal import Marginal
+
+    marginals = {", ".join(q.attrs): cells_frame(q.marginal_domain, q.matvec(counts))
+                 for q in workload if isinstance(q, Marginal)}
+    notes = {
+        "name": "mwem",
+        "reference": "Hardt, Ligett, McSherry, NIPS 2012, Fig. 1 and Section 3",
+        "parameters": {"marginals": [list(q.attrs) for q in workload], "rounds": alg.rounds,
+                       "select": alg.select, "repeat_passes": alg.repeat_passes},
+        "selected": [{"block": ", ".join(workload[b].attrs), "row": r} for b, r in res.selected],
+        "round_budgets": list(res.info.get("round_budgets", [])),
+        "notes": [
+            f"The record count n = {n:g} is treated as public, as in the paper; it is the released total and is "
+            "NOT protected by the privacy budget.",
+            "Each round spends half its budget selecting a badly fit query (exponential mechanism) and half "
+            "measuring it; the ledger lists both (no [[measure]] tables).",
+            "The released marginals (marginals/) are read from the released table and have no 'noisy' column; "
+            "the noisy answers of the selected queries are in the report's measurements.",
+        ] + (["The last iterate was rounded to the L1-closest non-negative integer table with the same total."]
+             if spec.constraints.integer else []),
+    }
+    return res.measurements, accountant, rng, result, counts, marginals, notes
+
+
+def _round_keeping_total(x: np.ndarray, n: float, constraints: ConstraintSet, round_to_integers, Total):
+    """The L1-closest integer table to ``x >= 0`` with total ``n`` (and the constraints' invariants).
+
+    Without invariants or inequalities this is largest-remainder rounding: every cell goes
+    to its floor or ceiling, and the ``n - sum(floor)`` cells with the largest fractional
+    parts go up (each such choice changes the L1 distance by ``1 - 2 f``, so the largest
+    ``f`` are best). Otherwise the exact rounding of :func:`dpopt.estimate.round_to_integers`
+    runs with the total added as an invariant.
+    """
+    if abs(n - round(n)) > 1e-9:
+        return None, {"status": "INFEASIBLE", "message": f"the total {n!r} is not an integer", "fun": None, "time": 0.0}
+    tick = time.perf_counter()
+    if not (constraints.invariants or constraints.inequalities):
+        x = np.maximum(x, 0.0)
+        floor = np.floor(x)
+        frac = x - floor
+        up = int(round(n - floor.sum()))
+        if not 0 <= up <= x.size:
+            return None, {"status": "INFEASIBLE", "message": f"cannot reach the total {n:g}", "fun": None, "time": 0.0}
+        out = floor
+        if up:
+            out[np.argpartition(-frac, up - 1)[:up]] += 1.0
+        return out, {"status": "OPTIMAL", "message": "largest remainder", "fun": float(np.abs(out - x).sum()),
+                     "time": time.perf_counter() - tick, "info": {"method": "largest remainder (total kept)"}}
+    cs = ConstraintSet(constraints.domain, list(constraints.constraints))
+    cs.add(Invariant(Total(constraints.domain), np.array([round(n)], dtype=float), name="total (public in MWEM)"))
+    r = round_to_integers(x, cs)
+    rounding = {"status": getattr(r.status, "name", str(r.status)), "message": r.message, "fun": r.fun,
+                "time": r.time, "info": {"method": r.info.get("method")}}
+    return (r.x if r.success else None), rounding
+
+
+def _algorithm_markdown(report: dict) -> str:
+    """The summary's section on the landed algorithm ("" for the default pipeline)."""
+    alg = report.get("algorithm")
+    if not alg:
+        return ""
+    params = ", ".join(f"{k} = {v}" for k, v in alg["parameters"].items() if k != "marginals")
+    lines = ["", "## Algorithm", "",
+             f"{alg['name']} ({alg['reference']}); {len(alg['parameters']['marginals'])} marginals; {params}.", ""]
+    lines += [f"- {note}" for note in alg["notes"]]
+    return "\n".join(lines) + "\n"
 
 
 # ---- small helpers --------------------------------------------------------------------------------

@@ -50,10 +50,17 @@ DATA_SOURCES = ("example", "file")
 OUTPUT_FORMATS = ("csv", "parquet")
 SUMMARY_FORMATS = ("md", "html")
 CELL_CHOICES = ("all", "nonzero")
+#: Release algorithms: the default measure-and-reconstruct pipeline, or one of the landed algorithms.
+ALGORITHMS = ("measure-and-reconstruct", "barak", "mwem")
+#: Barak et al. consistency methods a release can use (the Theorem 6 "shift" releases marginals
+#: only, without a table, so it is refused here; see dpopt.algorithms.barak).
+BARAK_METHODS = ("linf", "l1", "l2", "entropy")
+MWEM_SELECT = ("query", "block")
 
 #: Allowed keys of every table of a spec (arrays of tables are named by their key).
 SECTION_KEYS: dict[str, tuple[str, ...]] = {
-    "": ("name", "description", "domain", "data", "privacy", "measure", "constraints", "reconstruct", "output"),
+    "": ("name", "description", "algorithm", "domain", "data", "privacy", "measure", "barak", "mwem",
+         "constraints", "reconstruct", "output"),
     "domain": ("builtin", "states", "counties_per_state", "attributes", "json"),
     "data": ("source", "rows", "seed", "path", "format", "count_column"),
     "privacy": ("accounting", "epsilon", "delta", "rho", "seed"),
@@ -64,6 +71,8 @@ SECTION_KEYS: dict[str, tuple[str, ...]] = {
     "constraints.invariants": ("name", "query", *QUERY_PARAMS, "values", "from_data"),
     "constraints.inequalities": ("name", "query", *QUERY_PARAMS, "lower", "upper"),
     "reconstruct": ("objective", "backend", "time_limit"),
+    "barak": ("marginals", "method"),
+    "mwem": ("marginals", "rounds", "select", "repeat_passes"),
     "output": ("dir", "formats", "synthetic", "summary", "plots", "marginals", "cells"),
 }
 
@@ -207,6 +216,37 @@ class ReconstructSpec:
 
 
 @dataclass(frozen=True)
+class AlgorithmSpec:
+    """The release algorithm and its parameters.
+
+    ``marginals`` is an order ``k`` (every ``k``-way marginal) or a tuple of attribute
+    tuples: the marginals Barak et al. release, or MWEM's workload.
+    """
+
+    name: str = "measure-and-reconstruct"
+    marginals: int | tuple[tuple[str, ...], ...] | None = None
+    method: str = "linf"
+    rounds: int = 10
+    select: str = "query"
+    repeat_passes: int = 0
+
+    @property
+    def section(self) -> str:
+        """The spec table holding the parameters (``"barak"`` or ``"mwem"``)."""
+        return self.name
+
+    def describe(self) -> str:
+        marg = (f"every {self.marginals}-way marginal" if isinstance(self.marginals, int)
+                else f"{len(self.marginals or ())} marginals")
+        if self.name == "barak":
+            return f"barak (Fourier coefficients of {marg}; consistency {self.method})"
+        if self.name == "mwem":
+            return (f"mwem (workload: {marg}; {self.rounds} rounds, select {self.select}, "
+                    f"{self.repeat_passes} repeat passes)")
+        return self.name
+
+
+@dataclass(frozen=True)
 class OutputSpec:
     dir: Path | None = None
     formats: tuple[str, ...] = OUTPUT_FORMATS
@@ -245,6 +285,7 @@ class ReleaseSpec:
     reconstruct: ReconstructSpec
     output: OutputSpec
     raw: dict = field(repr=False)
+    algorithm: AlgorithmSpec = field(default_factory=AlgorithmSpec)
     source: Path | None = None
     base_dir: Path = field(default_factory=Path.cwd)
     lines: Mapping[tuple, int] = field(default_factory=dict, repr=False)
@@ -351,14 +392,19 @@ def parse_spec(raw: dict, *, source: Path | None = None, base_dir: Path | None =
     domain = _parse_domain(top.table("domain", required=True))
     data = _parse_data(top.table("data"), domain)
     privacy = _parse_privacy(top.table("privacy", required=True))
-    measures = _parse_measures(top.tables("measure", required=True), privacy)
+    algorithm = _parse_algorithm(top, privacy)
+    if algorithm.name == "measure-and-reconstruct":
+        measures = _parse_measures(top.tables("measure", required=True), privacy)
+    else:
+        measures = ()
     constraints = _parse_constraints(top.table("constraints"), domain)
-    reconstruct = _parse_reconstruct(top.table("reconstruct"))
+    _check_algorithm_constraints(top, algorithm, constraints)
+    reconstruct = _parse_reconstruct(top.table("reconstruct"), algorithm)
     output = _parse_output(top.table("output"), constraints)
     return ReleaseSpec(
         name=name, description=description, domain=domain, data=data, privacy=privacy,
         measures=measures, constraints=constraints, reconstruct=reconstruct, output=output,
-        raw=raw, source=source, base_dir=ctx.base_dir, lines=ctx.lines,
+        raw=raw, algorithm=algorithm, source=source, base_dir=ctx.base_dir, lines=ctx.lines,
     )
 
 
@@ -557,10 +603,77 @@ def _parse_constraints(t: "_Table", domain: DomainSpec) -> ConstraintsSpec:
     )
 
 
-def _parse_reconstruct(t: "_Table") -> ReconstructSpec:
+def _parse_algorithm(top: "_Table", privacy: PrivacySpec) -> AlgorithmSpec:
+    """The ``algorithm`` key and its ``[barak]`` / ``[mwem]`` table (the other one must be absent)."""
+    name = top.str("algorithm", default="measure-and-reconstruct", choices=ALGORITHMS)
+    for section in ("barak", "mwem"):
+        if section in top.raw and section != name:
+            raise top.error((section,), f"[{section}] applies only to algorithm = {section!r} "
+                            f"(this spec runs algorithm = {name!r})")
+    if name == "measure-and-reconstruct":
+        return AlgorithmSpec()
+    if "measure" in top.raw:
+        raise top.error(("measure",), f"[[measure]] does not apply to algorithm = {name!r}: it chooses its own "
+                        f"measurements of the [{name}] marginals with the whole budget; remove the [[measure]] tables")
+    t = top.table(name, required=True)
+    marginals = _parse_marginals(t)
+    if name == "barak":
+        raw_method = t.raw.get("method")
+        if raw_method == "shift":
+            raise t.error(("method",), "method 'shift' (Barak et al. Theorem 6) releases marginals without a "
+                          f"table, which a release publishes; choose one of {list(BARAK_METHODS)}, or call "
+                          "dpopt.algorithms.barak.barak_release(method='shift') from Python")
+        return AlgorithmSpec(name, marginals, method=t.str("method", default="linf", choices=BARAK_METHODS))
+    if privacy.accounting == "approx":
+        raise top.error(("algorithm",), "algorithm = 'mwem' runs under pure DP (accounting = \"pure\") or "
+                        "zCDP (accounting = \"zcdp\"), not accounting = \"approx\"")
+    return AlgorithmSpec(
+        name, marginals,
+        rounds=t.int("rounds", default=10, minimum=1),
+        select=t.str("select", default="query", choices=MWEM_SELECT),
+        repeat_passes=t.int("repeat_passes", default=0, minimum=0),
+    )
+
+
+def _parse_marginals(t: "_Table") -> int | tuple[tuple[str, ...], ...]:
+    """``marginals``: an order k >= 1, or a non-empty list of non-empty attribute lists."""
+    value = t._get("marginals", True, None)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return t.int("marginals", minimum=1)
+    if not isinstance(value, list) or not value:
+        raise t.error(("marginals",), "must be an order k (integer >= 1) or a non-empty list of attribute "
+                      f"lists such as [[\"a\", \"b\"], [\"c\"]], got {_type_name(value)} {value!r}")
+    out = []
+    for i, attrs in enumerate(value):
+        if not isinstance(attrs, list) or not attrs or not all(isinstance(a, str) for a in attrs):
+            raise t.error(("marginals", i), f"must be a non-empty list of attribute names, got {attrs!r}")
+        if len(set(attrs)) != len(attrs):
+            raise t.error(("marginals", i), f"names an attribute twice: {attrs}")
+        out.append(tuple(attrs))
+    return tuple(out)
+
+
+def _check_algorithm_constraints(top: "_Table", algorithm: AlgorithmSpec, constraints: ConstraintsSpec) -> None:
+    """MWEM keeps structural zeros, hierarchies and invariants, but has no way to impose inequalities."""
+    if algorithm.name == "mwem" and constraints.inequalities:
+        raise top.error(("constraints", "inequalities"), "algorithm = 'mwem' keeps structural zeros, hierarchies "
+                        "and invariants but cannot impose inequalities; remove them or use another algorithm")
+
+
+def _parse_reconstruct(t: "_Table", algorithm: AlgorithmSpec | None = None) -> ReconstructSpec:
     from dpopt.estimate import BACKENDS_FOR, installed_backends
 
-    objective = t.str("objective", default="l2", choices=OBJECTIVES)
+    name = algorithm.name if algorithm is not None else "measure-and-reconstruct"
+    if name == "mwem" and t.raw:
+        key = next(iter(t.raw))
+        raise t.error((key,), "[reconstruct] does not apply to algorithm = 'mwem' (multiplicative weights "
+                      "reconstruct as they measure); set its parameters under [mwem]")
+    if name == "barak":
+        if "objective" in t.raw:
+            raise t.error(("objective",), "does not apply to algorithm = 'barak'; set [barak] method instead")
+        objective = algorithm.method
+    else:
+        objective = t.str("objective", default="l2", choices=OBJECTIVES)
     backend = t.str("backend", default=None)
     if backend is not None:
         fits = BACKENDS_FOR[objective]

@@ -73,12 +73,13 @@ def test_every_builtin_spec_loads_and_plans_without_data(path):
     spec = load_spec(path)
     data = None
     if spec.data.source == "file" and spec.data.path is None:
-        candidate = SHARED / f"{spec.name}.csv"
+        candidate = SHARED / f"{spec.name.split('_')[0]}.csv"  # czech_barak reads czech.csv
         if not candidate.is_file():
             pytest.skip(f"{candidate} is not available")
         data = candidate
     p = plan(spec, data=data)
-    assert sum(m.share for m in p.measures) == 1
+    if p.measures:  # algorithm specs (barak, mwem) spend the budget themselves
+        assert sum(m.share for m in p.measures) == 1
     assert p.describe().startswith(f"release {spec.name!r}")
 
 
