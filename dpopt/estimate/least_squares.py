@@ -24,7 +24,6 @@ from dpopt.estimate.form import LeastSquaresForm, ProgramForm
 from dpopt.estimate.problem import ConsistencyProblem
 from dpopt.estimate.result import Result, from_outcome, make_result
 from dpopt.estimate.status import Status
-from dpopt.model.queries import Marginal, MarginalWorkload
 
 #: Above this many stacked non-zeros the bounded least-squares path goes matrix-free.
 MATRIX_FREE_NNZ = 3_000_000
@@ -139,8 +138,9 @@ def _square_system(A: sp.csc_matrix, b: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 def _columns(problem, cells) -> sp.csc_matrix:
-    if all(type(m.query) is Marginal for m in problem.noisy):
-        return MarginalWorkload(problem.domain, [m.query.attrs for m in problem.noisy]).columns(cells)
+    workload = problem.marginal_workload()
+    if workload is not None:
+        return workload.columns(cells)
     return sp.vstack([m.query.columns(cells) for m in problem.noisy]).tocsc()
 
 

@@ -9,13 +9,15 @@ inequalities, and whose cell columns are the domain's cells. A basic optimum has
 as many non-zero cells as rows, so on large domains the LP is solved over a growing set
 of cells (column generation, Gilmore–Gomory): solve the restricted master, price every
 cell at once with one ``Q^T`` product of the master's duals, add the cells with negative
-reduced cost, repeat until none is left. Elastic slacks with a large cost keep the
+reduced cost, repeat until none is left. With HiGHS the master stays loaded between rounds
+and each round's simplex starts from the previous optimal basis. Elastic slacks with a large cost keep the
 restricted masters feasible; if any is still positive at the end the constraints are
 infeasible and the problem is re-solved in full to name the conflicting constraints.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -23,6 +25,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from dpopt.estimate.backends import get_backend
+from dpopt.estimate.backends.highs import IncrementalLP
 from dpopt.estimate.form import ProgramForm
 from dpopt.estimate.problem import ConsistencyProblem
 from dpopt.estimate.result import Result, from_outcome, make_result
@@ -51,9 +54,16 @@ def solve_linear(
     *,
     column_generation: bool | None = None,
     max_rounds: int = 500,
+    warm_start: bool = True,
+    batch_fraction: float = 0.05,
     **options,
 ) -> Result:
-    """Solve the L1 or L-infinity problem; see the module notes."""
+    """Solve the L1 or L-infinity problem; see the module notes.
+
+    ``column_generation`` forces or forbids it (default: on large problems); ``warm_start``
+    keeps the master loaded in HiGHS between rounds; ``batch_fraction`` of the row count is
+    how many cells start the master and how many the most negative reduced costs add per round.
+    """
     start = time.perf_counter()
     engine = get_backend(backend or "highs")
     free = problem.free_cells()
@@ -68,17 +78,27 @@ def solve_linear(
         return from_outcome(outcome, x, objective=problem.objective, problem=problem,
                             time=time.perf_counter() - start, info=lp.info(free.size, rounds=1))
 
-    cols = lp.initial_columns(free)
+    cols = lp.initial_columns(free, max(50, int(lp.num_rows * batch_fraction)))
     is_free_cell = np.zeros(problem.num_cells, dtype=bool)
     is_free_cell[free] = True
+    session = None
+    if warm_start and engine.name == "highs" and not options:
+        # The master stays loaded in HiGHS; each round continues from the last basis.
+        session = IncrementalLP(lp.form(cols, lower[cols], upper[cols], elastic=True))
+    positions = np.arange(cols.size)  # where each cell column sits among the session's variables
     total_iterations = 0
     for rounds in range(1, max_rounds + 1):
         remaining = None if time_limit is None else max(1e-3, time_limit - (time.perf_counter() - start))
-        outcome = engine.solve(lp.form(cols, lower[cols], upper[cols], elastic=True), time_limit=remaining, **options)
+        if session is None:
+            outcome = engine.solve(lp.form(cols, lower[cols], upper[cols], elastic=True), time_limit=remaining, **options)
+            values = outcome.x
+        else:
+            outcome = session.solve(remaining)
+            values = None if outcome.x is None else lp.reorder(outcome.x, positions)
         solved = cols  # the columns of the master just solved (cols grows below)
         total_iterations += outcome.iterations or 0
         if not outcome.success:
-            x = lp.cells(outcome.x, cols) if outcome.x is not None else None
+            x = lp.cells(values, cols) if values is not None else None
             return from_outcome(outcome, x, objective=problem.objective, problem=problem,
                                 time=time.perf_counter() - start, nit=total_iterations,
                                 info=lp.info(cols.size, rounds=rounds))
@@ -90,13 +110,22 @@ def solve_linear(
         enter = _entering(reduced, lower, upper, lp.cost_scale)
         if enter.size == 0:
             break
-        cols = np.union1d(cols, enter[: max(50, lp.num_rows // 8)])
+        enter = np.sort(enter[: max(50, int(lp.num_rows * batch_fraction))])
+        if session is not None:
+            session.add_columns(np.zeros(enter.size), lower[enter], upper[enter], lp.cell_matrix(enter))
+            positions = np.concatenate([positions, session.num_vars - enter.size + np.arange(enter.size)])
+            merged = np.concatenate([cols, enter])
+            order = np.argsort(merged, kind="stable")
+            cols, positions = merged[order], positions[order]
+        else:
+            cols = np.union1d(cols, enter)
     else:
-        x = lp.cells(outcome.x, solved)
+        x = lp.cells(values, solved)
         return make_result(Status.ITERATION_LIMIT, x, message=f"column generation stopped after {max_rounds} rounds",
                            fun=outcome.objective, objective=problem.objective, backend=outcome.backend,
                            solver=outcome.solver, time=time.perf_counter() - start, nit=total_iterations,
                            problem=problem, info=lp.info(solved.size, rounds=max_rounds), incumbent=True)
+    outcome = dataclasses.replace(outcome, x=values)
     slack = lp.elastic_total(outcome.x, cols.size)
     if slack > 1e-7 * max(1.0, lp.rhs_scale):
         # The constraints themselves cannot hold: solve in full to have the conflicts named.
@@ -133,7 +162,11 @@ class _LinearProgram:
         # Row blocks in order: measurement rows (twice for L-inf), invariants, inequalities.
         self.blocks: list[_RowBlock] = []
         offset = 0
-        for m in problem.noisy:
+        stacked = problem.marginal_workload()
+        if stacked is not None:  # one operator for all measured marginals: one transform per product
+            w = self.weights
+            self.blocks.append(_RowBlock(stacked, w if self.objective == "linf" else np.ones_like(w), "measurements"))
+        for m in problem.noisy if stacked is None else ():
             w = self.weights[offset : offset + m.query.num_rows]
             offset += m.query.num_rows
             self.blocks.append(_RowBlock(m.query, w if self.objective == "linf" else np.ones_like(w), f"measurement:{m.label}"))
@@ -221,6 +254,12 @@ class _LinearProgram:
             upper=np.concatenate(his),
         )
 
+    def reorder(self, v: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        """A session's variables (cells in arrival order among the extras) in form order."""
+        is_cell = np.zeros(v.size, dtype=bool)
+        is_cell[positions] = True
+        return np.concatenate([v[positions], v[~is_cell]])
+
     def cells(self, v: np.ndarray, cols: np.ndarray) -> np.ndarray:
         x = np.zeros(self.problem.num_cells)
         x[cols] = v[: cols.size]
@@ -240,15 +279,15 @@ class _LinearProgram:
             offset += m
         return out
 
-    def initial_columns(self, free: np.ndarray) -> np.ndarray:
-        """Cells most supported by the measurements (largest ``Q^T (w y)``), as many as rows."""
+    def initial_columns(self, free: np.ndarray, count: int) -> np.ndarray:
+        """The ``count`` cells most supported by the measurements (largest ``Q^T (w y)``)."""
         score = np.zeros(self.problem.num_cells)
         offset = 0
         for m in self.problem.noisy:
             rows = m.query.num_rows
             score += m.query.rmatvec(self.weights[offset : offset + rows] * np.maximum(self.y[offset : offset + rows], 0))
             offset += rows
-        count = min(free.size, max(50, self.num_rows // 8))
+        count = min(free.size, count)
         order = free[np.argsort(-score[free], kind="stable")]
         return np.sort(order[:count])
 

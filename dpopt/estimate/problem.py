@@ -109,10 +109,9 @@ class ConsistencyProblem:
         A workload made only of marginals runs as one :class:`MarginalWorkload` (all
         marginals from one Walsh–Hadamard transform on binary domains).
         """
-        if self.noisy and all(type(m.query) is Marginal for m in self.noisy):
-            if getattr(self, "_workload", None) is None:  # built once: it precomputes index tables
-                self._workload = MarginalWorkload(self.domain, [m.query.attrs for m in self.noisy])
-            return self._workload.as_linear_operator()
+        workload = self.marginal_workload()
+        if workload is not None:
+            return workload.as_linear_operator()
         sizes = [m.query.num_rows for m in self.noisy]
         splits = np.cumsum(sizes)[:-1]
         n = self.num_cells
@@ -129,6 +128,14 @@ class ConsistencyProblem:
             return out
 
         return LinearOperator((sum(sizes), n), matvec=matvec, rmatvec=rmatvec, dtype=np.float64)
+
+    def marginal_workload(self) -> MarginalWorkload | None:
+        """All measured rows as one :class:`MarginalWorkload` when every query is a marginal."""
+        if not self.noisy or not all(type(m.query) is Marginal for m in self.noisy):
+            return None
+        if getattr(self, "_workload", None) is None:  # built once: it precomputes index tables
+            self._workload = MarginalWorkload(self.domain, [m.query.attrs for m in self.noisy])
+        return self._workload
 
     def nnz_estimate(self) -> int:
         """Non-zeros of the stacked matrix, from the column norms (no matrix is built)."""
