@@ -174,6 +174,9 @@ def test_column_generation_equals_full_lp(rng):
         cg = reconstruct(ms, cs, objective, column_generation=True)
         assert full.success and cg.success
         assert cg.info["column_generation"] and cg.info["cell_columns"] < dom.size
+        assert "warm-started" in cg.solver
+        cold = reconstruct(ms, cs, objective, column_generation=True, warm_start=False)
+        assert cold.success and cold.fun == pytest.approx(full.fun, rel=1e-6, abs=1e-7)
         capped = reconstruct(ms, cs, objective, column_generation=True, max_rounds=1)
         assert capped.status is Status.ITERATION_LIMIT and not capped.success and capped.incumbent
         assert capped.x.shape == (dom.size,) and capped.fun >= full.fun - 1e-9
