@@ -128,11 +128,26 @@ def solve_entropy(
                            solver="multiplicative weights", time=time.perf_counter() - start, nit=passes,
                            problem=problem, info={"total": total, "passes": passes})
     fun = _loss(problem, x)
+    info = {"total": total, "passes": passes}
+    if not invariants:
+        info["duality_gap"] = _simplex_gap(problem, x, free)
     return make_result(
         status, x, message=message, fun=fun, objective="entropy", backend="mw",
         solver="multiplicative weights", time=time.perf_counter() - start, nit=passes, problem=problem,
-        info={"total": total, "passes": passes}, incumbent=status is not Status.OPTIMAL,
+        info=info, incumbent=status is not Status.OPTIMAL,
     )
+
+
+def _simplex_gap(problem: ConsistencyProblem, x: np.ndarray, free: np.ndarray) -> float:
+    """Frank–Wolfe gap ``<g, x> - N min_j g_j`` of the loss over ``{x >= 0, sum x = N}``.
+
+    For a convex loss it bounds ``loss(x) - min loss`` over that set from above, so it
+    says how far an unconverged run is from the best fit with this total.
+    """
+    gradient = np.zeros(problem.num_cells)
+    for m in problem.noisy:
+        gradient += m.query.rmatvec(2.0 * m.residuals(x) / m.variance)
+    return float(gradient @ x - x.sum() * gradient[free].min())
 
 
 def _multiply(x: np.ndarray, exponent: np.ndarray, rescaled: bool) -> np.ndarray:

@@ -45,6 +45,8 @@ def report(name: str, res, seconds: float, truth: np.ndarray) -> None:
     err = np.abs(res.x - truth).sum() / truth.sum() if res.x is not None else float("nan")
     print(f"  {name:<34} {seconds:7.2f} s  status={res.status.name:<15} backend={res.backend:<6} "
           f"nit={res.nit!s:<6} L1 error/N={err:.4f}  max violation={res.max_violation}")
+    if "duality_gap" in res.info:
+        print(f"    Frank-Wolfe gap {res.info['duality_gap']:.4g} (objective {res.fun:.6g}): an upper bound on the distance to the optimum")
 
 
 def main() -> None:
