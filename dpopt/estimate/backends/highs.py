@@ -225,7 +225,8 @@ class IncrementalLP:
     def solve(self, time_limit: float | None = None) -> SolveOutcome:
         h = self._h
         if time_limit is not None:
-            h.setOptionValue("time_limit", float(time_limit))
+            # HiGHS measures its time limit on a clock that keeps running across runs.
+            h.setOptionValue("time_limit", h.getRunTime() + float(time_limit))
         start = time.perf_counter()
         h.run()
         h.setOptionValue("solver", "simplex")
