@@ -149,7 +149,6 @@ class ConsistencyProblem:
     def total_estimate(self) -> float:
         """The table's total: an invariant if one fixes it, else an inverse-variance
         combination of the totals implied by measurements whose rows partition the cells."""
-        ones = np.ones(self.num_cells)
         for inv in self.constraints.invariants:
             coverage = inv.query.rmatvec(np.ones(inv.query.num_rows))
             if np.allclose(coverage, 1.0):
@@ -165,5 +164,4 @@ class ConsistencyProblem:
                 "the entropy objective needs the table's total: declare an invariant on the total "
                 "or measure a query whose rows cover every cell equally (a marginal or the total)"
             )
-        del ones
         return float(np.average(estimates, weights=weights))

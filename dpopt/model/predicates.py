@@ -34,7 +34,7 @@ from __future__ import annotations
 import ast
 import keyword
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Callable, ClassVar, Mapping
 
 import numpy as np
 
@@ -129,8 +129,12 @@ class _Test(_Node):
 
 
 @dataclass(frozen=True)
-class _And(_Node):
+class _Junction(_Node):
+    """Children joined by one logical operator (``and`` / ``or``)."""
+
     children: tuple[_Node, ...]
+    word: ClassVar[str]
+    combine_two: ClassVar[Callable[[np.ndarray, np.ndarray], np.ndarray]]
 
     def names(self) -> list[str]:
         return [a for c in self.children for a in c.names()]
@@ -138,28 +142,25 @@ class _And(_Node):
     def combine(self, leaf: Callable[[_Test], np.ndarray]) -> np.ndarray:
         out = self.children[0].combine(leaf)
         for c in self.children[1:]:
-            out = np.logical_and(out, c.combine(leaf))
+            out = type(self).combine_two(out, c.combine(leaf))
         return out
 
     def text(self) -> str:
-        return " and ".join(f"({c.text()})" if isinstance(c, _Or) else c.text() for c in self.children)
+        # "and" binds tighter than "or": an "or" inside an "and" needs parentheses.
+        parts = (f"({c.text()})" if self.word == "and" and isinstance(c, _Or) else c.text() for c in self.children)
+        return f" {self.word} ".join(parts)
 
 
 @dataclass(frozen=True)
-class _Or(_Node):
-    children: tuple[_Node, ...]
+class _And(_Junction):
+    word: ClassVar[str] = "and"
+    combine_two = np.logical_and
 
-    def names(self) -> list[str]:
-        return [a for c in self.children for a in c.names()]
 
-    def combine(self, leaf: Callable[[_Test], np.ndarray]) -> np.ndarray:
-        out = self.children[0].combine(leaf)
-        for c in self.children[1:]:
-            out = np.logical_or(out, c.combine(leaf))
-        return out
-
-    def text(self) -> str:
-        return " or ".join(c.text() for c in self.children)
+@dataclass(frozen=True)
+class _Or(_Junction):
+    word: ClassVar[str] = "or"
+    combine_two = np.logical_or
 
 
 @dataclass(frozen=True)

@@ -78,20 +78,10 @@ def laplace_mechanism(
     scale_units = sensitivity / (eps * grid)  # scale in grid units, exact rational
     cost = PrivacyCost.pure(eps)
     accountant.charge(cost, label, detail=f"discrete Laplace, L1 sensitivity {float(sensitivity):g}")
-    rng = rng or make_random()
-    noise = discrete_laplace(scale_units, true.shape[0], rng)
-    values = (np.round(true / float(grid)) + noise) * float(grid)
-    variance = discrete_laplace_variance(scale_units) * float(grid) ** 2
-    return Measurement(
-        query,
-        values,
-        "discrete_laplace",
-        float(scale_units * grid),
-        variance,
-        cost,
-        label,
-        {"mechanism": "laplace", "sensitivity_l1": float(sensitivity), "grid": float(grid),
-         "epsilon": str(eps), "random": rng.description},
+    return _on_grid_with_noise(
+        query, true, grid, discrete_laplace, scale_units, "discrete_laplace", float(scale_units * grid),
+        discrete_laplace_variance(scale_units), cost, label, rng,
+        {"mechanism": "laplace", "sensitivity_l1": float(sensitivity), "epsilon": str(eps)},
     )
 
 
@@ -131,20 +121,10 @@ def gaussian_mechanism(
     grid, sens_sq = _grid_and_sensitivity(query, true, p=2)
     sigma2_units = sens_sq / (2 * r * grid * grid)
     accountant.charge(cost, label, detail=f"discrete Gaussian, squared L2 sensitivity {float(sens_sq):g}")
-    rng = rng or make_random()
-    noise = discrete_gaussian(sigma2_units, true.shape[0], rng)
-    values = (np.round(true / float(grid)) + noise) * float(grid)
-    variance = discrete_gaussian_variance(sigma2_units) * float(grid) ** 2
-    return Measurement(
-        query,
-        values,
-        "discrete_gaussian",
-        math.sqrt(float(sigma2_units)) * float(grid),
-        variance,
-        cost,
-        label,
-        {"mechanism": "gaussian", "sensitivity_l2_squared": float(sens_sq), "grid": float(grid),
-         "rho": str(r), "random": rng.description},
+    return _on_grid_with_noise(
+        query, true, grid, discrete_gaussian, sigma2_units, "discrete_gaussian",
+        math.sqrt(float(sigma2_units)) * float(grid), discrete_gaussian_variance(sigma2_units), cost, label, rng,
+        {"mechanism": "gaussian", "sensitivity_l2_squared": float(sens_sq), "rho": str(r)},
     )
 
 
@@ -166,14 +146,8 @@ def exponential_mechanism(
     ``exp(-gamma_i)`` (rejection sampling, vectorised in batches). Scores in the millions
     are fine: only differences to the best score enter.
     """
-    u = np.asarray(scores, dtype=np.float64).ravel()
-    if u.size == 0:
-        raise QueryError("the exponential mechanism needs at least one candidate")
-    if not np.isfinite(u).all():
-        raise QueryError("exponential mechanism scores must be finite")
+    u, delta_u, h = _scores_on_grid(scores, sensitivity, "the exponential mechanism")
     eps = _positive(epsilon, "epsilon")
-    delta_u = _positive(sensitivity, "sensitivity")
-    h = Fraction(2) ** math.floor(math.log2(float(delta_u) * GRID_RELATIVE))
     steps = np.floor((u.max() - u) / float(h)).astype(np.int64)  # (q_max - q_i) / h, exact ints
     # gamma_i = eps * steps_i * h / (2 (Delta + h)) = steps_i * coef, coef exact rational
     coef = eps * h / (2 * (delta_u + h))
@@ -198,12 +172,8 @@ def report_noisy_max(
     same direction between neighbours, ``monotone=True``). Scores are floored to a public
     grid as in :func:`exponential_mechanism`; ties go to the lowest index.
     """
-    u = np.asarray(scores, dtype=np.float64).ravel()
-    if u.size == 0 or not np.isfinite(u).all():
-        raise QueryError("report-noisy-max needs at least one candidate and finite scores")
+    u, delta_u, h = _scores_on_grid(scores, sensitivity, "report-noisy-max")
     eps = _positive(epsilon, "epsilon")
-    delta_u = _positive(sensitivity, "sensitivity")
-    h = Fraction(2) ** math.floor(math.log2(float(delta_u) * GRID_RELATIVE))
     steps = np.floor((u - u.max()) / float(h)).astype(np.int64)
     scale_units = (1 if monotone else 2) * (delta_u + h) / (eps * h)
     accountant.charge(PrivacyCost.pure(eps), label, detail=f"report noisy max over {u.size} candidates")
@@ -213,6 +183,27 @@ def report_noisy_max(
 
 
 # ---- helpers ------------------------------------------------------------------------
+def _on_grid_with_noise(query, true, grid, sampler, parameter, family, scale, variance_units, cost, label, rng, info):
+    """Snap the true answers to the grid, add integer noise in grid units (after the charge)."""
+    rng = rng or make_random()
+    g = float(grid)
+    noise = sampler(parameter, true.shape[0], rng)
+    values = (np.round(true / g) + noise) * g
+    return Measurement(query, values, family, scale, variance_units * g**2, cost, label,
+                       {**info, "grid": g, "random": rng.description})
+
+
+def _scores_on_grid(scores, sensitivity, who: str) -> tuple[np.ndarray, Fraction, Fraction]:
+    """Validated scores, their sensitivity, and the public power-of-two grid ``h`` they go on."""
+    u = np.asarray(scores, dtype=np.float64).ravel()
+    if u.size == 0:
+        raise QueryError(f"{who} needs at least one candidate")
+    if not np.isfinite(u).all():
+        raise QueryError(f"{who}: scores must be finite")
+    delta_u = _positive(sensitivity, "sensitivity")
+    return u, delta_u, Fraction(2) ** math.floor(math.log2(float(delta_u) * GRID_RELATIVE))
+
+
 def _exact_exponential_draw(steps: np.ndarray, coef: Fraction, rng: RandomSource) -> int:
     """Propose uniformly, accept with probability exp(-steps_i * coef); batches of proposals."""
     n = steps.size

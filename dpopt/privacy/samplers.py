@@ -170,16 +170,8 @@ def discrete_laplace(
     -------
     numpy.ndarray of int64, or (array, SamplerInfo) with ``return_info``.
     """
-    requested = _as_positive_rational(scale, "scale", MAX_LAPLACE_SCALE)
-    used = _round_up(requested, max_denominator)
-    shape, n = _as_shape(size)
-    rng = _check_rng(rng)
-    trace = _Trace()
-    draws = _laplace(used.numerator, used.denominator, n, rng, trace)
-    out = _to_int64(draws).reshape(shape)
-    if not return_info:
-        return out
-    return out, _info("discrete_laplace", "scale", requested, used, trace, rng)
+    return _sample("discrete_laplace", "scale", scale, MAX_LAPLACE_SCALE, _laplace, size, rng,
+                   max_denominator, return_info)
 
 
 def discrete_gaussian(
@@ -217,16 +209,22 @@ def discrete_gaussian(
     -------
     numpy.ndarray of int64, or (array, SamplerInfo) with ``return_info``.
     """
-    requested = _as_positive_rational(sigma2, "sigma2", MAX_GAUSSIAN_SIGMA2)
+    return _sample("discrete_gaussian", "sigma2", sigma2, MAX_GAUSSIAN_SIGMA2, _gaussian, size, rng,
+                   max_denominator, return_info)
+
+
+def _sample(family, parameter, value, limit, algorithm, size, rng, max_denominator, return_info):
+    """Validate the parameter, round it up if asked, run ``algorithm`` on its numerator and
+    denominator, and shape the int64 draws (with a :class:`SamplerInfo` if asked)."""
+    requested = _as_positive_rational(value, parameter, limit)
     used = _round_up(requested, max_denominator)
     shape, n = _as_shape(size)
     rng = _check_rng(rng)
     trace = _Trace()
-    draws = _gaussian(used.numerator, used.denominator, n, rng, trace)
-    out = _to_int64(draws).reshape(shape)
+    out = _to_int64(algorithm(used.numerator, used.denominator, n, rng, trace)).reshape(shape)
     if not return_info:
         return out
-    return out, _info("discrete_gaussian", "sigma2", requested, used, trace, rng)
+    return out, _info(family, parameter, requested, used, trace, rng)
 
 
 # ---- Algorithm 1: Bernoulli(exp(-γ)) -------------------------------------------------------

@@ -12,6 +12,7 @@ attaches the conflicting constraint groups.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 import time
 from abc import ABC, abstractmethod
@@ -52,6 +53,15 @@ class SolveSettings:
 
     def option(self, name: str, default: Any = None) -> Any:
         return self.options.get(name, default)
+
+
+def importable(module: str) -> bool:
+    """True when ``module`` imports (an adapter's solver is installed)."""
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
 
 
 def _positive(name: str, value: Any, backend: str) -> float | None:

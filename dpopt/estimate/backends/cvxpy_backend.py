@@ -22,7 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from dpopt.errors import SolverError
-from dpopt.estimate.backends.base import DEFAULT_MIP_GAP, Backend, SolveSettings
+from dpopt.estimate.backends.base import DEFAULT_MIP_GAP, Backend, SolveSettings, importable
 from dpopt.estimate.form import ProgramForm
 from dpopt.estimate.status import SolveOutcome, Status
 
@@ -80,11 +80,7 @@ class CvxpyBackend(Backend):
 
     @classmethod
     def is_installed(cls) -> bool:
-        try:
-            import cvxpy  # noqa: F401
-        except ImportError:
-            return False
-        return True
+        return importable("cvxpy")
 
     @staticmethod
     def installed_solvers() -> list[str]:

@@ -20,7 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from dpopt.errors import SolverError
-from dpopt.estimate.backends.base import DEFAULT_MIP_GAP, Backend, SolveSettings
+from dpopt.estimate.backends.base import DEFAULT_MIP_GAP, Backend, SolveSettings, importable
 from dpopt.estimate.form import ProgramForm
 from dpopt.estimate.status import SolveOutcome, Status
 
@@ -84,11 +84,7 @@ class HighsBackend(Backend):
 
     @classmethod
     def is_installed(cls) -> bool:
-        try:
-            import highspy  # noqa: F401
-        except ImportError:
-            return False
-        return True
+        return importable("highspy")
 
     def _check_options(self, form, settings: SolveSettings) -> None:
         super()._check_options(form, settings)

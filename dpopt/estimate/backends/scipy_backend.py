@@ -18,7 +18,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from dpopt.errors import SolverError
-from dpopt.estimate.backends.base import DEFAULT_MIP_GAP, Backend, SolveSettings
+from dpopt.estimate.backends.base import DEFAULT_MIP_GAP, Backend, SolveSettings, importable
 from dpopt.estimate.backends.highs import IPM_MIN_VARS, HighsBackend
 from dpopt.estimate.backends.least_squares import LSQ_METHODS, solve_least_squares
 from dpopt.estimate.form import LeastSquaresForm, ProgramForm
@@ -67,11 +67,7 @@ class ScipyBackend(Backend):
 
     @classmethod
     def is_installed(cls) -> bool:
-        try:
-            import scipy.optimize  # noqa: F401
-        except ImportError:
-            return False
-        return True
+        return importable("scipy.optimize")
 
     def _check_options(self, form, settings: SolveSettings) -> None:
         super()._check_options(form, settings)
