@@ -26,7 +26,7 @@ from dpopt.errors import DpoptError, SolverError
 from dpopt.estimate.form import LeastSquaresForm, ProgramForm
 from dpopt.estimate.status import SolveOutcome, Status
 
-__all__ = ["Backend", "SolveSettings", "CONFLICT_ROW_LIMIT", "DEFAULT_MIP_GAP"]
+__all__ = ["Backend", "SolveSettings", "CONFLICT_ROW_LIMIT", "DEFAULT_MIP_GAP", "importable"]
 
 #: Largest number of rows for which an infeasible solve looks for conflicting groups.
 CONFLICT_ROW_LIMIT = 20_000
