@@ -677,7 +677,7 @@ def _parse_reconstruct(t: "_Table", algorithm: AlgorithmSpec | None = None) -> R
     backend = t.str("backend", default=None)
     if backend is not None:
         fits = BACKENDS_FOR[objective]
-        installed = [b for b in fits if b == "mw" or b in installed_backends()]
+        installed = [b for b in fits if b in ("exact", "mw") or b in installed_backends()]
         if backend not in installed:
             why = "is not installed" if backend in fits else f"is not a backend for objective {objective!r}"
             raise t.error(("backend",), f"backend {backend!r} {why}; installed backends for {objective!r}: "

@@ -24,9 +24,8 @@ from dpopt.privacy.mechanisms import laplace_mechanism
 from dpopt.privacy.randomness import make_random
 
 
-#: Per-objective settings: a backend for L2 (the QP solver is fast on this size) and more
-#: multiplicative-weights passes for entropy.
-OPTIONS = {"l2": {"backend": "cvxpy"}, "entropy": {"max_passes": 20_000}}
+#: Per-objective settings: a backend for L2 (the QP solver is fast on this size).
+OPTIONS = {"l2": {"backend": "cvxpy"}}
 
 
 def main() -> None:

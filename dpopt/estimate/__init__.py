@@ -36,7 +36,7 @@ BACKENDS_FOR = {
     "l2": ("cvxpy", "scipy", "highs"),  # default: cvxpy, or scipy when too large for a matrix
     "l1": ("highs", "scipy", "cvxpy", "pulp"),
     "linf": ("highs", "scipy", "cvxpy", "pulp"),
-    "entropy": ("mw",),
+    "entropy": ("exact", "mw"),
 }
 
 
@@ -85,7 +85,7 @@ def reconstruct(
             f"backend {backend!r} does not solve the {objective!r} objective; use one of {list(allowed)} "
             f"(installed: {installed_backends()})"
         )
-    if backend is not None and backend != "mw":
+    if backend is not None and backend not in ("exact", "mw"):
         get_backend(backend)  # raises, listing what is installed, when it is missing
     problem.constraints.check()
     if objective == "l2":

@@ -27,11 +27,15 @@ import time
 import numpy as np
 
 from dpopt.errors import SolverError
+from dpopt.estimate.max_entropy import exact_entropy_applies, simplex_gap, solve_max_entropy
 from dpopt.estimate.problem import ConsistencyProblem
 from dpopt.estimate.result import Result, make_result
 from dpopt.estimate.status import Status
 
 ENTROPY_OPTIONS = ("max_passes", "tol", "ipf_sweeps", "initial", "simultaneous")
+#: The entropy objective's solvers: the exact two-stage method (:mod:`dpopt.estimate.max_entropy`)
+#: and multiplicative weights (this module).
+ENTROPY_BACKENDS = ("exact", "mw")
 #: Largest multiple of the paper's step the adaptive schedule may reach.
 MAX_BOOST = 64.0
 
@@ -41,28 +45,50 @@ def solve_entropy(
     backend: str | None = None,
     time_limit: float | None = None,
     *,
-    max_passes: int = 1000,
-    tol: float = 1e-6,
-    ipf_sweeps: int = 10,
     initial: np.ndarray | None = None,
-    simultaneous: bool | None = None,
     **options,
 ) -> Result:
-    """Entropy projection by multiplicative weights; see the module notes.
+    """The entropy objective: the maximum-entropy table among the best fits with total ``N``.
+
+    Backends: ``"exact"`` (the default where it applies: non-negative tables without
+    inequalities) computes it in two convex stages, a least-squares fit and an
+    exponential-cone program on the optimal face (:mod:`dpopt.estimate.max_entropy`);
+    ``"mw"`` runs multiplicative weights from the uniform table (this module's notes),
+    which approaches the same point, only sublinearly near the boundary, and takes the
+    options ``max_passes``, ``tol``, ``ipf_sweeps``, ``initial`` and ``simultaneous``
+    (passing one of them selects ``"mw"`` when no backend is named).
 
     ``simultaneous`` makes each pass one update with the summed gradient of every
     measurement (one product with the stacked operator, which for a marginal workload is
     one Walsh–Hadamard transform) instead of one update per measurement in turn; the
     default chooses it for problems with more than 50 measurements over 10^4 cells.
     """
-    if backend not in (None, "mw"):
-        raise SolverError(f"the entropy objective is solved by the 'mw' backend, not {backend!r}")
-    if options:
-        raise SolverError(f"unknown options {sorted(options)} for the 'mw' backend; accepted: {list(ENTROPY_OPTIONS)}")
+    if backend not in (None, *ENTROPY_BACKENDS):
+        raise SolverError(f"the entropy objective is solved by one of the backends {list(ENTROPY_BACKENDS)}, not {backend!r}")
+    unknown = sorted(set(options) - {"max_passes", "tol", "ipf_sweeps", "simultaneous", "face_tol"})
+    if unknown:
+        raise SolverError(f"unknown options {unknown} for the entropy objective; accepted: {list(ENTROPY_OPTIONS)} "
+                          "(backend 'mw') and ['face_tol', 'initial'] (backend 'exact')")
+    mw_options = {k: options.pop(k) for k in ("max_passes", "tol", "ipf_sweeps", "simultaneous") if k in options}
     start = time.perf_counter()
     total = problem.total_estimate()
     if total <= 0:
         raise SolverError(f"the entropy objective needs a positive total, the measurements imply {total:g}")
+    if backend is None:
+        backend = "exact" if exact_entropy_applies(problem) and not mw_options else "mw"
+    if backend == "exact":
+        if mw_options:
+            raise SolverError(f"options {sorted(mw_options)} belong to the 'mw' backend, not 'exact'")
+        if not exact_entropy_applies(problem):
+            raise SolverError("the 'exact' entropy backend needs non-negativity, at least one noisy measurement "
+                              "and no linear inequalities; use backend 'mw'")
+        return solve_max_entropy(problem, total, time_limit, prior=initial, **options)
+    if options:
+        raise SolverError(f"option(s) {sorted(options)} belong to the 'exact' backend, not 'mw'")
+    max_passes = int(mw_options.get("max_passes", 1000))
+    tol = float(mw_options.get("tol", 1e-6))
+    ipf_sweeps = int(mw_options.get("ipf_sweeps", 10))
+    simultaneous = mw_options.get("simultaneous")
     free = problem.free_cells()
     x = np.zeros(problem.num_cells)
     if initial is None:
@@ -130,24 +156,12 @@ def solve_entropy(
     fun = _loss(problem, x)
     info = {"total": total, "passes": passes}
     if not invariants:
-        info["duality_gap"] = _simplex_gap(problem, x, free)
+        info["duality_gap"] = simplex_gap(problem, x, free)
     return make_result(
         status, x, message=message, fun=fun, objective="entropy", backend="mw",
         solver="multiplicative weights", time=time.perf_counter() - start, nit=passes, problem=problem,
         info=info, incumbent=status is not Status.OPTIMAL,
     )
-
-
-def _simplex_gap(problem: ConsistencyProblem, x: np.ndarray, free: np.ndarray) -> float:
-    """Frank–Wolfe gap ``<g, x> - N min_j g_j`` of the loss over ``{x >= 0, sum x = N}``.
-
-    For a convex loss it bounds ``loss(x) - min loss`` over that set from above, so it
-    says how far an unconverged run is from the best fit with this total.
-    """
-    gradient = np.zeros(problem.num_cells)
-    for m in problem.noisy:
-        gradient += m.query.rmatvec(2.0 * m.residuals(x) / m.variance)
-    return float(gradient @ x - x.sum() * gradient[free].min())
 
 
 def _multiply(x: np.ndarray, exponent: np.ndarray, rescaled: bool) -> np.ndarray:

@@ -27,6 +27,8 @@ from dpopt.estimate.status import Status
 
 #: Above this many stacked non-zeros the bounded least-squares path goes matrix-free.
 MATRIX_FREE_NNZ = 3_000_000
+#: Cells that join the NNLS working set per round, as a share of the measured rows.
+BATCH_FRACTION = 0.05
 
 
 def solve_l2(problem: ConsistencyProblem, backend: str | None, time_limit=None, *,
@@ -40,6 +42,13 @@ def solve_l2(problem: ConsistencyProblem, backend: str | None, time_limit=None, 
     sigma = problem.sigmas()
     y = problem.targets()
     general = bool(cs.invariants or cs.inequalities)
+    totals = _total_rows(problem, free)
+    large = problem.nnz_estimate() > MATRIX_FREE_NNZ
+    if totals is not None and (working_set or (working_set is None and large)) and backend in (None, "scipy") \
+            and not options and cs.nonnegative:
+        # Large and non-negative with only the table's total fixed: the working set keeps
+        # the total as an exact equality.
+        return nnls_by_column_generation(problem, free, sigma, y, time_limit, start, equalities=totals)
     if not general:
         # Explicit matrices go to an interior-point QP (cvxpy/Clarabel: fast and accurate);
         # problems too large to hold explicitly are solved as NNLS over a working set of cells
@@ -70,7 +79,8 @@ def solve_l2(problem: ConsistencyProblem, backend: str | None, time_limit=None, 
     return from_outcome(outcome, x, objective="l2", problem=problem, time=time.perf_counter() - start, info=info)
 
 
-def nnls_by_column_generation(problem, free, sigma, y, time_limit, start, *, tol=1e-9, max_rounds=500) -> Result:
+def nnls_by_column_generation(problem, free, sigma, y, time_limit, start, *, equalities=None, tol=1e-9,
+                               max_rounds=500) -> Result:
     """Non-negative least squares over a growing working set of cells (Lawson–Hanson inside).
 
     A minimiser with at most as many positive cells as measured rows exists (the optimal
@@ -80,8 +90,12 @@ def nnls_by_column_generation(problem, free, sigma, y, time_limit, start, *, tol
     the gradient ``Q^T W (Q x - y)``, one adjoint product, and the most negative ones join
     ``J``. It stops when no cell has a gradient below ``-tol`` times the gradient's scale:
     the KKT conditions of the full problem, which the result reports.
+
+    ``equalities = (A, b)`` adds exact rows ``A x = b`` (e.g. the table's total). The
+    working-set problem is then a small QP solved by HiGHS, and cells are priced by the
+    reduced gradient ``g + A^T mu``, the multipliers ``mu`` fitted on the positive cells
+    (where the reduced gradient vanishes at the optimum).
     """
-    from scipy.optimize import nnls
 
     w = 1.0 / sigma
     op = problem.stacked_operator()
@@ -90,13 +104,13 @@ def nnls_by_column_generation(problem, free, sigma, y, time_limit, start, *, tol
     is_free[free] = True
     scale = float(np.abs(op.rmatvec(w * w * y)).max()) or 1.0
     gradient = -op.rmatvec(w * w * y)
-    batch = max(50, y.size // 4)
+    batch = max(50, int(y.size * BATCH_FRACTION))
     work = np.zeros(0, dtype=np.int64)
     x = np.zeros(n)
     status, message = Status.ITERATION_LIMIT, f"stopped after {max_rounds} working-set rounds"
     for rounds in range(1, max_rounds + 1):
         candidates = np.flatnonzero(is_free & (gradient < -tol * scale))
-        candidates = candidates[~np.isin(candidates, work)]
+        candidates = candidates[x[candidates] <= 0]
         if candidates.size == 0:
             status, message = Status.OPTIMAL, (
                 f"KKT conditions hold to {tol:g} relative after {rounds - 1} rounds "
@@ -105,10 +119,15 @@ def nnls_by_column_generation(problem, free, sigma, y, time_limit, start, *, tol
         enter = candidates[np.argsort(gradient[candidates], kind="stable")[:batch]]
         work = np.union1d(work[x[work] > 0], enter)  # drop cells that stayed at zero
         block, target = _square_system(sp.diags(w) @ _columns(problem, work), w * y)
-        solution, _ = nnls(block, target, maxiter=50 * max(1, work.size))
+        solution, failure = _working_set_solve(block, target, equalities, work)
+        if failure is not None:
+            status, message = failure
+            break
         x = np.zeros(n)
         x[work] = solution
         gradient = op.rmatvec(w * w * (op.matvec(x) - y))
+        if equalities is not None:
+            gradient = _reduced_gradient(gradient, equalities, x)
         if time_limit is not None and time.perf_counter() - start > time_limit:
             status, message = Status.TIME_LIMIT, f"time limit after {rounds} working-set rounds"
             break
@@ -119,6 +138,79 @@ def nnls_by_column_generation(problem, free, sigma, y, time_limit, start, *, tol
                        solver="scipy.optimize.nnls (working-set column generation)",
                        time=time.perf_counter() - start, nit=rounds, problem=problem, info=info,
                        incumbent=status is not Status.OPTIMAL)
+
+
+def _total_rows(problem, free):
+    """``(A, b)`` when every invariant fixes the table's total (one row of ones over the
+    free cells), else None: the equalities the NNLS working set handles exactly."""
+    cs = problem.constraints
+    if not cs.invariants or cs.inequalities:
+        return None
+    A, b, _ = cs.equality_rows()
+    ones = np.zeros(problem.num_cells)
+    ones[free] = 1.0
+    A = sp.csr_matrix(A)
+    if not all(np.allclose(A[i].toarray().ravel()[free], 1.0) for i in range(A.shape[0])):
+        return None
+    if not np.allclose(b, b[0]):
+        return None  # conflicting totals: the general path reports the conflict
+    return sp.csr_matrix(ones[None, :]), b[:1].astype(np.float64)
+
+
+def _working_set_solve(block, target, equalities, work):
+    """``min ||block v - target||^2`` over ``v >= 0`` (and ``A[:, work] v = b``): (v, None)
+    or (None, (status, message)) when the equalities cannot be met on the working set."""
+    from scipy.optimize import nnls
+
+    maxiter = 50 * max(1, work.size)
+    if equalities is None:
+        return nnls(block, target, maxiter=maxiter)[0], None
+    A, b = equalities
+    A = A[:, work].toarray()
+    # Lawson–Hanson on the equalities appended with a large weight finds the active set;
+    # the exact equality-constrained solve on it (with Lawson–Hanson's step-back) finishes.
+    weight = 1e4 * max(1.0, float(np.linalg.norm(block, 2))) / max(1.0, float(np.abs(A).max()))
+    v = nnls(np.vstack([block, weight * A]), np.concatenate([target, weight * b]), maxiter=maxiter)[0]
+    v = _equality_step_back(block, target, A, b, v)
+    if v is None or not np.allclose(A @ v, b, rtol=1e-9, atol=1e-9):
+        return None, (Status.NUMERICAL_ERROR, f"the exact equalities could not be met on the {work.size}-cell working set")
+    return v, None
+
+
+def _equality_step_back(R, t, A, b, v):
+    """From ``v >= 0``, the minimiser of ``||R v - t||`` with ``A v = b`` on ``v``'s support,
+    stepping back (Lawson & Hanson 1974, Alg. NNLS steps 7-11) whenever a cell would turn
+    negative and dropping it; None if the support empties."""
+    passive = v > 0
+    for _ in range(v.size + 1):
+        idx = np.flatnonzero(passive)
+        if idx.size == 0:
+            return None
+        Rp, Ap = R[:, idx], A[:, idx]
+        k = Ap.shape[0]
+        kkt = np.block([[Rp.T @ Rp, Ap.T], [Ap, np.zeros((k, k))]])
+        s = np.linalg.lstsq(kkt, np.concatenate([Rp.T @ t, b]), rcond=None)[0][: idx.size]
+        if np.all(s > 0):
+            out = np.zeros_like(v)
+            out[idx] = s
+            return out
+        falling = s <= 0
+        alpha = np.min(v[idx][falling] / (v[idx][falling] - s[falling]))
+        v = v.copy()
+        v[idx] = v[idx] + alpha * (s - v[idx])
+        passive &= v > 1e-14 * max(1.0, float(v.max()))
+        v[~passive] = 0.0
+    return None
+
+
+def _reduced_gradient(gradient: np.ndarray, equalities, x: np.ndarray) -> np.ndarray:
+    """``g + A^T mu`` with ``mu`` the least-squares multipliers on the positive cells."""
+    A, _ = equalities
+    positive = np.flatnonzero(x > 0)
+    if positive.size == 0:
+        return gradient
+    mu = np.linalg.lstsq(A[:, positive].toarray().T, -gradient[positive], rcond=None)[0]
+    return gradient + A.T @ mu
 
 
 def _square_system(A: sp.csc_matrix, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

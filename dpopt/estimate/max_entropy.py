@@ -1,0 +1,233 @@
+"""The exact entropy objective: the maximum-entropy table among the best fits.
+
+The entropy objective asks for the table of total ``N`` that fits the measurements best
+and, among all tables that fit them equally well, is closest in relative entropy to the
+prior (uniform over the free cells unless one is given):
+
+    minimise  KL(x || prior)   over   argmin { sum ((Q x - y)/sigma)^2 : x >= 0, sum x = N, x in C }.
+
+It is the fixed point multiplicative weights converge to from the prior (Hardt, Ligett,
+McSherry 2012, whose updates are entropic mirror descent on the squared loss; see
+:mod:`dpopt.estimate.entropy`), but mirror descent reaches boundary points only
+sublinearly. Here it is computed exactly in two convex stages:
+
+1. **The fit.** Non-negative least squares with the total as an exact equality
+   (:func:`dpopt.estimate.least_squares.solve_l2`). Its answers ``b* = Q x*`` are unique
+   (the loss is strictly convex in ``Q x``), and so is its gradient ``g = Q^T W (Q x* - y)``.
+2. **The face.** Every best fit ``x`` has ``Q x = b*`` and, by complementary slackness
+   with the unique gradient, is zero wherever the reduced gradient ``g + A^T mu`` is
+   positive. On the remaining cells the best fits are exactly
+   ``{x >= 0 : Q x = b*, invariants}``; the minimum-KL point of that polytope is found by an
+   exponential-cone program (cvxpy, on the row space of the face's columns), or is ``x*``
+   itself when the face's columns have full rank.
+
+Structural zeros are pinned cells; invariants join both stages as equalities.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import scipy.sparse as sp
+
+from dpopt.estimate.least_squares import solve_l2
+from dpopt.estimate.problem import ConsistencyProblem
+from dpopt.estimate.result import Result, make_result
+from dpopt.estimate.status import Status
+from dpopt.model.constraints import ConstraintSet, Invariant
+from dpopt.model.queries import Total
+
+#: Largest face (cells that some best fit may use) the exponential-cone stage takes on.
+MAX_FACE_CELLS = 6000
+
+
+def exact_entropy_applies(problem: ConsistencyProblem) -> bool:
+    """True when the two-stage method can solve ``problem`` (see the module notes)."""
+    return bool(problem.noisy) and problem.constraints.nonnegative and not problem.constraints.inequalities
+
+
+def solve_max_entropy(
+    problem: ConsistencyProblem,
+    total: float,
+    time_limit: float | None = None,
+    *,
+    prior: np.ndarray | None = None,
+    face_tol: float = 1e-6,
+) -> Result:
+    """The maximum-entropy best fit of ``problem`` with total ``total``; see the module notes.
+
+    Parameters
+    ----------
+    problem : ConsistencyProblem
+        Its objective is "entropy"; non-negativity is required.
+    total : float
+        ``N``, the table's total (an invariant when one fixes it).
+    time_limit : float, optional
+        Seconds for both stages together.
+    prior : ndarray, optional
+        Positive weights over the cells (default uniform): the reference of the KL.
+    face_tol : float
+        A cell is on the optimal face when its reduced gradient is at most ``face_tol``
+        times the gradient's scale.
+
+    Returns
+    -------
+    Result
+        ``fun`` is the weighted squared residual of the fit; ``info["kl_to_prior"]`` the
+        relative entropy of the table to the prior, ``info["face_cells"]`` the face size,
+        ``info["fit"]`` the first stage's status and message.
+    """
+    start = time.perf_counter()
+    free = problem.free_cells()
+    stage1 = _fit_problem(problem, total)
+    fit = solve_l2(stage1, None, time_limit)
+    fit_info = {"status": fit.status.name, "message": fit.message, "solver": fit.solver, "time": fit.time}
+    if not fit.success:
+        return make_result(fit.status, None, message=f"the least-squares fit failed: {fit.message}", fun=None,
+                           objective="entropy", backend=fit.backend, solver=fit.solver,
+                           time=time.perf_counter() - start, nit=fit.nit, problem=problem, info={"fit": fit_info})
+    x_fit = np.zeros(problem.num_cells)
+    x_fit[free] = np.maximum(fit.x[free], 0.0)
+    face, reduced = _optimal_face(stage1, x_fit, free, face_tol)
+    remaining = None if time_limit is None else max(1e-3, time_limit - (time.perf_counter() - start))
+    x, status, message, solver = _entropy_on_face(stage1, x_fit, face, prior, remaining)
+    elapsed = time.perf_counter() - start
+    info = {"total": total, "face_cells": int(face.size), "fit": fit_info,
+            "largest_reduced_gradient_off_face": float(reduced.min()) if reduced.size else 0.0}
+    if x is None:
+        return make_result(status, None, message=message, fun=None, objective="entropy", backend="exact",
+                           solver=solver, time=elapsed, nit=fit.nit, problem=problem, info=info)
+    info["kl_to_prior"] = _kl(x, free, prior)
+    if not problem.constraints.invariants:
+        info["duality_gap"] = simplex_gap(problem, x, free)
+    op = problem.stacked_operator()
+    fun = float(np.sum((op.matvec(x) - problem.targets()) ** 2 / problem.sigmas() ** 2))
+    return make_result(status, x, message=message, fun=fun, objective="entropy", backend="exact",
+                       solver=f"{fit.solver}; then {solver}", time=elapsed, nit=fit.nit, problem=problem, info=info)
+
+
+def simplex_gap(problem: ConsistencyProblem, x: np.ndarray, free: np.ndarray) -> float:
+    """Frank–Wolfe gap ``<g, x> - N min_j g_j`` of the loss over ``{x >= 0, sum x = N}``.
+
+    For a convex loss it bounds ``loss(x) - min loss`` over that set from above, so it
+    says how far an unconverged run is from the best fit with this total.
+    """
+    op = problem.stacked_operator()
+    gradient = op.rmatvec(2.0 * (op.matvec(x) - problem.targets()) / problem.sigmas() ** 2)
+    return float(gradient @ x - x.sum() * gradient[free].min())
+
+
+def _fit_problem(problem: ConsistencyProblem, total: float) -> ConsistencyProblem:
+    """The least-squares problem of stage 1: the same, with the total as an invariant."""
+    cs = problem.constraints
+    fixed = any(np.allclose(inv.query.rmatvec(np.ones(inv.query.num_rows)), 1.0) for inv in cs.invariants)
+    if not fixed:
+        cs = ConstraintSet(problem.domain, list(cs.constraints) + [Invariant(Total(problem.domain), [total], name="total")])
+    return ConsistencyProblem(problem.noisy, cs, "l2")
+
+
+def _optimal_face(stage1: ConsistencyProblem, x: np.ndarray, free: np.ndarray, face_tol: float):
+    """Cells some best fit may use: the reduced gradient vanishes there (KKT)."""
+    op = stage1.stacked_operator()
+    w2 = 1.0 / stage1.sigmas() ** 2
+    y = stage1.targets()
+    gradient = op.rmatvec(w2 * (op.matvec(x) - y))
+    scale = float(np.abs(op.rmatvec(w2 * y)).max()) or 1.0
+    A, _, _ = stage1.constraints.equality_rows()
+    A = sp.csr_matrix(A)
+    positive = free[x[free] > 0]
+    if A.shape[0] and positive.size:
+        mu = np.linalg.lstsq(A[:, positive].toarray().T, -gradient[positive], rcond=None)[0]
+        gradient = gradient + A.T @ mu
+    reduced = gradient[free] / scale
+    on_face = (reduced <= face_tol) | (x[free] > 1e-9 * max(float(x.max()), 1.0))
+    return free[on_face], reduced[~on_face]
+
+
+def _entropy_on_face(stage1, x_fit, face, prior, time_limit):
+    """Minimum KL to the prior over ``{x >= 0 on face : Q x = Q x_fit, invariants}``."""
+    if face.size > MAX_FACE_CELLS:
+        return None, Status.NOT_SOLVED, (
+            f"{face.size} cells can carry a best fit, more than the {MAX_FACE_CELLS} the exponential-cone stage "
+            "takes on; use method='mw' (multiplicative weights) for this problem"), "exact entropy (not run)"
+    A_eq, b_eq, _ = stage1.constraints.equality_rows()
+    Q = sp.vstack([m.query.columns(face) for m in stage1.noisy] + [sp.csr_matrix(A_eq)[:, face]]).toarray()
+    rhs = np.concatenate([stage1.stacked_operator().matvec(x_fit), b_eq])
+    # The face's equalities on their row space: independent rows, well conditioned.
+    U, s, Vt = np.linalg.svd(Q, full_matrices=False)
+    keep = s > 1e-10 * s[0]
+    x = np.zeros(x_fit.size)
+    if keep.sum() == face.size:
+        x[face] = x_fit[face]
+        return x, Status.OPTIMAL, (
+            f"the best fit is unique: its {face.size} candidate cells are pinned by the measurements"), "unique fit"
+    C, d = Vt[keep], (U[:, keep].T @ rhs) / s[keep]
+    weights = np.ones(face.size) if prior is None else np.asarray(prior, dtype=np.float64)[face]
+    return _exponential_cone(C, d, weights, x, face, time_limit)
+
+
+def _exponential_cone(C, d, weights, x, face, time_limit):
+    import cvxpy as cp
+
+    v = cp.Variable(face.size, nonneg=True)
+    program = cp.Problem(cp.Minimize(cp.sum(cp.rel_entr(v, weights))), [C @ v == d])
+    options = {} if time_limit is None else {"time_limit": float(time_limit)}
+    try:
+        program.solve(solver=cp.CLARABEL, **options)
+    except cp.SolverError as exc:  # the solver's own failure, reported with its message
+        return None, Status.NUMERICAL_ERROR, f"exponential-cone stage: CLARABEL failed: {exc}", "cvxpy/CLARABEL"
+    status = {"optimal": Status.OPTIMAL, "infeasible": Status.INFEASIBLE,
+              "user_limit": Status.TIME_LIMIT}.get(program.status, Status.NUMERICAL_ERROR)
+    if status is not Status.OPTIMAL or v.value is None:
+        return None, status, f"exponential-cone stage ended {program.status!r} (cvxpy/CLARABEL)", "cvxpy/CLARABEL"
+    v = np.maximum(v.value, 0.0)
+    polished = _newton_polish(C, d, weights, v)
+    x[face] = v if polished is None else polished
+    how = "Newton-polished on its support" if polished is not None else "unpolished"
+    return x, Status.OPTIMAL, (
+        f"maximum-entropy best fit over {face.size} candidate cells (cvxpy/CLARABEL {program.status}, {how})"
+    ), "cvxpy/CLARABEL"
+
+
+def _newton_polish(C, d, weights, v, max_steps: int = 60):
+    """Refine an interior-point solution on its support by Newton's method on the dual.
+
+    On the support ``S`` the optimum is ``v = w exp(C_S^T lam - 1)`` with ``C_S v = d``
+    (stationarity of ``sum v log(v/w)`` under ``C v = d``); the concave dual
+    ``lam.d - sum w exp(C_S^T lam - 1)`` is maximised from the least-squares fit of ``lam``
+    to the interior point. Returns None when it does not converge (wrong support).
+    """
+    support = v > 1e-9 * max(float(v.max()), 1e-300)
+    Cs, ws = C[:, support], weights[support]
+    lam = np.linalg.lstsq(Cs.T, np.log(v[support] / ws) + 1.0, rcond=None)[0]
+    scale = max(float(np.abs(d).max()), 1e-300)
+
+    def dual(lam):
+        return float(lam @ d - np.sum(ws * np.exp(np.minimum(Cs.T @ lam - 1.0, 700.0))))
+
+    for _ in range(max_steps):
+        vs = ws * np.exp(np.minimum(Cs.T @ lam - 1.0, 700.0))
+        residual = d - Cs @ vs
+        if np.abs(residual).max() <= 1e-11 * scale:
+            out = np.zeros_like(v)
+            out[support] = vs
+            return out
+        step = np.linalg.lstsq((Cs * vs) @ Cs.T, residual, rcond=None)[0]
+        t, current = 1.0, dual(lam)
+        while dual(lam + t * step) < current + 1e-4 * t * float(residual @ step) and t > 1e-12:
+            t /= 2
+        lam = lam + t * step
+    return None
+
+
+def _kl(x: np.ndarray, free: np.ndarray, prior: np.ndarray | None) -> float:
+    """KL(x/N || prior/|prior|) over the free cells."""
+    p = x[free] / x[free].sum()
+    q = np.ones(free.size) if prior is None else np.asarray(prior, dtype=np.float64)[free]
+    q = q / q.sum()
+    keep = p > 0
+    return float(np.sum(p[keep] * np.log(p[keep] / q[keep])))
+
+
+__all__ = ["solve_max_entropy", "exact_entropy_applies", "simplex_gap", "MAX_FACE_CELLS"]
