@@ -179,7 +179,7 @@ def test_column_generation_equals_full_lp(rng):
         assert "warm-started" in cg.solver
         cold = reconstruct(ms, cs, objective, column_generation=True, warm_start=False)
         assert cold.success and cold.fun == pytest.approx(full.fun, rel=1e-6, abs=1e-7)
-        capped = reconstruct(ms, cs, objective, column_generation=True, max_rounds=1)
+        capped = reconstruct(ms, cs, objective, column_generation=True, max_rounds=1, initial="score")
         assert capped.status is Status.ITERATION_LIMIT and not capped.success and capped.incumbent
         assert capped.x.shape == (dom.size,) and capped.fun >= full.fun - 1e-9
         assert cg.fun == pytest.approx(full.fun, rel=1e-6, abs=1e-7)
@@ -298,3 +298,20 @@ def test_gls_error_bars_match_simulation(rng):
     emp_b = (estimates @ Marginal(dom, ["b"]).to_dense().T).std(axis=0, ddof=1)
     assert np.allclose(emp_b, predicted_b, rtol=3.5 / np.sqrt(2 * 399))
     assert np.all(predicted > 0)
+
+
+def test_exact_least_squares_fit_is_returned_as_the_lp_optimum(rng):
+    """Consistent measurements of a large domain: the NNLS warm start already has zero
+    residual, which is the L1/L-infinity lower bound, so no LP is solved; the same problem
+    with the shortcut disabled (initial='score') reaches the same objective by simplex."""
+    dom = Domain(tuple("abcdefghijklmn"), (2,) * 14)
+    data = Dataset.from_histogram(rng.poisson(0.5, dom.size), dom)
+    ms = [noiseless(q, data) for q in all_marginals(dom, 1)]
+    cs = ConstraintSet(dom, [NonNegativity()])
+    for objective in ("l1", "linf"):
+        fast = reconstruct(ms, cs, objective, column_generation=True)
+        assert fast.success and fast.info["exact_fit"] and fast.fun <= 1e-6
+        slow = reconstruct(ms, cs, objective, column_generation=True, initial="score")
+        assert slow.success and "exact_fit" not in slow.info and slow.fun == pytest.approx(fast.fun, abs=1e-6)
+        for m in ms:
+            assert np.allclose(m.query.matvec(fast.x), m.values, atol=1e-6)

@@ -116,7 +116,10 @@ def nnls_by_column_generation(problem, free, sigma, y, time_limit, start, *, equ
                 f"KKT conditions hold to {tol:g} relative after {rounds - 1} rounds "
                 f"({work.size} cells in the working set, {int((x > 0).sum())} positive)")
             break
-        enter = candidates[np.argsort(gradient[candidates], kind="stable")[:batch]]
+        # The batch grows with the support found so far: supports range from a few percent
+        # of the rows (noisy marginals) to nearly all of them (Fourier coefficients).
+        size = max(batch, int((x > 0).sum()) // 2)
+        enter = candidates[np.argsort(gradient[candidates], kind="stable")[:size]]
         work = np.union1d(work[x[work] > 0], enter)  # drop cells that stayed at zero
         block, target = _square_system(sp.diags(w) @ _columns(problem, work), w * y)
         solution, failure = _working_set_solve(block, target, equalities, work)
@@ -214,13 +217,19 @@ def _reduced_gradient(gradient: np.ndarray, equalities, x: np.ndarray) -> np.nda
 
 
 def _square_system(A: sp.csc_matrix, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(R, t)`` with ``||A v - b||^2 = ||R v - t||^2 + const`` and ``R`` square.
+    """``(R, t)`` with ``||A v - b||^2 = ||R v - t||^2 + const`` and ``R`` no taller than wide.
 
     From the eigen-decomposition of the (sparse, cheap) Gram matrix ``A^T A = V L V^T``:
     ``R = L^(1/2) V^T`` and ``t = L^(-1/2) V^T A^T b`` on the non-zero eigenvalues
     (``A^T b`` lies in the range of ``A^T A``), so rank-deficient working sets are fine.
     """
-    gram = (A.T @ A).toarray()
+    if sp.issparse(A) and A.nnz > 0.05 * A.shape[0] * A.shape[1]:
+        A = A.toarray()  # dense columns (Fourier parities): BLAS beats sparse products
+    if A.shape[0] <= A.shape[1]:  # already no taller than wide: nothing to gain
+        A = A.toarray() if sp.issparse(A) else np.asarray(A)
+        return A, np.asarray(b, dtype=np.float64)
+    gram = A.T @ A
+    gram = gram.toarray() if sp.issparse(gram) else np.asarray(gram)
     eigval, eigvec = np.linalg.eigh(gram)
     keep = eigval > 1e-12 * max(float(eigval.max()), 1e-300)
     root = np.sqrt(eigval[keep])
