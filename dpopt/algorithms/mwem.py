@@ -68,7 +68,7 @@ from dpopt.privacy.accountant import Accountant, as_fraction
 from dpopt.privacy.mechanisms import exponential_mechanism, gaussian_mechanism, laplace_mechanism
 from dpopt.privacy.randomness import RandomSource, make_random
 
-__all__ = ["mwem", "MWEMResult", "SelectedRows", "WorkloadEvaluator"]
+__all__ = ["mwem", "MWEMResult", "SelectedRows", "WorkloadEvaluator", "measure_round", "split_round_budget"]
 
 SELECT_MODES = ("query", "block")
 ITERATES = ("last", "average")
@@ -251,7 +251,7 @@ def mwem(
     ----------
     data : Dataset
         The private records; the domain must be small enough for a dense table (use
-        :func:`dpopt.estimate.factored.factored_mwem` for wide binary data).
+        :func:`dpopt.algorithms.mwem_factored.factored_mwem` for wide binary data).
     workload : LinearQuery or sequence of LinearQuery
         Query blocks (marginals, range batches, parities, predicate counts, ...). With
         ``select="query"`` every row of every block is a candidate; with ``"block"`` every
@@ -330,7 +330,7 @@ def mwem(
     initial = None
     if init > 0:
         hist_query = Identity(domain)
-        m0 = _measure(hist_query, data, kind, budget * init, accountant, rng, "mwem:noisy histogram",
+        m0 = measure_round(hist_query, data, kind, budget * init, accountant, rng, "mwem:noisy histogram",
                       data.histogram().astype(np.float64))
         measurements.append(m0)
         initial = np.asarray(m0.values)
@@ -349,7 +349,7 @@ def mwem(
         last_round = (not adaptive and t == rounds) or (adaptive and remaining < 2 * per_round)
         round_budget = remaining if last_round else per_round
         budgets.append(str(round_budget))
-        eps_sel, meas_budget = _split_round(kind, round_budget, sel_share)
+        eps_sel, meas_budget = split_round_budget(kind, round_budget, sel_share)
 
         tick = time.perf_counter()
         estimate = evaluator.answers(state.x)
@@ -370,7 +370,7 @@ def mwem(
         tick = time.perf_counter()
         lo, hi = evaluator.offsets[b], evaluator.offsets[b + 1]
         answers = true[lo:hi][rows].astype(np.float64)
-        m = _measure(query, data, kind, meas_budget, accountant, rng, f"mwem round {t}: measure", answers)
+        m = measure_round(query, data, kind, meas_budget, accountant, rng, f"mwem round {t}: measure", answers)
         measurements.append(m)
         selected.append((b, row))
         timings["time_measure"] += time.perf_counter() - tick
@@ -407,13 +407,15 @@ def mwem(
 
 
 # ---- helpers -------------------------------------------------------------------------------------
-def _measure(query, data, kind, budget, accountant, rng, label, answers) -> Measurement:
+def measure_round(query, data, kind, budget, accountant, rng, label, answers) -> Measurement:
+    """One round's measurement: discrete Laplace at ``budget`` (pure) or discrete Gaussian
+    at ``rho = budget`` (zCDP), charged to ``accountant`` before any noise is drawn."""
     if kind == "pure":
         return laplace_mechanism(query, data, budget, accountant, rng, label=label, answers=answers)
     return gaussian_mechanism(query, data, accountant, rng, rho=budget, label=label, answers=answers)
 
 
-def _split_round(kind: str, round_budget: Fraction, share: Fraction) -> tuple[Fraction, Fraction]:
+def split_round_budget(kind: str, round_budget: Fraction, share: Fraction) -> tuple[Fraction, Fraction]:
     """(selection epsilon, measurement budget) of one round, summing exactly to the round's budget.
 
     Pure: ``share * eps_r`` and the rest. zCDP: the exponential mechanism at ``eps_sel`` costs
