@@ -141,7 +141,7 @@ def _optimal_face(stage1: ConsistencyProblem, x: np.ndarray, free: np.ndarray, f
         mu = np.linalg.lstsq(A[:, positive].toarray().T, -gradient[positive], rcond=None)[0]
         gradient = gradient + A.T @ mu
     reduced = gradient[free] / scale
-    on_face = (reduced <= face_tol) | (x[free] > 1e-9 * max(float(x.max()), 1.0))
+    on_face = (reduced <= face_tol) | (x[free] > 0)  # the fit's own cells always belong
     return free[on_face], reduced[~on_face]
 
 
@@ -153,7 +153,10 @@ def _entropy_on_face(stage1, x_fit, face, prior, time_limit):
             "takes on; use method='mw' (multiplicative weights) for this problem"), "exact entropy (not run)"
     A_eq, b_eq, _ = stage1.constraints.equality_rows()
     Q = sp.vstack([m.query.columns(face) for m in stage1.noisy] + [sp.csr_matrix(A_eq)[:, face]]).toarray()
-    rhs = np.concatenate([stage1.stacked_operator().matvec(x_fit), b_eq])
+    total = float(x_fit.sum()) or 1.0
+    # Right-hand side from the fit itself (consistent by construction), in shares of the
+    # total so that the cone program is well scaled whatever the counts.
+    rhs = Q @ (x_fit[face] / total)
     # The face's equalities on their row space: independent rows, well conditioned.
     U, s, Vt = np.linalg.svd(Q, full_matrices=False)
     keep = s > 1e-10 * s[0]
@@ -164,30 +167,53 @@ def _entropy_on_face(stage1, x_fit, face, prior, time_limit):
             f"the best fit is unique: its {face.size} candidate cells are pinned by the measurements"), "unique fit"
     C, d = Vt[keep], (U[:, keep].T @ rhs) / s[keep]
     weights = np.ones(face.size) if prior is None else np.asarray(prior, dtype=np.float64)[face]
-    return _exponential_cone(C, d, weights, x, face, time_limit)
+    weights = weights / weights.sum()
+    x, status, message, solver = _exponential_cone(C, d, weights, x, face, time_limit)
+    if x is not None:
+        x *= total
+    return x, status, message, solver
+
+
+#: Solvers tried in turn for the exponential-cone stage (interior point first, then SCS).
+CONE_SOLVERS = ("CLARABEL", "SCS")
 
 
 def _exponential_cone(C, d, weights, x, face, time_limit):
+    """Solve the cone program; accept an optimal solution, or an inaccurate one that Newton's
+    method on its support turns into an exact stationary point; else try the next solver."""
+    import warnings
+
     import cvxpy as cp
 
-    v = cp.Variable(face.size, nonneg=True)
-    program = cp.Problem(cp.Minimize(cp.sum(cp.rel_entr(v, weights))), [C @ v == d])
-    options = {} if time_limit is None else {"time_limit": float(time_limit)}
-    try:
-        program.solve(solver=cp.CLARABEL, **options)
-    except cp.SolverError as exc:  # the solver's own failure, reported with its message
-        return None, Status.NUMERICAL_ERROR, f"exponential-cone stage: CLARABEL failed: {exc}", "cvxpy/CLARABEL"
-    status = {"optimal": Status.OPTIMAL, "infeasible": Status.INFEASIBLE,
-              "user_limit": Status.TIME_LIMIT}.get(program.status, Status.NUMERICAL_ERROR)
-    if status is not Status.OPTIMAL or v.value is None:
-        return None, status, f"exponential-cone stage ended {program.status!r} (cvxpy/CLARABEL)", "cvxpy/CLARABEL"
-    v = np.maximum(v.value, 0.0)
-    polished = _newton_polish(C, d, weights, v)
-    x[face] = v if polished is None else polished
-    how = "Newton-polished on its support" if polished is not None else "unpolished"
-    return x, Status.OPTIMAL, (
-        f"maximum-entropy best fit over {face.size} candidate cells (cvxpy/CLARABEL {program.status}, {how})"
-    ), "cvxpy/CLARABEL"
+    attempts = []
+    for name in CONE_SOLVERS:
+        v = cp.Variable(face.size, nonneg=True)
+        program = cp.Problem(cp.Minimize(cp.sum(cp.rel_entr(v, weights))), [C @ v == d])
+        options = {} if time_limit is None else {"time_limit": float(time_limit)} if name == "CLARABEL" else \
+            {"time_limit_secs": float(time_limit)}
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)  # "may be inaccurate": judged below
+                program.solve(solver=name, **options)
+        except cp.SolverError as exc:  # the solver's own failure, reported with its message
+            attempts.append(f"{name} failed ({exc})")
+            continue
+        if program.status in ("infeasible", "user_limit") or v.value is None:
+            attempts.append(f"{name} ended {program.status!r}")
+            status = Status.INFEASIBLE if program.status == "infeasible" else Status.TIME_LIMIT
+            if program.status == "user_limit":
+                return None, status, f"exponential-cone stage: {'; '.join(attempts)}", f"cvxpy/{name}"
+            continue
+        polished = _newton_polish(C, d, weights, np.maximum(v.value, 0.0))
+        if program.status == "optimal" or polished is not None:
+            x[face] = np.maximum(v.value, 0.0) if polished is None else polished
+            how = "Newton-polished on its support" if polished is not None else "unpolished"
+            tried = f"; before: {'; '.join(attempts)}" if attempts else ""
+            return x, Status.OPTIMAL, (
+                f"maximum-entropy best fit over {face.size} candidate cells (cvxpy/{name} {program.status}, "
+                f"{how}{tried})"), f"cvxpy/{name}"
+        attempts.append(f"{name} ended {program.status!r} and Newton's method did not converge on its support")
+    return None, Status.NUMERICAL_ERROR, f"exponential-cone stage: {'; '.join(attempts)}", "cvxpy/" + "+".join(CONE_SOLVERS)
 
 
 def _newton_polish(C, d, weights, v, max_steps: int = 60):
