@@ -92,7 +92,8 @@ def nnls_by_column_generation(problem, free, sigma, y, time_limit, start, *, equ
     the KKT conditions of the full problem, which the result reports.
 
     ``equalities = (A, b)`` adds exact rows ``A x = b`` (e.g. the table's total). The
-    working-set problem is then a small QP solved by HiGHS, and cells are priced by the
+    working-set problem then appends them with a large weight to find the active set and
+    finishes with the exact equality-constrained solve on it; cells are priced by the
     reduced gradient ``g + A^T mu``, the multipliers ``mu`` fitted on the positive cells
     (where the reduced gradient vanishes at the optimum).
     """

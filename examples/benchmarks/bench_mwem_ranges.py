@@ -25,12 +25,12 @@ the number of queries compare like with like.
 
 Methods (the same workload and data for each):
 
-* ``MWEM optimised``: ``bench_mwem.OPTIMISED`` (2 repeated passes per round with a growing
+* ``MWEM optimised``: ``bench_mwem.OPTIMISED`` (5 repeated passes per round with a growing
   step, 30 final passes), T rounds, single-query selection, last iterate;
 * ``MWEM reference``: ``bench_mwem.REFERENCE``, the paper's reference loop (100 plain passes
   over all past measurements after each round, one update per measurement, in order).
   Both are run because OPTIMISED was tuned on marginal cells: on one block of overlapping
-  ranges its merged step is divided by the ranges' overlap and 2 passes leave a round's
+  ranges its merged step is divided by the ranges' overlap and a few passes leave a round's
   measurement largely unabsorbed, so the next rounds often select the same range again
   (the tables print the number of distinct ranges selected out of T);
 * ``noisy histogram``: discrete Laplace on every cell with all of epsilon (sensitivity 1),
