@@ -117,3 +117,19 @@ def test_backend_and_option_errors(table):
     ineq = ConstraintSet(dom, [NonNegativity(), LinearInequality(Total(dom), [0.0], [1e6], name="cap")])
     with pytest.raises(SolverError, match="'mw'|inequalit"):
         reconstruct(ms, ineq, "entropy", backend="exact")
+
+
+def test_large_face_newton_path_gives_the_independent_table(rng):
+    """Thirteen binary attributes, one-way marginals only: the face is the whole domain
+    (8192 cells, above the cone program's size), solved by Newton's method on the dual;
+    the answer is the product of the margins (closed form)."""
+    dom = Domain(tuple(f"b{i}" for i in range(13)), (2,) * 13)
+    data = Dataset.from_histogram(rng.integers(0, 4, dom.size), dom)
+    ms = [measured(Marginal(dom, [a]), Marginal(dom, [a]).answer(data)) for a in dom.attrs]
+    res = reconstruct(ms, ConstraintSet(dom, [NonNegativity()]), "entropy")
+    assert res.success and "Newton" in res.message, res.message
+    n = data.total
+    expected = np.full(1, float(n))
+    for m in ms:
+        expected = np.multiply.outer(expected, m.values / n).ravel()
+    np.testing.assert_allclose(res.x, expected, rtol=1e-8, atol=1e-8 * n)

@@ -18,8 +18,10 @@ sublinearly. Here it is computed exactly in two convex stages:
    with the unique gradient, is zero wherever the reduced gradient ``g + A^T mu`` is
    positive. On the remaining cells the best fits are exactly
    ``{x >= 0 : Q x = b*, invariants}``; the minimum-KL point of that polytope is found by an
-   exponential-cone program (cvxpy, on the row space of the face's columns), or is ``x*``
-   itself when the face's columns have full rank.
+   exponential-cone program (cvxpy, on the row space of the face's columns) polished by
+   Newton's method on its support, or is ``x*`` itself when the face's columns have full
+   rank. Large faces (underdetermined problems) try Newton's method on the dual first,
+   which converges when the optimum is interior.
 
 Structural zeros are pinned cells; invariants join both stages as equalities.
 """
@@ -40,6 +42,8 @@ from dpopt.model.queries import Total
 
 #: Largest face (cells that some best fit may use) the exponential-cone stage takes on.
 MAX_FACE_CELLS = 6000
+#: Faces larger than this try Newton's method on the dual (interior optimum) first.
+NEWTON_FIRST_CELLS = 2000
 
 
 def exact_entropy_applies(problem: ConsistencyProblem) -> bool:
@@ -147,27 +151,41 @@ def _optimal_face(stage1: ConsistencyProblem, x: np.ndarray, free: np.ndarray, f
 
 def _entropy_on_face(stage1, x_fit, face, prior, time_limit):
     """Minimum KL to the prior over ``{x >= 0 on face : Q x = Q x_fit, invariants}``."""
-    if face.size > MAX_FACE_CELLS:
-        return None, Status.NOT_SOLVED, (
-            f"{face.size} cells can carry a best fit, more than the {MAX_FACE_CELLS} the exponential-cone stage "
-            "takes on; use method='mw' (multiplicative weights) for this problem"), "exact entropy (not run)"
     A_eq, b_eq, _ = stage1.constraints.equality_rows()
-    Q = sp.vstack([m.query.columns(face) for m in stage1.noisy] + [sp.csr_matrix(A_eq)[:, face]]).toarray()
+    Q = sp.vstack([m.query.columns(face) for m in stage1.noisy] + [sp.csr_matrix(A_eq)[:, face]]).tocsr()
     total = float(x_fit.sum()) or 1.0
+    weights = np.ones(face.size) if prior is None else np.asarray(prior, dtype=np.float64)[face]
+    weights = weights / weights.sum()
+    x = np.zeros(x_fit.size)
+    if face.size > NEWTON_FIRST_CELLS:
+        # A large face: the measurements usually leave the optimum in its interior (every cell
+        # positive), where Newton's method on the dual from lam = 0 converges fast; it fails
+        # on a boundary optimum, which the cone program (or the report) then deals with.
+        rhs = Q @ (x_fit[face] / total)
+        v = _newton_dual(Q if Q.nnz < 0.2 * Q.shape[0] * Q.shape[1] else Q.toarray(), rhs, weights,
+                         np.zeros(Q.shape[0]))
+        if v is None and face.size > MAX_FACE_CELLS:
+            return None, Status.NOT_SOLVED, (
+                f"{face.size} cells can carry a best fit, more than the {MAX_FACE_CELLS} the exponential-cone stage "
+                "takes on, and Newton's method on the dual found no interior optimum; use backend 'mw' "
+                "(multiplicative weights) for this problem"), "Newton on the dual"
+        if v is not None:
+            x[face] = v * total
+            return x, Status.OPTIMAL, (
+                f"maximum-entropy best fit over {face.size} candidate cells, all positive "
+                "(Newton's method on the dual)"), "Newton on the dual"
+    Q = Q.toarray()
     # Right-hand side from the fit itself (consistent by construction), in shares of the
     # total so that the cone program is well scaled whatever the counts.
     rhs = Q @ (x_fit[face] / total)
     # The face's equalities on their row space: independent rows, well conditioned.
     U, s, Vt = np.linalg.svd(Q, full_matrices=False)
     keep = s > 1e-10 * s[0]
-    x = np.zeros(x_fit.size)
     if keep.sum() == face.size:
         x[face] = x_fit[face]
         return x, Status.OPTIMAL, (
             f"the best fit is unique: its {face.size} candidate cells are pinned by the measurements"), "unique fit"
     C, d = Vt[keep], (U[:, keep].T @ rhs) / s[keep]
-    weights = np.ones(face.size) if prior is None else np.asarray(prior, dtype=np.float64)[face]
-    weights = weights / weights.sum()
     x, status, message, solver = _exponential_cone(C, d, weights, x, face, time_limit)
     if x is not None:
         x *= total
@@ -216,33 +234,51 @@ def _exponential_cone(C, d, weights, x, face, time_limit):
     return None, Status.NUMERICAL_ERROR, f"exponential-cone stage: {'; '.join(attempts)}", "cvxpy/" + "+".join(CONE_SOLVERS)
 
 
-def _newton_polish(C, d, weights, v, max_steps: int = 60):
+def _newton_polish(C, d, weights, v):
     """Refine an interior-point solution on its support by Newton's method on the dual.
 
     On the support ``S`` the optimum is ``v = w exp(C_S^T lam - 1)`` with ``C_S v = d``
-    (stationarity of ``sum v log(v/w)`` under ``C v = d``); the concave dual
-    ``lam.d - sum w exp(C_S^T lam - 1)`` is maximised from the least-squares fit of ``lam``
-    to the interior point. Returns None when it does not converge (wrong support).
+    (stationarity of ``sum v log(v/w)`` under ``C v = d``); the dual is maximised from the
+    least-squares fit of ``lam`` to the interior point. None when it does not converge
+    (wrong support).
     """
     support = v > 1e-9 * max(float(v.max()), 1e-300)
-    Cs, ws = C[:, support], weights[support]
-    lam = np.linalg.lstsq(Cs.T, np.log(v[support] / ws) + 1.0, rcond=None)[0]
+    lam = np.linalg.lstsq(C[:, support].T, np.log(v[support] / weights[support]) + 1.0, rcond=None)[0]
+    vs = _newton_dual(C[:, support], d, weights[support], lam)
+    if vs is None:
+        return None
+    out = np.zeros_like(v)
+    out[support] = vs
+    return out
+
+
+def _newton_dual(C, d, weights, lam, max_steps: int = 100):
+    """Maximise the concave dual ``lam.d - sum w exp(C^T lam - 1)`` of
+    ``min sum v log(v/w) s.t. C v = d`` by Newton's method with backtracking; return the
+    primal ``v = w exp(C^T lam - 1)`` once ``C v = d`` holds to 1e-11 relative, else None.
+    ``C`` may be sparse; redundant rows are fine (the Newton system is solved in the least-
+    squares sense)."""
     scale = max(float(np.abs(d).max()), 1e-300)
 
+    def primal(lam):
+        return weights * np.exp(np.minimum(np.asarray(C.T @ lam).ravel() - 1.0, 700.0))
+
     def dual(lam):
-        return float(lam @ d - np.sum(ws * np.exp(np.minimum(Cs.T @ lam - 1.0, 700.0))))
+        return float(lam @ d - primal(lam).sum())
 
     for _ in range(max_steps):
-        vs = ws * np.exp(np.minimum(Cs.T @ lam - 1.0, 700.0))
-        residual = d - Cs @ vs
+        v = primal(lam)
+        residual = d - np.asarray(C @ v).ravel()
         if np.abs(residual).max() <= 1e-11 * scale:
-            out = np.zeros_like(v)
-            out[support] = vs
-            return out
-        step = np.linalg.lstsq((Cs * vs) @ Cs.T, residual, rcond=None)[0]
+            return v
+        hessian = C @ sp.diags(v) @ C.T if sp.issparse(C) else (C * v) @ C.T
+        hessian = hessian.toarray() if sp.issparse(hessian) else hessian
+        step = np.linalg.lstsq(hessian, residual, rcond=None)[0]
         t, current = 1.0, dual(lam)
         while dual(lam + t * step) < current + 1e-4 * t * float(residual @ step) and t > 1e-12:
             t /= 2
+        if t <= 1e-12:
+            return None
         lam = lam + t * step
     return None
 
