@@ -218,3 +218,23 @@ def test_bad_inputs_raise_named_errors(small):
         mwem(small, [Marginal(Domain(("z",), (3,)), ["z"])], 1)
     with pytest.raises(QueryError, match="empty"):
         mwem(small, [], 1)
+
+
+def test_merge_keeps_overlapping_rows_in_separate_terms():
+    """Disjoint ranges share one merged term; a range overlapping them starts a new term
+    (one merged step would shrink by the overlap), and the update then equals the paper's
+    one-measurement-at-a-time order."""
+    dom = Domain(("v",), (10,))
+    ranges = RangeQueries(dom, "v", [0, 5, 3], [4, 9, 6])  # [0,4], [5,9] disjoint; [3,6] overlaps both
+    merged = MWState(dom, 100.0, merge=True)
+    plain = MWState(dom, 100.0, merge=False)
+    for state in (merged, plain):
+        state.add_measurement(ranges, np.array([0]), np.array([70.0]), key="r")
+        state.add_measurement(ranges, np.array([1]), np.array([30.0]), key="r")
+        state.add_measurement(ranges, np.array([2]), np.array([50.0]), key="r")
+    assert len(merged.terms) == 2 and len(plain.terms) == 3
+    assert merged.terms[0].rows[[0, 1]].all() and merged.terms[0].scale == 1.0
+    assert merged.terms[1].rows[2] and not merged.terms[1].rows[[0, 1]].any()
+    merged.passes(200)
+    plain.passes(200)
+    np.testing.assert_allclose(ranges.matvec(merged.x), ranges.matvec(plain.x), rtol=1e-3)

@@ -146,8 +146,9 @@ class MWState:
     initial : array, optional
         Starting table (non-negative); default uniform over the free cells.
     merge : bool
-        Gather measurements of the same block into one term (fast); False reproduces the
-        paper's per-measurement order.
+        Gather measurements of the same block into one term (fast) as long as their rows do
+        not overlap more than the term's already do; False reproduces the paper's
+        per-measurement order.
     """
 
     def __init__(
@@ -192,6 +193,15 @@ class MWState:
             raise SolverError(f"{values.size} values for {rows.size} measured rows of {query.name}")
         key = key if key is not None else id(query)
         term = self._by_key.get(key) if self.merge else None
+        if term is not None and term.index is None and not term.rows[rows].all():
+            # Rows sharing cells (overlapping ranges, parities) make one merged step shrink
+            # by their overlap, which leaves each measurement barely absorbed: merge only
+            # rows that do not raise the term's overlap, else start a new term.
+            union = term.rows.copy()
+            union[rows] = True
+            own = _max_column_l1(term.query, rows, False)
+            if _max_column_l1(term.query, np.flatnonzero(union), False) > max(term.scale, own):
+                term = None
         if term is None:
             term = MWTerm(query, rows, self._index_for(query))
             self.terms.append(term)
