@@ -41,7 +41,7 @@ from dpopt.privacy.mechanisms import laplace_mechanism
 from dpopt.privacy.randomness import make_random
 
 #: The options called "optimised" here: repeated updates with a growing step, a final fit.
-OPTIMISED = dict(repeat_passes=5, boost=32.0, final_passes=30)
+OPTIMISED = dict(repeat_passes=5, boost=32.0, final_passes=10)
 #: The paper's reference code: 100 plain passes, one update per measurement, in order.
 REFERENCE = dict(repeat_passes=100, merge=False)
 

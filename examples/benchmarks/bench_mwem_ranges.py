@@ -26,7 +26,7 @@ the number of queries compare like with like.
 Methods (the same workload and data for each):
 
 * ``MWEM optimised``: ``bench_mwem.OPTIMISED`` (5 repeated passes per round with a growing
-  step, 30 final passes), T rounds, single-query selection, last iterate;
+  step, 10 final passes), T rounds, single-query selection, last iterate;
 * ``MWEM reference``: ``bench_mwem.REFERENCE``, the paper's reference loop (100 plain passes
   over all past measurements after each round, one update per measurement, in order).
   Both are run because OPTIMISED was tuned on marginal cells: on one block of overlapping
