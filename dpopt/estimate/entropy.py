@@ -55,8 +55,9 @@ def solve_entropy(
     exponential-cone program on the optimal face (:mod:`dpopt.estimate.max_entropy`);
     ``"mw"`` runs multiplicative weights from the uniform table (this module's notes),
     which approaches the same point, only sublinearly near the boundary, and takes the
-    options ``max_passes``, ``tol``, ``ipf_sweeps``, ``initial`` and ``simultaneous``
-    (passing one of them selects ``"mw"`` when no backend is named).
+    options ``max_passes``, ``tol``, ``ipf_sweeps`` and ``simultaneous`` (passing one of
+    them selects ``"mw"`` when no backend is named). ``initial`` is the prior of the KL for
+    ``"exact"`` and the starting table for ``"mw"``.
 
     ``simultaneous`` makes each pass one update with the summed gradient of every
     measurement (one product with the stacked operator, which for a marginal workload is

@@ -10,7 +10,9 @@ as many non-zero cells as rows, so on large domains the LP is solved over a grow
 of cells (column generation, Gilmore–Gomory): solve the restricted master, price every
 cell at once with one ``Q^T`` product of the master's duals, add the cells with negative
 reduced cost, repeat until none is left. With HiGHS the master stays loaded between rounds
-and each round's simplex starts from the previous optimal basis. Elastic slacks with a large cost keep the
+and each round's simplex starts from the previous optimal basis. The first master holds the
+support of the non-negative least-squares fit, which the optima largely share (an exact fit
+is itself optimal, objective 0). Elastic slacks with a large cost keep the
 restricted masters feasible; if any is still positive at the end the constraints are
 infeasible and the problem is re-solved in full to name the conflicting constraints.
 """
@@ -24,18 +26,21 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from dpopt.errors import SolverError
 from dpopt.estimate.backends import get_backend
 from dpopt.estimate.backends.highs import IncrementalLP
 from dpopt.estimate.form import ProgramForm
 from dpopt.estimate.least_squares import nnls_by_column_generation
 from dpopt.estimate.problem import ConsistencyProblem
-from dpopt.model.constraints import ConstraintSet, Hierarchy, NonNegativity, StructuralZeros
 from dpopt.estimate.result import Result, from_outcome, make_result
 from dpopt.estimate.status import Status
+from dpopt.model.constraints import ConstraintSet, Hierarchy, NonNegativity, StructuralZeros
 
 #: Above this many stacked non-zeros (or cells) the LP is solved by column generation.
 FULL_LP_NNZ = 2_000_000
 FULL_LP_CELLS = 20_000
+#: How the first column-generation master is seeded (see :func:`solve_linear`).
+INITIAL_COLUMNS = ("nnls", "score")
 #: Reduced costs above -PRICING_TOL (relative to the largest weight) count as non-negative.
 PRICING_TOL = 1e-9
 
@@ -88,6 +93,8 @@ def solve_linear(
         return from_outcome(outcome, x, objective=problem.objective, problem=problem,
                             time=time.perf_counter() - start, info=lp.info(free.size, rounds=1))
 
+    if initial not in INITIAL_COLUMNS:
+        raise SolverError(f"initial={initial!r}: choose one of {list(INITIAL_COLUMNS)}")
     cols = lp.initial_columns(free, max(50, int(lp.num_rows * batch_fraction)))
     if initial == "nnls":
         fit = _least_squares_fit(problem, free, nnls_rounds)
@@ -100,8 +107,7 @@ def solve_linear(
                 solver=f"{fit.solver} (exact fit: no LP needed)", time=time.perf_counter() - start, nit=fit.nit,
                 problem=problem, info={**lp.info(int((fit.x > 0).sum()), rounds=0), "exact_fit": True},
                 message=(f"the non-negative least-squares fit reproduces every measurement (largest weighted "
-                         f"residual {value if problem.objective == 'linf' else r.max():.2e}), the objective's lower "
-                         "bound: it is optimal"))
+                         f"residual {r.max():.2e}): it meets the objective's lower bound, so it is optimal"))
         if fit is not None:
             cols = np.union1d(cols, np.flatnonzero(fit.x > 0))
     is_free_cell = np.zeros(problem.num_cells, dtype=bool)

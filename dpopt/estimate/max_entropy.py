@@ -98,7 +98,7 @@ def solve_max_entropy(
     x, status, message, solver = _entropy_on_face(stage1, x_fit, face, prior, remaining)
     elapsed = time.perf_counter() - start
     info = {"total": total, "face_cells": int(face.size), "fit": fit_info,
-            "largest_reduced_gradient_off_face": float(reduced.min()) if reduced.size else 0.0}
+            "smallest_reduced_gradient_off_face": float(reduced.min()) if reduced.size else 0.0}
     if x is None:
         return make_result(status, None, message=message, fun=None, objective="entropy", backend="exact",
                            solver=solver, time=elapsed, nit=fit.nit, problem=problem, info=info)
