@@ -108,7 +108,7 @@ def solve_max_entropy(
     op = problem.stacked_operator()
     fun = float(np.sum((op.matvec(x) - problem.targets()) ** 2 / problem.sigmas() ** 2))
     return make_result(status, x, message=message, fun=fun, objective="entropy", backend="exact",
-                       solver=f"{fit.solver}; then {solver}", time=elapsed, nit=fit.nit, problem=problem, info=info)
+                       solver=f"fit: {fit.solver}; max entropy: {solver}", time=elapsed, nit=fit.nit, problem=problem, info=info)
 
 
 def simplex_gap(problem: ConsistencyProblem, x: np.ndarray, free: np.ndarray) -> float:
