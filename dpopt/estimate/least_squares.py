@@ -97,7 +97,6 @@ def nnls_by_column_generation(problem, free, sigma, y, time_limit, start, *, equ
     reduced gradient ``g + A^T mu``, the multipliers ``mu`` fitted on the positive cells
     (where the reduced gradient vanishes at the optimum).
     """
-
     w = 1.0 / sigma
     op = problem.stacked_operator()
     n = problem.num_cells
