@@ -78,7 +78,7 @@ def kl(true: np.ndarray, released: np.ndarray) -> float:
     return float(np.sum(p[nz] * np.log(p[nz] / q[nz])))
 
 
-def kl_grid(cases, reps: int, epsilons, plots: Path, mw_passes: int) -> None:
+def kl_grid(cases, reps: int, epsilons, plots: Path, mw_passes: int, methods=METHODS) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -90,25 +90,25 @@ def kl_grid(cases, reps: int, epsilons, plots: Path, mw_passes: int) -> None:
         data = load_binary(dataset)
         truth = data.histogram().astype(float)
         plan = fourier_plan(data.domain, order)
-        results = {meth: np.zeros((len(epsilons), reps)) for meth in METHODS}
+        results = {meth: np.zeros((len(epsilons), reps)) for meth in methods}
         start = time.perf_counter()
         for i, eps in enumerate(epsilons):
             for rep in range(reps):
                 m = measure_fourier(plan, data, Accountant.pure(eps), make_random(1000 * rep + i), epsilon=eps)
-                for meth in METHODS:
+                for meth in methods:
                     engine = {"max_passes": mw_passes} if meth == "entropy" and mw_passes else {}
                     r = fourier_consistency(plan, m, meth, integer=False, engine_options=engine)
                     results[meth][i, rep] = kl(truth, r.binary_table) if r.binary_table is not None else np.nan
         print(f"\n{name}: {order}-way marginals, |B| = {plan.closure_size}, {reps} repetitions "
               f"({time.perf_counter() - start:.0f} s); mean KL(true || released)")
-        print("  epsilon  " + "".join(f"{meth:>10}" for meth in METHODS))
+        print("  epsilon  " + "".join(f"{meth:>10}" for meth in methods))
         for i, eps in enumerate(epsilons):
-            print(f"  {eps:7g}  " + "".join(f"{np.nanmean(results[meth][i]):10.4f}" for meth in METHODS))
-        failed = {meth: int(np.isnan(results[meth]).sum()) for meth in METHODS if np.isnan(results[meth]).any()}
+            print(f"  {eps:7g}  " + "".join(f"{np.nanmean(results[meth][i]):10.4f}" for meth in methods))
+        failed = {meth: int(np.isnan(results[meth]).sum()) for meth in methods if np.isnan(results[meth]).any()}
         if failed:
             print(f"  failed solves (left out of the means): {failed}")
         fig, ax = plt.subplots(figsize=(5, 3.5))
-        for meth in METHODS:
+        for meth in methods:
             ax.plot(epsilons, np.nanmean(results[meth], axis=1), marker="o", label=meth)
         ax.set_xscale("log")
         ax.set_xlabel("epsilon")
@@ -116,7 +116,7 @@ def kl_grid(cases, reps: int, epsilons, plots: Path, mw_passes: int) -> None:
         ax.set_title(f"{name} ({order}-way, {reps} reps)")
         ax.legend()
         fig.tight_layout()
-        fig.savefig(plots / f"barak_kl_{name}.png", dpi=120)
+        fig.savefig(plots / f"barak_kl_{name}{'' if tuple(methods) == METHODS else '_' + '-'.join(methods)}.png", dpi=120)
         plt.close(fig)
     print(f"\nplots written to {plots}")
 
@@ -134,6 +134,8 @@ def main() -> None:
                         "primal simplex from the NNLS support; naming a method re-solves each master from scratch)")
     parser.add_argument("--time-limit", type=float, default=600.0)
     parser.add_argument("--skip-synthetic", action="store_true")
+    parser.add_argument("--methods", nargs="*", default=list(METHODS), choices=list(METHODS),
+                        help="consistency methods of the KL grid (l1 on nltcs 3-way takes ~2 min a solve)")
     args = parser.parse_args()
     if args.what == "lp":
         engine = {"method": args.lp_method} if args.lp_method else {}
@@ -143,7 +145,7 @@ def main() -> None:
                     args.time_limit, engine)
     else:
         plots = args.plots or Path(tempfile.mkdtemp(prefix="barak-plots-"))
-        kl_grid(args.cases, args.reps, args.epsilons, plots, args.mw_passes)
+        kl_grid(args.cases, args.reps, args.epsilons, plots, args.mw_passes, tuple(args.methods))
 
 
 if __name__ == "__main__":
