@@ -98,9 +98,9 @@ def solve_linear(
     cols = lp.initial_columns(free, max(50, int(lp.num_rows * batch_fraction)))
     if initial == "nnls":
         fit = _least_squares_fit(problem, free, nnls_rounds)
-        if fit is not None and _fits_exactly(problem, fit, lp):
+        r = _exact_fit_residual(problem, fit, lp) if fit is not None else None
+        if r is not None:
             # Zero residual is the objective's lower bound: the fit is an optimum (certified).
-            r = np.abs(problem.stacked_operator().matvec(fit.x) - lp.y) * lp.weights
             value = float(r.max() if problem.objective == "linf" else r.sum())
             return make_result(
                 Status.OPTIMAL, fit.x, fun=value, objective=problem.objective, backend="scipy",
@@ -189,15 +189,16 @@ def _least_squares_fit(problem: ConsistencyProblem, free: np.ndarray, rounds: in
                                      time.perf_counter(), max_rounds=rounds)
 
 
-def _fits_exactly(problem: ConsistencyProblem, fit, lp: "_LinearProgram") -> bool:
-    """True when ``fit`` converged, reproduces every measurement and meets every constraint."""
+def _exact_fit_residual(problem: ConsistencyProblem, fit, lp: "_LinearProgram") -> np.ndarray | None:
+    """The weighted residual ``|Q x - y| / sigma`` of ``fit`` when it converged, reproduces
+    every measurement and meets every constraint; else None."""
     if fit.status is not Status.OPTIMAL:
-        return False
+        return None
     residual = np.abs(problem.stacked_operator().matvec(fit.x) - lp.y) * lp.weights
     tol = 1e-9 * max(1.0, float(np.abs(lp.y * lp.weights).max()))
-    if residual.max() > tol:
-        return False
-    return all(row["satisfied"] for row in problem.constraints.residuals(fit.x))
+    if residual.max() > tol or not all(row["satisfied"] for row in problem.constraints.residuals(fit.x)):
+        return None
+    return residual
 
 
 def _entering(reduced, lower, upper, scale) -> np.ndarray:

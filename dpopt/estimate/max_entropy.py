@@ -103,22 +103,25 @@ def solve_max_entropy(
         return make_result(status, None, message=message, fun=None, objective="entropy", backend="exact",
                            solver=solver, time=elapsed, nit=fit.nit, problem=problem, info=info)
     info["kl_to_prior"] = _kl(x, free, prior)
+    residual = problem.stacked_operator().matvec(x) - problem.targets()
     if not problem.constraints.invariants:
-        info["duality_gap"] = simplex_gap(problem, x, free)
-    op = problem.stacked_operator()
-    fun = float(np.sum((op.matvec(x) - problem.targets()) ** 2 / problem.sigmas() ** 2))
+        info["duality_gap"] = simplex_gap(problem, x, free, residual)
+    fun = float(np.sum(residual**2 / problem.sigmas() ** 2))
     return make_result(status, x, message=message, fun=fun, objective="entropy", backend="exact",
                        solver=f"fit: {fit.solver}; max entropy: {solver}", time=elapsed, nit=fit.nit, problem=problem, info=info)
 
 
-def simplex_gap(problem: ConsistencyProblem, x: np.ndarray, free: np.ndarray) -> float:
+def simplex_gap(problem: ConsistencyProblem, x: np.ndarray, free: np.ndarray,
+                residual: np.ndarray | None = None) -> float:
     """Frank–Wolfe gap ``<g, x> - N min_j g_j`` of the loss over ``{x >= 0, sum x = N}``.
 
     For a convex loss it bounds ``loss(x) - min loss`` over that set from above, so it
     says how far an unconverged run is from the best fit with this total.
     """
     op = problem.stacked_operator()
-    gradient = op.rmatvec(2.0 * (op.matvec(x) - problem.targets()) / problem.sigmas() ** 2)
+    if residual is None:  # ``Q x - y``, when the caller has not computed it already
+        residual = op.matvec(x) - problem.targets()
+    gradient = op.rmatvec(2.0 * residual / problem.sigmas() ** 2)
     return float(gradient @ x - x.sum() * gradient[free].min())
 
 
