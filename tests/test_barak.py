@@ -17,6 +17,7 @@ from dpopt.algorithms.barak import (
     fourier_plan,
     measure_fourier,
     shift_amount,
+    shift_probability,
     theorem5_bound,
 )
 from dpopt.errors import DataError, PrivacyParameterError, QueryError, SolverError
@@ -222,26 +223,61 @@ def test_shift_amount_matches_paper_calibration():
     b, k = plan.closure_size, 6
     r = fourier_consistency(plan, m, "shift", t=3.0)
     assert r.shift["amount_normalized"] == pytest.approx(3.0 * b**2 / (0.5 * 2 ** (k / 2)))
-    assert r.shift["probability_bound"] == pytest.approx(1 - math.exp(-3.0))
+    assert r.shift["paper_probability"] == pytest.approx(1 - math.exp(-3.0))
+    # at t = 3 the paper's shift certifies more than its claim: sum |z| (mean |B| b) rarely reaches 3 |B| b
+    assert r.shift["probability_bound"] > 1 - math.exp(-3.0)
+    assert r.shift["probability_bound"] == pytest.approx(shift_probability(m, r.shift["amount"]))
     assert r.table is None and r.lp == {}
 
 
-@pytest.mark.parametrize("t", [0.5, 1.0])
-def test_shift_gives_nonnegative_marginals_with_claimed_frequency(t):
+def test_exact_calibration_is_the_smallest_certified_shift():
+    data = binary_data(6, 100, 12)
+    plan = fourier_plan(data.domain, 2)
+    m = measure_fourier(plan, data, Accountant.pure(0.5), make_random(13), epsilon=0.5)
+    for t in (0.5, 1.0, 3.0):
+        amount = shift_amount(m, t, "exact")
+        assert amount == int(amount)
+        assert shift_probability(m, amount) >= 1 - math.exp(-t)
+        assert shift_probability(m, amount - 1) < 1 - math.exp(-t)
+    # below the paper's shift for t > 1, above it at t = 1/2 (where the paper's claim fails)
+    assert shift_amount(m, 3.0, "exact") < shift_amount(m, 3.0)
+    assert shift_amount(m, 0.5, "exact") > shift_amount(m, 0.5)
+    with pytest.raises(SolverError, match="calibration"):
+        shift_amount(m, 1.0, "loose")
+
+
+@pytest.mark.parametrize("calibration,t", [("paper", 1.0), ("paper", 2.0), ("exact", 1.0), ("exact", 2.0)])
+def test_shift_certifies_the_reported_probability(calibration, t):
+    """Simulation: the sufficient event sum |z| <= shift occurs at the computed rate, and the
+    released marginals are non-negative at least that often."""
     data = binary_data(6, 60, 14)  # many empty cells: unshifted marginals go negative
     plan = fourier_plan(data.domain, 2)
+    exact = plan.query.matvec(data.histogram().astype(float))
     rng = make_random(15)
-    reps, ok, unshifted_ok = 150, 0, 0
+    reps, covered, ok, unshifted_ok = 300, 0, 0, 0
     for _ in range(reps):
         m = measure_fourier(plan, data, Accountant.pure(1), rng, epsilon=1)
-        shifted = fourier_consistency(plan, m, "shift", t=t)
+        shifted = fourier_consistency(plan, m, "shift", t=t, shift_calibration=calibration)
+        covered += np.abs(np.asarray(m.values) - exact).sum() <= shifted.shift["amount"]
         ok += all((f["count"] >= -1e-9).all() for f in shifted.marginals.values())
         plain = fourier_consistency(plan, m, "shift", t=1e-12)
         unshifted_ok += all((f["count"] >= -1e-9).all() for f in plain.marginals.values())
-    claimed = 1 - math.exp(-t)
-    # one-sided binomial test at level 1e-4 that the frequency is at least the claim
-    assert binom.cdf(ok, reps, claimed) > 1e-4
+    p = shifted.shift["probability_bound"]
+    # two-sided binomial test at level 1e-4 that the event's rate is the computed one
+    assert 1e-4 / 2 < binom.cdf(covered, reps, p) and binom.sf(covered - 1, reps, p) > 1e-4 / 2
+    assert binom.cdf(ok, reps, p) > 1e-4  # one-sided: non-negativity at least as often
+    if calibration == "exact":
+        assert p >= 1 - math.exp(-t)
     assert unshifted_ok < ok  # the shift is what makes the marginals non-negative
+
+
+def test_paper_shift_at_t_1_certifies_less_than_its_claim():
+    """sum |z| has mean |B| b, so the paper's t |B| b at t = 1 is about its median."""
+    data = binary_data(6, 60, 14)
+    plan = fourier_plan(data.domain, 2)
+    m = measure_fourier(plan, data, Accountant.pure(1), make_random(16), epsilon=1)
+    p = shift_probability(m, shift_amount(m, 1.0))
+    assert 0.45 < p < 1 - math.exp(-1.0)
 
 
 def test_gaussian_shift_amount():
@@ -251,6 +287,9 @@ def test_gaussian_shift_amount():
     b = plan.closure_size
     sigma = math.sqrt(b / 2)
     assert shift_amount(m, 2.0) == pytest.approx(sigma * math.sqrt(b * (b + 2 * math.sqrt(2 * b) + 4)))
+    assert shift_amount(m, 2.0, "exact") == shift_amount(m, 2.0)
+    assert shift_probability(m, shift_amount(m, 2.0)) == pytest.approx(1 - math.exp(-2.0))
+    assert shift_probability(m, 0.5 * b * sigma) == 0.0  # below sqrt(|B|) sigma sqrt(|B|): nothing certified
 
 
 # ---- inputs --------------------------------------------------------------------------------------

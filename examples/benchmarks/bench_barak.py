@@ -78,7 +78,7 @@ def kl(true: np.ndarray, released: np.ndarray) -> float:
     return float(np.sum(p[nz] * np.log(p[nz] / q[nz])))
 
 
-def kl_grid(cases, reps: int, epsilons, plots: Path, mw_passes: int, methods=METHODS) -> None:
+def kl_grid(cases, reps: int, epsilons, plots: Path, mw_passes: int, methods=METHODS, progress: bool = False) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -97,8 +97,12 @@ def kl_grid(cases, reps: int, epsilons, plots: Path, mw_passes: int, methods=MET
                 m = measure_fourier(plan, data, Accountant.pure(eps), make_random(1000 * rep + i), epsilon=eps)
                 for meth in methods:
                     engine = {"max_passes": mw_passes} if meth == "entropy" and mw_passes else {}
+                    solve_start = time.perf_counter()
                     r = fourier_consistency(plan, m, meth, integer=False, engine_options=engine)
                     results[meth][i, rep] = kl(truth, r.binary_table) if r.binary_table is not None else np.nan
+                    if progress:  # one line per solve, so that a long run that is stopped still reports
+                        print(f"  {name} eps={eps:g} rep={rep} {meth}: KL {results[meth][i, rep]:.4f} "
+                              f"({time.perf_counter() - solve_start:.1f} s, {r.status})", flush=True)
         print(f"\n{name}: {order}-way marginals, |B| = {plan.closure_size}, {reps} repetitions "
               f"({time.perf_counter() - start:.0f} s); mean KL(true || released)")
         print("  epsilon  " + "".join(f"{meth:>10}" for meth in methods))
@@ -136,6 +140,7 @@ def main() -> None:
     parser.add_argument("--skip-synthetic", action="store_true")
     parser.add_argument("--methods", nargs="*", default=list(METHODS), choices=list(METHODS),
                         help="consistency methods of the KL grid (l1 on nltcs 3-way takes ~2 min a solve)")
+    parser.add_argument("--progress", action="store_true", help="print one line per solve as it finishes")
     args = parser.parse_args()
     if args.what == "lp":
         engine = {"method": args.lp_method} if args.lp_method else {}
@@ -145,7 +150,7 @@ def main() -> None:
                     args.time_limit, engine)
     else:
         plots = args.plots or Path(tempfile.mkdtemp(prefix="barak-plots-"))
-        kl_grid(args.cases, args.reps, args.epsilons, plots, args.mw_passes, tuple(args.methods))
+        kl_grid(args.cases, args.reps, args.epsilons, plots, args.mw_passes, tuple(args.methods), args.progress)
 
 
 if __name__ == "__main__":
