@@ -30,6 +30,7 @@ from dpopt.errors import SolverError
 from dpopt.estimate.backends import get_backend
 from dpopt.estimate.backends.highs import IncrementalLP
 from dpopt.estimate.form import ProgramForm
+from dpopt.estimate.exact_fit import basic_exact_fit, positive_exact_fit
 from dpopt.estimate.least_squares import nnls_by_column_generation
 from dpopt.estimate.problem import ConsistencyProblem
 from dpopt.estimate.result import Result, from_outcome, make_result
@@ -41,6 +42,8 @@ FULL_LP_NNZ = 2_000_000
 FULL_LP_CELLS = 20_000
 #: How the first column-generation master is seeded (see :func:`solve_linear`).
 INITIAL_COLUMNS = ("nnls", "score")
+#: Exact-fit shortcuts: a vertex, the maximum-entropy interior point, or none (None).
+EXACT_FITS = ("basic", "interior", None)
 #: Reduced costs above -PRICING_TOL (relative to the largest weight) count as non-negative.
 PRICING_TOL = 1e-9
 
@@ -66,6 +69,7 @@ def solve_linear(
     initial: str = "nnls",
     nnls_rounds: int = 50,
     first_method: str = "ipm",
+    exact_fit: str | None = "basic",
     **options,
 ) -> Result:
     """Solve the L1 or L-infinity problem; see the module notes.
@@ -77,7 +81,11 @@ def solve_linear(
     working-set rounds of) the non-negative least-squares fit, and when that fit reproduces
     every measurement exactly it is returned at once: zero is the objective's lower bound.
     ``"score"`` starts from the cells most supported by the measurements only.
-    ``first_method`` is HiGHS's method for the first master.
+    ``first_method`` is HiGHS's method for the first master. ``exact_fit`` first looks for a
+    table that reproduces every measurement (:mod:`dpopt.estimate.exact_fit`; Fourier
+    coefficients on large domains), which is optimal at once: ``"basic"`` a vertex (at most
+    one positive cell per row, as a simplex method returns), ``"interior"`` the
+    maximum-entropy exact fit (every free cell positive), None not at all.
     """
     start = time.perf_counter()
     engine = get_backend(backend or "highs")
@@ -96,9 +104,27 @@ def solve_linear(
     if initial not in INITIAL_COLUMNS:
         raise SolverError(f"initial={initial!r}: choose one of {list(INITIAL_COLUMNS)}")
     cols = lp.initial_columns(free, max(50, int(lp.num_rows * batch_fraction)))
+    if exact_fit not in EXACT_FITS:
+        raise SolverError(f"exact_fit={exact_fit!r}: choose one of {list(EXACT_FITS)}")
+    positive = positive_exact_fit(problem) if exact_fit is not None else None
+    if positive is not None and exact_fit == "basic":
+        positive = basic_exact_fit(problem, positive)
+    r = _exact_fit_residual(problem, positive.x, lp) if positive is not None else None
+    if r is not None:
+        # Zero residual is the objective's lower bound: the fit is an optimum (certified).
+        value = float(r.max() if problem.objective == "linf" else r.sum())
+        return make_result(
+            Status.OPTIMAL, positive.x, fun=value, objective=problem.objective, backend="scipy",
+            solver=("Newton's method on the entropy dual" + (", then NNLS for a vertex" if exact_fit == "basic" else "")
+                    + " (exact fit: no LP needed)"),
+            time=time.perf_counter() - start, nit=positive.steps, problem=problem,
+            info={**lp.info(int((positive.x > 0).sum()), rounds=0), "exact_fit": True},
+            message=(f"a non-negative table reproduces every measurement (largest weighted residual "
+                     f"{r.max():.2e}, {positive.steps} Newton steps): it meets the objective's lower bound, "
+                     f"so it is optimal"))
     if initial == "nnls":
         fit = _least_squares_fit(problem, free, nnls_rounds)
-        r = _exact_fit_residual(problem, fit, lp) if fit is not None else None
+        r = _exact_fit_residual(problem, fit.x, lp) if fit is not None and fit.status is Status.OPTIMAL else None
         if r is not None:
             # Zero residual is the objective's lower bound: the fit is an optimum (certified).
             value = float(r.max() if problem.objective == "linf" else r.sum())
@@ -189,14 +215,12 @@ def _least_squares_fit(problem: ConsistencyProblem, free: np.ndarray, rounds: in
                                      time.perf_counter(), max_rounds=rounds)
 
 
-def _exact_fit_residual(problem: ConsistencyProblem, fit, lp: "_LinearProgram") -> np.ndarray | None:
-    """The weighted residual ``|Q x - y| / sigma`` of ``fit`` when it converged, reproduces
-    every measurement and meets every constraint; else None."""
-    if fit.status is not Status.OPTIMAL:
-        return None
-    residual = np.abs(problem.stacked_operator().matvec(fit.x) - lp.y) * lp.weights
+def _exact_fit_residual(problem: ConsistencyProblem, x: np.ndarray, lp: "_LinearProgram") -> np.ndarray | None:
+    """The weighted residual ``|Q x - y| / sigma`` of ``x`` when it reproduces every
+    measurement and meets every constraint; else None."""
+    residual = np.abs(problem.stacked_operator().matvec(x) - lp.y) * lp.weights
     tol = 1e-9 * max(1.0, float(np.abs(lp.y * lp.weights).max()))
-    if residual.max() > tol or not all(row["satisfied"] for row in problem.constraints.residuals(fit.x)):
+    if residual.max() > tol or not all(row["satisfied"] for row in problem.constraints.residuals(x)):
         return None
     return residual
 

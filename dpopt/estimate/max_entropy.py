@@ -33,6 +33,7 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
+from dpopt.estimate.exact_fit import newton_dual
 from dpopt.estimate.least_squares import solve_l2
 from dpopt.estimate.problem import ConsistencyProblem
 from dpopt.estimate.result import Result, make_result
@@ -256,34 +257,17 @@ def _newton_polish(C, d, weights, v):
 
 
 def _newton_dual(C, d, weights, lam, max_steps: int = 100):
-    """Maximise the concave dual ``lam.d - sum w exp(C^T lam - 1)`` of
-    ``min sum v log(v/w) s.t. C v = d`` by Newton's method with backtracking; return the
-    primal ``v = w exp(C^T lam - 1)`` once ``C v = d`` holds to 1e-11 relative, else None.
-    ``C`` may be sparse; redundant rows are fine (the Newton system is solved in the least-
-    squares sense)."""
-    scale = max(float(np.abs(d).max()), 1e-300)
-
-    def primal(lam):
-        return weights * np.exp(np.minimum(np.asarray(C.T @ lam).ravel() - 1.0, 700.0))
-
-    def dual(lam):
-        return float(lam @ d - primal(lam).sum())
-
-    for _ in range(max_steps):
-        v = primal(lam)
-        residual = d - np.asarray(C @ v).ravel()
-        if np.abs(residual).max() <= 1e-11 * scale:
-            return v
-        hessian = C @ sp.diags(v) @ C.T if sp.issparse(C) else (C * v) @ C.T
-        hessian = hessian.toarray() if sp.issparse(hessian) else hessian
-        step = np.linalg.lstsq(hessian, residual, rcond=None)[0]
-        t, current = 1.0, dual(lam)
-        while dual(lam + t * step) < current + 1e-4 * t * float(residual @ step) and t > 1e-12:
-            t /= 2
-        if t <= 1e-12:
-            return None
-        lam = lam + t * step
-    return None
+    """Newton's method on the entropy dual (:func:`dpopt.estimate.exact_fit.newton_dual`) for an
+    explicit ``C`` (sparse or dense); the primal ``v`` once ``C v = d`` holds to 1e-11
+    relative, else None. Redundant rows are fine (least-squares Newton steps)."""
+    if sp.issparse(C):
+        C = sp.csr_matrix(C)
+        gram = lambda v: (C @ sp.diags(v) @ C.T).toarray()  # noqa: E731
+    else:
+        gram = lambda v: (C * v) @ C.T  # noqa: E731
+    outcome = newton_dual(lambda v: np.asarray(C @ v).ravel(), lambda u: np.asarray(C.T @ u).ravel(), gram,
+                          d, weights, lam, max_steps=max_steps)
+    return None if outcome is None else outcome[0]
 
 
 def _kl(x: np.ndarray, free: np.ndarray, prior: np.ndarray | None) -> float:

@@ -108,6 +108,23 @@ class LinearQuery(ABC):
     def to_dense(self) -> np.ndarray:
         return self.to_sparse().toarray()
 
+    #: Whether :meth:`weighted_gram` avoids the explicit matrix (Newton steps on large domains).
+    fast_weighted_gram: bool = False
+
+    def weighted_gram(self, v: np.ndarray) -> np.ndarray:
+        """``Q diag(v) Q^T`` as a dense ``m x m`` array: the Hessian of entropy duals.
+
+        Generic: from the explicit matrix. Structured queries override it.
+        """
+        v = np.asarray(v, dtype=np.float64)
+        if v.shape != (self.domain.size,):
+            raise QueryError(f"{self.name}: expected weights of length {self.domain.size}, got shape {v.shape}")
+        return self._weighted_gram(v)
+
+    def _weighted_gram(self, v: np.ndarray) -> np.ndarray:
+        Q = self.to_sparse()
+        return np.asarray((Q @ sp.diags(v) @ Q.T).todense())
+
     def as_linear_operator(self) -> LinearOperator:
         """A :class:`scipy.sparse.linalg.LinearOperator` view (for LSMR, CG, ...)."""
         return LinearOperator(

@@ -218,6 +218,19 @@ class FourierParity(StructuredQuery):
         out = expand(fast_walsh_hadamard(coeffs), self.domain, self._union)
         return out * self.scale if self.normalized else out
 
+    @property
+    def fast_weighted_gram(self) -> bool:  # type: ignore[override]
+        return self._union_masks is not None
+
+    def _weighted_gram(self, v: np.ndarray) -> np.ndarray:
+        # sum_j v_j chi_S(j) chi_T(j) = sum_j v_j chi_{S xor T}(j): one transform of v's
+        # marginal over the union gives every entry.
+        if self._union_masks is None:
+            return super()._weighted_gram(v)
+        coeffs = fast_walsh_hadamard(marginalize(v, self.domain, self._union))
+        gram = coeffs[self._union_masks[:, None] ^ self._union_masks[None, :]]
+        return gram * self.scale**2 if self.normalized else gram
+
     def columns(self, cells: np.ndarray) -> sp.csc_matrix:
         """The columns at ``cells``: ``(-1)^popcount(alpha & j)`` (times the scale), no full matrix.
 
