@@ -152,3 +152,61 @@ def test_lp_returns_the_exact_fit_as_its_certified_optimum(objective, rng):
     assert interior.success and (interior.x > 0).all() and interior.fun <= 1e-6
     with pytest.raises(Exception, match="exact_fit"):
         reconstruct([m], cs, objective, column_generation=True, exact_fit="yes")
+
+
+# ---- the interior-point column choice for L1 ----------------------------------------------------
+def l1_dense_optimum(Qd: np.ndarray, y: np.ndarray, w: float, cells=None) -> float:
+    """min w * sum |Q x - y| over x >= 0 (on ``cells``), by scipy's HiGHS on the dense LP."""
+    A = Qd if cells is None else Qd[:, cells]
+    m, n = A.shape
+    res = linprog(np.concatenate([np.zeros(n), np.full(2 * m, w)]),
+                  A_eq=np.hstack([A, -np.eye(m), np.eye(m)]), b_eq=y, bounds=(0, None), method="highs")
+    assert res.status == 0
+    return float(res.fun)
+
+
+def noisy_sparse_coefficients(k: int, rng, noise: float = 15.0):
+    dom = binary_domain(k)
+    q = parities(dom, 2)
+    x0 = np.zeros(dom.size)
+    x0[rng.choice(dom.size, 8, replace=False)] = rng.integers(20, 60, 8)
+    return q, q.matvec(x0) + rng.normal(0, noise, q.num_rows)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_interior_columns_hold_an_l1_optimum(seed):
+    """Brute force: the LP over the chosen cells has the optimum of the LP over all cells."""
+    from dpopt.estimate.interior_point import l1_interior_columns
+
+    rng = np.random.default_rng(seed)
+    q, y = noisy_sparse_coefficients(8, rng)
+    sigma = 10.0
+    p = ConsistencyProblem([measured(q, y, sigma)], ConstraintSet(q.domain, [NonNegativity()]), "l1")
+    cells = l1_interior_columns(p, limit=4 * q.num_rows)
+    assert cells is not None and 0 < cells.size <= 4 * q.num_rows
+    Qd = q.to_dense()
+    full = l1_dense_optimum(Qd, y, 1 / sigma)
+    assert full > 0.1  # no exact fit: a genuine L1 problem
+    assert l1_dense_optimum(Qd, y, 1 / sigma, cells) == pytest.approx(full, rel=1e-7)
+
+
+def test_l1_interior_start_reaches_the_dense_optimum_in_one_round():
+    rng = np.random.default_rng(5)
+    q, y = noisy_sparse_coefficients(11, rng)
+    m = measured(q, y, 10.0)
+    cs = ConstraintSet(q.domain, [NonNegativity()])
+    full = l1_dense_optimum(q.to_dense(), y, 0.1)
+    fast = reconstruct([m], cs, "l1", column_generation=True)  # initial="auto": interior
+    assert fast.success and fast.info["rounds"] == 1 and fast.fun == pytest.approx(full, rel=1e-7)
+    nnls = reconstruct([m], cs, "l1", column_generation=True, initial="nnls")
+    assert nnls.success and nnls.fun == pytest.approx(full, rel=1e-7)
+    # with an invariant the interior start does not apply; "auto" falls back to the NNLS start
+    with_total = ConstraintSet(q.domain, [NonNegativity(), Invariant(Total(q.domain), [200.0])])
+    fallback = reconstruct([m], with_total, "l1", column_generation=True)
+    Qd = q.to_dense()
+    n, k = q.domain.size, q.num_rows
+    A_eq = np.vstack([np.hstack([Qd, -np.eye(k), np.eye(k)]), np.concatenate([np.ones(n), np.zeros(2 * k)])])
+    dense = linprog(np.concatenate([np.zeros(n), np.full(2 * k, 0.1)]), A_eq=A_eq, b_eq=np.append(y, 200.0),
+                    bounds=(0, None), method="highs")
+    assert fallback.success and abs(fallback.x.sum() - 200.0) <= 1e-6
+    assert fallback.fun == pytest.approx(dense.fun, rel=1e-7)

@@ -31,6 +31,7 @@ from dpopt.estimate.backends import get_backend
 from dpopt.estimate.backends.highs import IncrementalLP
 from dpopt.estimate.form import ProgramForm
 from dpopt.estimate.exact_fit import basic_exact_fit, positive_exact_fit
+from dpopt.estimate.interior_point import l1_interior_columns
 from dpopt.estimate.least_squares import nnls_by_column_generation
 from dpopt.estimate.problem import ConsistencyProblem
 from dpopt.estimate.result import Result, from_outcome, make_result
@@ -41,7 +42,7 @@ from dpopt.model.constraints import ConstraintSet, Hierarchy, NonNegativity, Str
 FULL_LP_NNZ = 2_000_000
 FULL_LP_CELLS = 20_000
 #: How the first column-generation master is seeded (see :func:`solve_linear`).
-INITIAL_COLUMNS = ("nnls", "score")
+INITIAL_COLUMNS = ("auto", "nnls", "score", "interior")
 #: Exact-fit shortcuts: a vertex, the maximum-entropy interior point, or none (None).
 EXACT_FITS = ("basic", "interior", None)
 #: Reduced costs above -PRICING_TOL (relative to the largest weight) count as non-negative.
@@ -66,9 +67,9 @@ def solve_linear(
     max_rounds: int = 500,
     warm_start: bool = True,
     batch_fraction: float = 0.05,
-    initial: str = "nnls",
+    initial: str = "auto",
     nnls_rounds: int = 50,
-    first_method: str = "ipm",
+    first_method: str | None = None,
     exact_fit: str | None = "basic",
     **options,
 ) -> Result:
@@ -81,7 +82,11 @@ def solve_linear(
     working-set rounds of) the non-negative least-squares fit, and when that fit reproduces
     every measurement exactly it is returned at once: zero is the objective's lower bound.
     ``"score"`` starts from the cells most supported by the measurements only.
-    ``first_method`` is HiGHS's method for the first master. ``exact_fit`` first looks for a
+    ``"interior"`` (L1 on Fourier coefficients) starts from the optimal face as a matrix-free
+    interior-point method sees it (:mod:`dpopt.estimate.interior_point`), which usually
+    leaves one simplex round. ``"auto"`` (default) is ``"interior"`` where it applies, else
+    ``"nnls"``. ``first_method`` is HiGHS's method for the first master (default ``"ipm"``,
+    ``"simplex"`` after the interior start). ``exact_fit`` first looks for a
     table that reproduces every measurement (:mod:`dpopt.estimate.exact_fit`; Fourier
     coefficients on large domains), which is optimal at once: ``"basic"`` a vertex (at most
     one positive cell per row, as a simplex method returns), ``"interior"`` the
@@ -122,6 +127,15 @@ def solve_linear(
             message=(f"a non-negative table reproduces every measurement (largest weighted residual "
                      f"{r.max():.2e}, {positive.steps} Newton steps): it meets the objective's lower bound, "
                      f"so it is optimal"))
+    if initial in ("auto", "interior"):
+        chosen = l1_interior_columns(problem, limit=4 * lp.num_rows) if problem.objective == "l1" else None
+        if chosen is None:
+            initial = "nnls"
+        else:
+            initial = "interior"
+            cols = np.union1d(cols, chosen)
+            # These columns are nearly an optimal basis already: simplex beats HiGHS's IPM
+            first_method = first_method or "simplex"
     if initial == "nnls":
         fit = _least_squares_fit(problem, free, nnls_rounds)
         r = _exact_fit_residual(problem, fit.x, lp) if fit is not None and fit.status is Status.OPTIMAL else None
@@ -141,7 +155,8 @@ def solve_linear(
     session = None
     if warm_start and engine.name == "highs" and not options:
         # The master stays loaded in HiGHS; each round continues from the last basis.
-        session = IncrementalLP(lp.form(cols, lower[cols], upper[cols], elastic=True), first_method=first_method)
+        session = IncrementalLP(lp.form(cols, lower[cols], upper[cols], elastic=True),
+                                first_method=first_method or "ipm")
     positions = np.arange(cols.size)  # where each cell column sits among the session's variables
     total_iterations = 0
     for rounds in range(1, max_rounds + 1):
