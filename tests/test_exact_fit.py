@@ -190,16 +190,16 @@ def test_interior_columns_hold_an_l1_optimum(seed):
     assert l1_dense_optimum(Qd, y, 1 / sigma, cells) == pytest.approx(full, rel=1e-7)
 
 
-def test_l1_interior_start_reaches_the_dense_optimum_in_one_round():
+def test_l1_interior_start_reaches_the_dense_optimum():
     rng = np.random.default_rng(5)
     q, y = noisy_sparse_coefficients(11, rng)
     m = measured(q, y, 10.0)
     cs = ConstraintSet(q.domain, [NonNegativity()])
     full = l1_dense_optimum(q.to_dense(), y, 0.1)
     fast = reconstruct([m], cs, "l1", column_generation=True)  # initial="auto": interior
-    assert fast.success and fast.info["rounds"] == 1 and fast.fun == pytest.approx(full, rel=1e-7)
+    assert fast.success and fast.info["initial"] == "interior" and fast.fun == pytest.approx(full, rel=1e-7)
     nnls = reconstruct([m], cs, "l1", column_generation=True, initial="nnls")
-    assert nnls.success and nnls.fun == pytest.approx(full, rel=1e-7)
+    assert nnls.success and nnls.info["initial"] == "nnls" and nnls.fun == pytest.approx(full, rel=1e-7)
     # with an invariant the interior start does not apply; "auto" falls back to the NNLS start
     with_total = ConstraintSet(q.domain, [NonNegativity(), Invariant(Total(q.domain), [200.0])])
     fallback = reconstruct([m], with_total, "l1", column_generation=True)
@@ -210,3 +210,19 @@ def test_l1_interior_start_reaches_the_dense_optimum_in_one_round():
                     bounds=(0, None), method="highs")
     assert fallback.success and abs(fallback.x.sum() - 200.0) <= 1e-6
     assert fallback.fun == pytest.approx(dense.fun, rel=1e-7)
+
+
+def test_l2_returns_the_exact_fit_where_nnls_reaches_the_same_objective(rng):
+    dom = binary_domain(12)
+    q = parities(dom, 2)
+    y = q.matvec(rng.poisson(2.0, dom.size).astype(float)) + rng.integers(-3, 4, q.num_rows)
+    m = measured(q, y)
+    cs = ConstraintSet(dom, [NonNegativity()])
+    fast = reconstruct([m], cs, "l2", working_set=True)
+    assert fast.success and fast.info["exact_fit"] and fast.fun <= 1e-12
+    assert (fast.x >= 0).all() and (fast.x > 0).sum() <= q.num_rows
+    from dpopt.estimate.least_squares import nnls_by_column_generation
+
+    p = ConsistencyProblem([m], cs, "l2")
+    slow = nnls_by_column_generation(p, p.free_cells(), p.sigmas(), p.targets(), None, 0.0)
+    assert slow.success and slow.fun == pytest.approx(0.0, abs=1e-9)

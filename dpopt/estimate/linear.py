@@ -30,7 +30,7 @@ from dpopt.errors import SolverError
 from dpopt.estimate.backends import get_backend
 from dpopt.estimate.backends.highs import IncrementalLP
 from dpopt.estimate.form import ProgramForm
-from dpopt.estimate.exact_fit import basic_exact_fit, positive_exact_fit
+from dpopt.estimate.exact_fit import exact_fit_result
 from dpopt.estimate.interior_point import l1_interior_columns
 from dpopt.estimate.least_squares import nnls_by_column_generation
 from dpopt.estimate.problem import ConsistencyProblem
@@ -111,30 +111,20 @@ def solve_linear(
     cols = lp.initial_columns(free, max(50, int(lp.num_rows * batch_fraction)))
     if exact_fit not in EXACT_FITS:
         raise SolverError(f"exact_fit={exact_fit!r}: choose one of {list(EXACT_FITS)}")
-    positive = positive_exact_fit(problem) if exact_fit is not None else None
-    if positive is not None and exact_fit == "basic":
-        positive = basic_exact_fit(problem, positive)
-    r = _exact_fit_residual(problem, positive.x, lp) if positive is not None else None
-    if r is not None:
-        # Zero residual is the objective's lower bound: the fit is an optimum (certified).
-        value = float(r.max() if problem.objective == "linf" else r.sum())
-        return make_result(
-            Status.OPTIMAL, positive.x, fun=value, objective=problem.objective, backend="scipy",
-            solver=("Newton's method on the entropy dual" + (", then NNLS for a vertex" if exact_fit == "basic" else "")
-                    + " (exact fit: no LP needed)"),
-            time=time.perf_counter() - start, nit=positive.steps, problem=problem,
-            info={**lp.info(int((positive.x > 0).sum()), rounds=0), "exact_fit": True},
-            message=(f"a non-negative table reproduces every measurement (largest weighted residual "
-                     f"{r.max():.2e}, {positive.steps} Newton steps): it meets the objective's lower bound, "
-                     f"so it is optimal"))
+    shortcut = exact_fit_result(problem, start, exact_fit) if exact_fit is not None else None
+    if shortcut is not None:
+        shortcut.info = {**lp.info(shortcut.info["cell_columns"], rounds=0), "exact_fit": True}
+        return shortcut
     if initial in ("auto", "interior"):
-        chosen = l1_interior_columns(problem, limit=4 * lp.num_rows) if problem.objective == "l1" else None
+        chosen = l1_interior_columns(problem, limit=lp.num_rows) if problem.objective == "l1" else None
         if chosen is None:
             initial = "nnls"
         else:
             initial = "interior"
             cols = np.union1d(cols, chosen)
-            # These columns are nearly an optimal basis already: simplex beats HiGHS's IPM
+            # As many cells as rows, the largest on the optimal face: a basis's worth. More
+            # (the face can be large when the L1 optimum is not unique) make the first master
+            # slower than the pricing rounds they save. The simplex then beats HiGHS's IPM.
             first_method = first_method or "simplex"
     if initial == "nnls":
         fit = _least_squares_fit(problem, free, nnls_rounds)
@@ -207,7 +197,7 @@ def solve_linear(
         return from_outcome(full, x, objective=problem.objective, problem=problem,
                             time=time.perf_counter() - start, info=lp.info(free.size, rounds=rounds))
     x = lp.cells(outcome.x, cols)
-    info = lp.info(cols.size, rounds=rounds)
+    info = {**lp.info(cols.size, rounds=rounds), "initial": initial}
     return from_outcome(outcome, x, objective=problem.objective, problem=problem,
                         time=time.perf_counter() - start, nit=total_iterations, info=info)
 
