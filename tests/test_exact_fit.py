@@ -226,3 +226,38 @@ def test_l2_returns_the_exact_fit_where_nnls_reaches_the_same_objective(rng):
     p = ConsistencyProblem([m], cs, "l2")
     slow = nnls_by_column_generation(p, p.free_cells(), p.sigmas(), p.targets(), None, 0.0)
     assert slow.success and slow.fun == pytest.approx(0.0, abs=1e-9)
+
+
+def test_entropy_on_exactly_fittable_coefficients_is_the_exponential_cone_optimum(rng):
+    """The entropy objective's shortcut against cvxpy's exponential-cone program on the same
+    problem: minimise sum x log(x / prior) subject to Q x = y and sum x = N."""
+    cp = pytest.importorskip("cvxpy")
+    from dpopt.estimate.max_entropy import solve_max_entropy
+
+    dom = binary_domain(6)
+    q = FourierParity(dom, [s for s in downward_closure(list(combinations(dom.attrs, 2)), dom) if s != ()])
+    x0 = rng.gamma(1.0, 5.0, dom.size)
+    n = float(x0.sum())
+    prior = rng.random(dom.size) + 0.5
+    p = ConsistencyProblem([measured(q, q.matvec(x0))], ConstraintSet(dom, [NonNegativity()]), "entropy")
+    result = solve_max_entropy(p, n, prior=prior)
+    assert result.success and "Newton" in result.solver and result.info["face_cells"] == dom.size
+    x = cp.Variable(dom.size)
+    program = cp.Problem(cp.Minimize(cp.sum(cp.rel_entr(x, prior))), [q.to_dense() @ x == q.matvec(x0), cp.sum(x) == n])
+    program.solve(solver=cp.CLARABEL)
+    assert program.status == "optimal"
+    # Feasible, no worse than the cone solver's objective, and optimal by KKT: log(x / prior)
+    # lies in the row space of [Q; 1] (a certificate for this convex problem)
+    A = np.vstack([q.to_dense(), np.ones(dom.size)])
+    np.testing.assert_allclose(A @ result.x, np.append(q.matvec(x0), n), rtol=0, atol=1e-9 * n)
+    ours = float(np.sum(result.x * np.log(result.x / prior)))
+    assert ours <= program.value + 1e-7 * abs(program.value)
+    log_ratio = np.log(result.x / prior)
+    lam = np.linalg.lstsq(A.T, log_ratio, rcond=None)[0]
+    np.testing.assert_allclose(A.T @ lam, log_ratio, rtol=0, atol=1e-8)
+    # a measured total other than N cannot be fitted exactly: the two-stage method answers
+    with_total = FourierParity(dom, [(), *q.subsets])
+    off = ConsistencyProblem([measured(with_total, with_total.matvec(x0) + np.eye(with_total.num_rows)[0])],
+                             ConstraintSet(dom, [NonNegativity()]), "entropy")
+    two_stage = solve_max_entropy(off, n)
+    assert two_stage.success and "Newton's method on the entropy dual (exact fit)" not in two_stage.solver

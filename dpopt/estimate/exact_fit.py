@@ -68,20 +68,28 @@ def positive_exact_fit(problem: ConsistencyProblem, prior: np.ndarray | None = N
     """
     if not exact_fit_applies(problem):
         return None
-    start = time.perf_counter()
-    query = problem.noisy[0].query
-    y = np.asarray(problem.noisy[0].values, dtype=np.float64)
     weights = np.zeros(problem.num_cells)
     free = problem.free_cells()
     weights[free] = 1.0 if prior is None else np.asarray(prior, dtype=np.float64)[free]
-    if prior is not None and not (weights[free] > 0).all():
+    return fit_exactly(problem.noisy[0].query, problem.noisy[0].values, weights, max_steps)
+
+
+def fit_exactly(query, y: np.ndarray, weights: np.ndarray, max_steps: int = 40) -> ExactFit | None:
+    """The table ``x = w exp(Q^T lam - 1)`` with ``Q x = y``: the minimiser of
+    ``sum x log(x / w)`` among exact fits, positive wherever ``w`` is (``w = 0`` pins a
+    cell to zero). None when Newton's method finds none. ``query`` needs ``weighted_gram``."""
+    start = time.perf_counter()
+    y = np.asarray(y, dtype=np.float64)
+    weights = np.asarray(weights, dtype=np.float64)
+    positive = weights > 0
+    if not positive.any() or (weights < 0).any():
         return None
     total = _known_total(query, y)
     if total is not None and total <= 0:
         return None  # no positive table has a non-positive total
     # Weak duality: the dual never exceeds sum v log(v/w) <= N log(N / min w) over tables
     # with total N, so a dual above that proves no exact fit exists.
-    bound = None if total is None else total * np.log(total / weights[free].min())
+    bound = None if total is None else total * np.log(total / weights[positive].min())
     outcome = newton_dual(query.matvec, query.rmatvec, query.weighted_gram, y, weights,
                           np.zeros(y.size), max_steps=max_steps, dual_bound=bound)
     if outcome is None:
@@ -253,5 +261,6 @@ def _newton_step(hessian: np.ndarray, residual: np.ndarray) -> np.ndarray:
     return step
 
 
-__all__ = ["ExactFit", "exact_fit_applies", "positive_exact_fit", "basic_exact_fit", "exact_fit_result", "newton_dual",
+__all__ = ["ExactFit", "exact_fit_applies", "positive_exact_fit", "fit_exactly", "basic_exact_fit", "exact_fit_result",
+           "newton_dual",
            "MAX_EXACT_FIT_ROWS"]

@@ -33,13 +33,14 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from dpopt.estimate.exact_fit import newton_dual
+from dpopt.estimate.exact_fit import MAX_EXACT_FIT_ROWS, fit_exactly, newton_dual
 from dpopt.estimate.least_squares import solve_l2
 from dpopt.estimate.problem import ConsistencyProblem
 from dpopt.estimate.result import Result, make_result
 from dpopt.estimate.status import Status
 from dpopt.model.constraints import ConstraintSet, Invariant
 from dpopt.model.queries import Total
+from dpopt.model.queries.fourier import FourierParity
 
 #: Largest face (cells that some best fit may use) the exponential-cone stage takes on.
 MAX_FACE_CELLS = 6000
@@ -85,6 +86,19 @@ def solve_max_entropy(
     """
     start = time.perf_counter()
     free = problem.free_cells()
+    shortcut = _exact_fourier_fit(problem, total, prior, free)
+    if shortcut is not None:
+        info = {"total": total, "face_cells": int(free.size), "kl_to_prior": _kl(shortcut.x, free, prior),
+                "fit": {"status": "OPTIMAL", "message": "every measurement reproduced exactly",
+                        "solver": "Newton's method on the entropy dual", "time": shortcut.time}}
+        residual = problem.stacked_operator().matvec(shortcut.x) - problem.targets()
+        return make_result(
+            Status.OPTIMAL, shortcut.x, fun=float(np.sum(residual**2 / problem.sigmas() ** 2)), objective="entropy",
+            backend="exact", solver="Newton's method on the entropy dual (exact fit)", time=time.perf_counter() - start,
+            nit=shortcut.steps, problem=problem, info=info,
+            message=(f"a positive table with total {total:g} reproduces every measurement ({shortcut.steps} Newton "
+                     f"steps): the fit's loss is 0, every best fit is exact, and this is the one closest to the "
+                     f"prior"))
     stage1 = _fit_problem(problem, total)
     fit = solve_l2(stage1, None, time_limit)
     fit_info = {"status": fit.status.name, "message": fit.message, "solver": fit.solver, "time": fit.time}
@@ -124,6 +138,33 @@ def simplex_gap(problem: ConsistencyProblem, x: np.ndarray, free: np.ndarray,
         residual = op.matvec(x) - problem.targets()
     gradient = op.rmatvec(2.0 * residual / problem.sigmas() ** 2)
     return float(gradient @ x - x.sum() * gradient[free].min())
+
+
+def _exact_fourier_fit(problem: ConsistencyProblem, total: float, prior, free: np.ndarray):
+    """Fourier coefficients with total ``N`` that some positive table reproduces exactly:
+    that table, by Newton's method on the entropy dual over the parities and the total
+    (:func:`dpopt.estimate.exact_fit.fit_exactly`). It is the answer of both stages at once:
+    the loss is 0, so the best fits are the exact fits, and it is their minimum-KL point.
+    None when the measurements are not all unnormalised parities, constraints beyond
+    non-negativity and structural zeros are present, or no exact fit exists."""
+    cs = problem.constraints
+    if cs.invariants or cs.inequalities or not problem.noisy:
+        return None
+    if not all(isinstance(m.query, FourierParity) and not m.query.normalized and m.query.domain == problem.domain
+               for m in problem.noisy):
+        return None
+    subsets = [s for m in problem.noisy for s in m.query.subsets]
+    values = np.concatenate([m.values for m in problem.noisy])
+    if () in subsets:
+        if abs(values[subsets.index(())] - total) > 1e-9 * max(1.0, abs(total)):
+            return None  # the measured total is not N: no table fits it exactly
+    else:
+        subsets, values = [(), *subsets], np.concatenate([[total], values])
+    if len(set(subsets)) != len(subsets) or len(subsets) > MAX_EXACT_FIT_ROWS:
+        return None
+    weights = np.zeros(problem.num_cells)
+    weights[free] = 1.0 if prior is None else np.asarray(prior, dtype=np.float64)[free]
+    return fit_exactly(FourierParity(problem.domain, subsets), values, weights)
 
 
 def _fit_problem(problem: ConsistencyProblem, total: float) -> ConsistencyProblem:
