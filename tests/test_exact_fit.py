@@ -261,3 +261,21 @@ def test_entropy_on_exactly_fittable_coefficients_is_the_exponential_cone_optimu
                              ConstraintSet(dom, [NonNegativity()]), "entropy")
     two_stage = solve_max_entropy(off, n)
     assert two_stage.success and "Newton's method on the entropy dual (exact fit)" not in two_stage.solver
+
+
+def test_column_generation_stops_when_highs_finds_no_improving_column(monkeypatch):
+    """A pricing tolerance far below HiGHS's dual tolerance makes the pricing offer columns
+    that HiGHS will not pivot on; column generation must stop there (it once added 22,000
+    such columns 50 at a time) with the dense LP's optimum."""
+    import dpopt.estimate.linear as linear
+
+    rng = np.random.default_rng(5)
+    q, y = noisy_sparse_coefficients(11, rng)
+    m = measured(q, y, 10.0)
+    cs = ConstraintSet(q.domain, [NonNegativity()])
+    monkeypatch.setattr(linear, "PRICING_TOL", 1e-16)
+    result = reconstruct([m], cs, "l1", column_generation=True, initial="nnls")
+    assert result.success and result.fun == pytest.approx(l1_dense_optimum(q.to_dense(), y, 0.1), rel=1e-7)
+    assert result.info["rounds"] < 40
+    # it stopped on the stall, and the violation HiGHS tolerated is within its tolerance
+    assert 0 <= result.info["pricing_stalled_at"] <= 1e-7

@@ -1,23 +1,27 @@
-"""A strictly positive table that reproduces every measurement exactly, when one exists.
+"""A table that reproduces every measurement exactly, when one exists.
 
 Such a table has objective 0 under L1, L-infinity and L2, their lower bound, so it is a
-certified optimum of each. The one found here is also the closest in KL to the prior among
-all exact fits, so it is the entropy objective's answer too. When the domain has many more
-cells than there are measurements, as with Barak et al.'s Fourier coefficients on 2^20
-cells, exact fits usually exist, and finding one is far cheaper than any working-set or
-simplex method.
+certified optimum of each. When the domain has many more cells than there are
+measurements, as with Barak et al.'s Fourier coefficients on 2^20 cells, exact fits usually
+exist, and finding one is far cheaper than any working-set or simplex method.
 
-The table is ``v = w exp(Q^T lam - 1)``, the solution of ``min sum v log(v / w)`` subject to
-``Q v = y``. ``lam`` maximises the concave dual ``lam . y - sum w exp(Q^T lam - 1)`` (Boyd and
-Vandenberghe 2004, §5.2.4 and §10.2), by Newton's method with backtracking. Every step
-solves with the ``m x m`` Hessian ``Q diag(v) Q^T``. For Fourier parities that Hessian comes
-from one Walsh–Hadamard transform of ``v``: entry ``(S, T)`` is ``v^(S xor T)``
-(:meth:`dpopt.model.queries.fourier.FourierParity.weighted_gram`). At 2^20 cells and 1,351
-parities a step takes about 0.15 s.
+**The maximum-entropy exact fit.** It is ``v = w exp(Q^T lam - 1)``, the solution of
+``min sum v log(v / w)`` subject to ``Q v = y``, and so it is also the entropy objective's
+answer. ``lam`` maximises the concave dual ``lam . y - sum w exp(Q^T lam - 1)`` (Boyd and
+Vandenberghe 2004, ch. 5 for the dual of entropy maximisation, §9.5 for Newton's method).
+Newton's method with backtracking finds it.
 
-When no strictly positive exact fit exists the dual is unbounded or has no interior
-maximiser. Newton's method then stops without converging, and the caller falls back to its
-general method.
+- Every step solves with the ``m x m`` Hessian ``Q diag(v) Q^T``. For Fourier parities that
+  Hessian comes from one Walsh–Hadamard transform of ``v``: entry ``(S, T)`` is
+  ``v^(S xor T)`` (:meth:`dpopt.model.queries.fourier.FourierParity.weighted_gram`).
+- At 2^20 cells and 1,351 parities a step takes about 0.15 s.
+- When no positive exact fit exists the dual is unbounded or has no interior maximiser, and
+  Newton's method stops without converging. When the total ``N`` is among the rows, a dual
+  above ``N log(N / min w)`` proves this at once (weak duality). The caller then falls back
+  to its general method.
+
+**A vertex.** :func:`basic_exact_fit` turns the dense maximum-entropy fit into a basic one,
+with at most ``m`` positive cells, which is what rounding to integers needs.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ MAX_EXACT_FIT_ROWS = 5000
 
 @dataclass
 class ExactFit:
-    """A strictly positive exact fit: the table, the Newton steps taken, the time and residual."""
+    """An exact fit: the table, the Newton steps taken, the time and the largest residual."""
 
     x: np.ndarray
     steps: int
@@ -99,18 +103,24 @@ def fit_exactly(query, y: np.ndarray, weights: np.ndarray, max_steps: int = 40) 
     return ExactFit(v, steps, time.perf_counter() - start, residual)
 
 
-def exact_fit_result(problem: ConsistencyProblem, start: float, how: str = "basic") -> Result | None:
+def exact_fit_result(problem: ConsistencyProblem, start: float, how: str = "basic",
+                     time_limit: float | None = None) -> Result | None:
     """An exact fit returned as a certified optimum of ``problem.objective`` (``"l1"``,
     ``"linf"`` or ``"l2"``, whose lower bound 0 it meets), or None when there is none.
 
     ``how="basic"`` gives a vertex (:func:`basic_exact_fit`), ``"interior"`` the
     maximum-entropy exact fit. The fit must reproduce every measurement to 1e-9 of the largest
-    weighted answer and satisfy every constraint.
+    weighted answer and satisfy every constraint. Past ``time_limit`` seconds from ``start``
+    (checked between the Newton and NNLS phases) it gives up, so that the caller reports the
+    time limit.
     """
+    def out_of_time() -> bool:
+        return time_limit is not None and time.perf_counter() - start > time_limit
+
     fit = positive_exact_fit(problem)
-    if fit is not None and how == "basic":
+    if fit is not None and how == "basic" and not out_of_time():
         fit = basic_exact_fit(problem, fit)
-    if fit is None:
+    if fit is None or out_of_time():
         return None
     weights = 1.0 / problem.sigmas()
     y = problem.targets()
@@ -261,6 +271,7 @@ def _newton_step(hessian: np.ndarray, residual: np.ndarray) -> np.ndarray:
     return step
 
 
-__all__ = ["ExactFit", "exact_fit_applies", "positive_exact_fit", "fit_exactly", "basic_exact_fit", "exact_fit_result",
-           "newton_dual",
-           "MAX_EXACT_FIT_ROWS"]
+__all__ = [
+    "ExactFit", "exact_fit_applies", "positive_exact_fit", "fit_exactly", "basic_exact_fit",
+    "exact_fit_result", "newton_dual", "MAX_EXACT_FIT_ROWS",
+]

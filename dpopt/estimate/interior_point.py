@@ -38,8 +38,6 @@ def l1_interior_columns(problem: ConsistencyProblem, limit: int, max_iter: int =
     w = 1.0 / np.full(y.size, m.stddev)
     free = problem.free_cells()
     n = problem.num_cells
-    on_free = np.zeros(n, dtype=bool)
-    on_free[free] = True
 
     def Qx(x):
         full = np.zeros(n)
@@ -83,7 +81,7 @@ def l1_interior_columns(problem: ConsistencyProblem, limit: int, max_iter: int =
             return None
 
         def direction(cx, cp, cq):
-            # Normal equations for A dz = rb, A^T du + ds = rc, S dz + Z ds = c (Wright, eq. 10.5)
+            # Normal equations for A dz = rb, A^T du + ds = rc, S dz + Z ds = c (Wright, ch. 10)
             rhs = rb - (Qx(cx / sx) - cp / sp_ + cq / sq) + (Qx(dx_ * rx) - dp_ * rp + dq_ * rq)
             du = la.cho_solve(factor, rhs)
             dsx, dsp, dsq = rx - QTu(du), rp + du, rq - du

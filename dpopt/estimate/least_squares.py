@@ -62,7 +62,7 @@ def solve_l2(problem: ConsistencyProblem, backend: str | None, time_limit=None, 
                 raise SolverError("the NNLS working-set method needs non-negativity, the scipy backend and no options")
             # A table that reproduces every measurement has objective 0: on Fourier
             # coefficients over a large domain one is usually found far faster than NNLS runs.
-            shortcut = exact_fit_result(problem, start)
+            shortcut = exact_fit_result(problem, start, time_limit=time_limit)
             if shortcut is not None:
                 return shortcut
             return nnls_by_column_generation(problem, free, sigma, y, time_limit, start)

@@ -111,7 +111,7 @@ def solve_linear(
     cols = lp.initial_columns(free, max(50, int(lp.num_rows * batch_fraction)))
     if exact_fit not in EXACT_FITS:
         raise SolverError(f"exact_fit={exact_fit!r}: choose one of {list(EXACT_FITS)}")
-    shortcut = exact_fit_result(problem, start, exact_fit) if exact_fit is not None else None
+    shortcut = exact_fit_result(problem, start, exact_fit, time_limit) if exact_fit is not None else None
     if shortcut is not None:
         shortcut.info = {**lp.info(shortcut.info["cell_columns"], rounds=0), "exact_fit": True}
         return shortcut
@@ -145,10 +145,14 @@ def solve_linear(
     session = None
     if warm_start and engine.name == "highs" and not options:
         # The master stays loaded in HiGHS; each round continues from the last basis.
+        # HiGHS's dual tolerance is absolute (1e-7); costs here are weights 1/sigma, often
+        # far below 1, so it is set relative to the largest weight, as the pricing is.
         session = IncrementalLP(lp.form(cols, lower[cols], upper[cols], elastic=True),
-                                first_method=first_method or "ipm")
+                                first_method=first_method or "ipm",
+                                dual_tolerance=min(1e-7, max(1e-10, 1e-7 * lp.cost_scale)))
     positions = np.arange(cols.size)  # where each cell column sits among the session's variables
     total_iterations = 0
+    stalled = None  # the largest relative pricing violation when the pricing stalls
     for rounds in range(1, max_rounds + 1):
         remaining = None if time_limit is None else max(1e-3, time_limit - (time.perf_counter() - start))
         if session is None:
@@ -159,6 +163,13 @@ def solve_linear(
             values = None if outcome.x is None else lp.reorder(outcome.x, positions)
         solved = cols  # the columns of the master just solved (cols grows below)
         total_iterations += outcome.iterations or 0
+        if session is not None and rounds > 1 and outcome.success and outcome.iterations == 0:
+            # No pivot: HiGHS found every added column non-improving within its dual
+            # tolerance. They were the most improving by the pricing, so every other column
+            # is too: the master is optimal for the full problem at HiGHS's tolerance.
+            reduced = lp.reduced_costs(outcome.row_duals)
+            stalled = float(-reduced[is_free_cell].min() / lp.cost_scale)
+            break
         if not outcome.success:
             x = lp.cells(values, cols) if values is not None else None
             return from_outcome(outcome, x, objective=problem.objective, problem=problem,
@@ -198,6 +209,8 @@ def solve_linear(
                             time=time.perf_counter() - start, info=lp.info(free.size, rounds=rounds))
     x = lp.cells(outcome.x, cols)
     info = {**lp.info(cols.size, rounds=rounds), "initial": initial}
+    if stalled is not None:
+        info["pricing_stalled_at"] = stalled
     return from_outcome(outcome, x, objective=problem.objective, problem=problem,
                         time=time.perf_counter() - start, nit=total_iterations, info=info)
 

@@ -145,10 +145,10 @@ def _exact_fourier_fit(problem: ConsistencyProblem, total: float, prior, free: n
     that table, by Newton's method on the entropy dual over the parities and the total
     (:func:`dpopt.estimate.exact_fit.fit_exactly`). It is the answer of both stages at once:
     the loss is 0, so the best fits are the exact fits, and it is their minimum-KL point.
-    None when the measurements are not all unnormalised parities, constraints beyond
-    non-negativity and structural zeros are present, or no exact fit exists."""
+    None when the measurements are not all unnormalised parities, constraints with equality
+    or inequality rows are present, or no exact fit exists."""
     cs = problem.constraints
-    if cs.invariants or cs.inequalities or not problem.noisy:
+    if cs.equality_rows()[0].shape[0] or cs.inequality_rows()[0].shape[0] or not problem.noisy:
         return None
     if not all(isinstance(m.query, FourierParity) and not m.query.normalized and m.query.domain == problem.domain
                for m in problem.noisy):

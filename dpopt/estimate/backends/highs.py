@@ -189,7 +189,8 @@ class IncrementalLP:
     is solved by IPM with crossover, which hands the simplex a basis.
     """
 
-    def __init__(self, form: ProgramForm, *, first_method: str = "ipm", verbose: bool = False):
+    def __init__(self, form: ProgramForm, *, first_method: str = "ipm", verbose: bool = False,
+                 dual_tolerance: float | None = None):
         import highspy
 
         if form.is_integer or form.P is not None:
@@ -197,6 +198,8 @@ class IncrementalLP:
         self._h = h = highspy.Highs()
         h.setOptionValue("output_flag", bool(verbose))
         h.setOptionValue("solver", first_method)
+        if dual_tolerance is not None:
+            h.setOptionValue("dual_feasibility_tolerance", float(dual_tolerance))
         A = sp.csc_array(form.A)
         status = h.passModel(
             form.num_vars, form.num_rows, A.nnz, 0, _MATRIX_COLWISE, _HESSIAN_TRIANGULAR, _SENSE_MINIMIZE, form.c0,
