@@ -21,7 +21,7 @@ from dpopt.algorithms.barak import (
     theorem5_bound,
 )
 from dpopt.errors import DataError, PrivacyParameterError, QueryError, SolverError
-from dpopt.model.constraints import ConstraintSet, Invariant, StructuralZeros
+from dpopt.model.constraints import ConstraintSet, Invariant, NonNegativity, StructuralZeros
 from dpopt.model.data import Dataset
 from dpopt.model.domain import Domain
 from dpopt.model.measurement import Measurement
@@ -290,6 +290,24 @@ def test_gaussian_shift_amount():
     assert shift_amount(m, 2.0, "exact") == shift_amount(m, 2.0)
     assert shift_probability(m, shift_amount(m, 2.0)) == pytest.approx(1 - math.exp(-2.0))
     assert shift_probability(m, 0.5 * b * sigma) == 0.0  # below sqrt(|B|) sigma sqrt(|B|): nothing certified
+
+
+def test_entropy_projects_a_non_positive_noisy_total_instead_of_clamping():
+    from dpopt.estimate import reconstruct
+
+    data = binary_data(5, 80, 21)
+    plan = fourier_plan(data.domain, 2)
+    m = exact_measurement(plan, data)
+    values = np.array(m.values, dtype=float)
+    values[plan.query.subsets.index(())] = -5.0  # a noise draw that left the total negative
+    bad = Measurement(plan.query, values, "discrete_laplace", 1.0, 1.0, label="noisy")
+    r = fourier_consistency(plan, bad, "entropy", integer=False)
+    fit = reconstruct([bad], ConstraintSet(plan.domain, [NonNegativity()]), "l2")
+    assert r.success and fit.success and fit.x.sum() > 1
+    assert r.binary_table.sum() == pytest.approx(fit.x.sum(), rel=1e-9)
+    nothing = Measurement(plan.query, np.where(np.arange(values.size) == 0, -5.0, 0.0), "discrete_laplace", 1.0, 1.0)
+    with pytest.raises(SolverError, match="positive total"):
+        fourier_consistency(plan, nothing, "entropy", integer=False)
 
 
 # ---- inputs --------------------------------------------------------------------------------------

@@ -465,7 +465,7 @@ def fourier_consistency(
         cs = _binary_constraints(plan, source_cs)
         ms = [measurement]
         if method == "entropy":
-            ms = _split_total(plan, measurement)
+            ms = _split_total(plan, measurement, cs, time_limit)
         reconstruction = reconstruct(ms, cs, method, backend=backend, time_limit=time_limit, integer=False,
                                      **dict(engine_options or {}))
         success = bool(reconstruction.success)
@@ -626,19 +626,33 @@ def _zero_forbidden(cs: ConstraintSet, attrs: tuple[str, ...], values: np.ndarra
     return out.reshape(-1)
 
 
-def _split_total(plan: FourierPlan, m: Measurement) -> list[Measurement]:
+def _split_total(plan: FourierPlan, m: Measurement, cs: ConstraintSet,
+                 time_limit: float | None = None) -> list[Measurement]:
     """The same noisy answers as two measurements: the total (empty parity) and the rest.
 
     Post-processing only (the cost stays on ``m``); the entropy engine reads the table's
-    total from a measurement whose rows cover every cell once, and needs it positive.
+    total from a measurement whose rows cover every cell once, and needs it positive. A
+    noisy total at or below zero is replaced by the total of the non-negative least-squares
+    fit of all the coefficients under the constraints (a projection, not a clamp).
     """
+    from dpopt.estimate import reconstruct
+
     subsets = plan.query.subsets
     zero = subsets.index(())
     rest = [s for s in subsets if s != ()]
     values = np.asarray(m.values)
-    # A noisy total below one record is clamped (post-processing): MW needs a positive total.
-    total = Measurement(FourierParity(plan.domain, [()]), np.maximum(values[[zero]], 1.0), m.noise, m.scale, m.variance,
-                        None, f"{m.label}:total", dict(m.info))
+    total_value = float(values[zero])
+    label = f"{m.label}:total"
+    if total_value <= 0:
+        fit = reconstruct([m], cs, "l2", time_limit=time_limit)
+        projected = float(fit.x.sum()) if fit.success else 0.0
+        if projected <= 1e-6 * (1.0 + float(np.abs(values).max())):  # zero up to the QP solver's accuracy
+            raise SolverError(f"method 'entropy' needs a positive total: the noisy total is {total_value:g} and the "
+                              f"least-squares fit of the coefficients has total {projected:g} ({fit.message}); "
+                              f"use method 'l2', 'l1' or 'linf'")
+        total_value, label = projected, f"{m.label}:total (least-squares projection of {total_value:g})"
+    total = Measurement(FourierParity(plan.domain, [()]), np.array([total_value]), m.noise, m.scale, m.variance,
+                        None, label, dict(m.info))
     if not rest:
         return [total]
     others = Measurement(FourierParity(plan.domain, rest), np.delete(values, zero), m.noise, m.scale,
