@@ -292,6 +292,20 @@ def test_gaussian_shift_amount():
     assert shift_probability(m, 0.5 * b * sigma) == 0.0  # below sqrt(|B|) sigma sqrt(|B|): nothing certified
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_l1_column_generation_keeps_unused_codes_empty_and_matches_the_full_lp(seed):
+    """Non-binary attributes: the interior-point start works on the free cells only."""
+    data = mixed_data()
+    plan = fourier_plan(data.domain, 2)
+    m = measure_fourier(plan, data, Accountant.pure(1), make_random(seed), epsilon=1)
+    cg = fourier_consistency(plan, m, "l1", integer=False, engine_options={"column_generation": True})
+    full = fourier_consistency(plan, m, "l1", integer=False, engine_options={"column_generation": False})
+    assert cg.success and cg.reconstruction.info["initial"] == "interior"
+    assert cg.reconstruction.fun == pytest.approx(full.reconstruction.fun, rel=1e-8)
+    unused = np.asarray(plan.encoding.structural_zero_mask()).ravel()
+    assert unused.any() and (cg.binary_table[unused] == 0).all()
+
+
 def test_entropy_projects_a_non_positive_noisy_total_instead_of_clamping():
     from dpopt.estimate import reconstruct
 
