@@ -72,10 +72,15 @@ def positive_exact_fit(problem: ConsistencyProblem, prior: np.ndarray | None = N
     """
     if not exact_fit_applies(problem):
         return None
-    weights = np.zeros(problem.num_cells)
-    free = problem.free_cells()
-    weights[free] = 1.0 if prior is None else np.asarray(prior, dtype=np.float64)[free]
+    weights = prior_weights(problem.num_cells, problem.free_cells(), prior)
     return fit_exactly(problem.noisy[0].query, problem.noisy[0].values, weights, max_steps)
+
+
+def prior_weights(num_cells: int, free: np.ndarray, prior: np.ndarray | None) -> np.ndarray:
+    """The entropy reference ``w``: the prior (default uniform) on the free cells, 0 elsewhere."""
+    weights = np.zeros(num_cells)
+    weights[free] = 1.0 if prior is None else np.asarray(prior, dtype=np.float64)[free]
+    return weights
 
 
 def fit_exactly(query, y: np.ndarray, weights: np.ndarray, max_steps: int = 40) -> ExactFit | None:
@@ -122,21 +127,29 @@ def exact_fit_result(problem: ConsistencyProblem, start: float, how: str = "basi
         fit = basic_exact_fit(problem, fit)
     if fit is None or out_of_time():
         return None
+    method = "Newton's method on the entropy dual" + (", then NNLS for a vertex" if how == "basic" else "")
+    return certified_exact_fit(problem, fit.x, start, solver=f"{method} (exact fit)", nit=fit.steps,
+                               what=f"a non-negative table ({fit.steps} Newton steps)")
+
+
+def certified_exact_fit(problem: ConsistencyProblem, x: np.ndarray, start: float, *, solver: str, nit: int | None,
+                        what: str) -> Result | None:
+    """``x`` as the optimum of ``problem.objective`` (``"l1"``, ``"linf"`` or ``"l2"``) when it
+    reproduces every measurement to 1e-9 of the largest weighted answer and satisfies every
+    constraint, so that it meets the objective's lower bound 0; else None."""
     weights = 1.0 / problem.sigmas()
     y = problem.targets()
-    residual = np.abs(problem.stacked_operator().matvec(fit.x) - y) * weights
+    residual = np.abs(problem.stacked_operator().matvec(x) - y) * weights
     tol = 1e-9 * max(1.0, float(np.abs(y * weights).max()))
-    if residual.max() > tol or not all(row["satisfied"] for row in problem.constraints.residuals(fit.x)):
+    if residual.max() > tol or not all(row["satisfied"] for row in problem.constraints.residuals(x)):
         return None
     value = {"linf": residual.max(), "l1": residual.sum(), "l2": np.sum(residual**2)}[problem.objective]
-    method = "Newton's method on the entropy dual" + (", then NNLS for a vertex" if how == "basic" else "")
     return make_result(
-        Status.OPTIMAL, fit.x, fun=float(value), objective=problem.objective, backend="scipy",
-        solver=f"{method} (exact fit)", time=time.perf_counter() - start, nit=fit.steps, problem=problem,
-        info={"exact_fit": True, "rows": int(y.size), "cell_columns": int((fit.x > 0).sum()), "rounds": 0},
-        message=(f"a non-negative table reproduces every measurement (largest weighted residual "
-                 f"{residual.max():.2e}, {fit.steps} Newton steps): it meets the objective's lower bound, "
-                 f"so it is optimal"))
+        Status.OPTIMAL, x, fun=float(value), objective=problem.objective, backend="scipy", solver=solver,
+        time=time.perf_counter() - start, nit=nit, problem=problem,
+        info={"exact_fit": True, "rows": int(y.size), "cell_columns": int((x > 0).sum()), "rounds": 0},
+        message=(f"{what} reproduces every measurement (largest weighted residual {residual.max():.2e}): "
+                 f"it meets the objective's lower bound, so it is optimal"))
 
 
 def _known_total(query, y: np.ndarray) -> float | None:
@@ -273,5 +286,5 @@ def _newton_step(hessian: np.ndarray, residual: np.ndarray) -> np.ndarray:
 
 __all__ = [
     "ExactFit", "exact_fit_applies", "positive_exact_fit", "fit_exactly", "basic_exact_fit",
-    "exact_fit_result", "newton_dual", "MAX_EXACT_FIT_ROWS",
+    "exact_fit_result", "certified_exact_fit", "prior_weights", "newton_dual", "MAX_EXACT_FIT_ROWS",
 ]

@@ -30,7 +30,7 @@ from dpopt.errors import SolverError
 from dpopt.estimate.backends import get_backend
 from dpopt.estimate.backends.highs import IncrementalLP
 from dpopt.estimate.form import ProgramForm
-from dpopt.estimate.exact_fit import exact_fit_result
+from dpopt.estimate.exact_fit import certified_exact_fit, exact_fit_result
 from dpopt.estimate.interior_point import l1_interior_columns
 from dpopt.estimate.least_squares import nnls_by_column_generation
 from dpopt.estimate.problem import ConsistencyProblem
@@ -128,16 +128,13 @@ def solve_linear(
             first_method = first_method or "simplex"
     if initial == "nnls":
         fit = _least_squares_fit(problem, free, nnls_rounds)
-        r = _exact_fit_residual(problem, fit.x, lp) if fit is not None and fit.status is Status.OPTIMAL else None
-        if r is not None:
+        if fit is not None and fit.status is Status.OPTIMAL:
             # Zero residual is the objective's lower bound: the fit is an optimum (certified).
-            value = float(r.max() if problem.objective == "linf" else r.sum())
-            return make_result(
-                Status.OPTIMAL, fit.x, fun=value, objective=problem.objective, backend="scipy",
-                solver=f"{fit.solver} (exact fit: no LP needed)", time=time.perf_counter() - start, nit=fit.nit,
-                problem=problem, info={**lp.info(int((fit.x > 0).sum()), rounds=0), "exact_fit": True},
-                message=(f"the non-negative least-squares fit reproduces every measurement (largest weighted "
-                         f"residual {r.max():.2e}): it meets the objective's lower bound, so it is optimal"))
+            exact = certified_exact_fit(problem, fit.x, start, solver=f"{fit.solver} (exact fit: no LP needed)",
+                                        nit=fit.nit, what="the non-negative least-squares fit")
+            if exact is not None:
+                exact.info = {**lp.info(exact.info["cell_columns"], rounds=0), "exact_fit": True}
+                return exact
         if fit is not None:
             cols = np.union1d(cols, np.flatnonzero(fit.x > 0))
     is_free_cell = np.zeros(problem.num_cells, dtype=bool)
@@ -231,16 +228,6 @@ def _least_squares_fit(problem: ConsistencyProblem, free: np.ndarray, rounds: in
     fit_problem = ConsistencyProblem(problem.noisy, cs, "l2")
     return nnls_by_column_generation(fit_problem, free, fit_problem.sigmas(), fit_problem.targets(), None,
                                      time.perf_counter(), max_rounds=rounds)
-
-
-def _exact_fit_residual(problem: ConsistencyProblem, x: np.ndarray, lp: "_LinearProgram") -> np.ndarray | None:
-    """The weighted residual ``|Q x - y| / sigma`` of ``x`` when it reproduces every
-    measurement and meets every constraint; else None."""
-    residual = np.abs(problem.stacked_operator().matvec(x) - lp.y) * lp.weights
-    tol = 1e-9 * max(1.0, float(np.abs(lp.y * lp.weights).max()))
-    if residual.max() > tol or not all(row["satisfied"] for row in problem.constraints.residuals(x)):
-        return None
-    return residual
 
 
 def _entering(reduced, lower, upper, scale) -> np.ndarray:

@@ -33,7 +33,7 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from dpopt.estimate.exact_fit import MAX_EXACT_FIT_ROWS, fit_exactly, newton_dual
+from dpopt.estimate.exact_fit import MAX_EXACT_FIT_ROWS, fit_exactly, newton_dual, prior_weights
 from dpopt.estimate.least_squares import solve_l2
 from dpopt.estimate.problem import ConsistencyProblem
 from dpopt.estimate.result import Result, make_result
@@ -162,9 +162,7 @@ def _exact_fourier_fit(problem: ConsistencyProblem, total: float, prior, free: n
         subsets, values = [(), *subsets], np.concatenate([[total], values])
     if len(set(subsets)) != len(subsets) or len(subsets) > MAX_EXACT_FIT_ROWS:
         return None
-    weights = np.zeros(problem.num_cells)
-    weights[free] = 1.0 if prior is None else np.asarray(prior, dtype=np.float64)[free]
-    return fit_exactly(FourierParity(problem.domain, subsets), values, weights)
+    return fit_exactly(FourierParity(problem.domain, subsets), values, prior_weights(problem.num_cells, free, prior))
 
 
 def _fit_problem(problem: ConsistencyProblem, total: float) -> ConsistencyProblem:
