@@ -404,7 +404,8 @@ def _evaluate(name: str, make, gram: WorkloadGram, cost, mechanism: str) -> Stra
     try:
         query, details = make()
         law = calibrate(query, cost, mechanism)
-        tr = trace_term(gram, query)
+        # The workload measured as it is: its own Gram, so that the trace is its rank.
+        tr = trace_term(gram, gram if name == "workload" else query)
     except DpoptError as exc:
         return StrategyReport(name, None, reason=str(exc).split("\n")[0], seconds=time.perf_counter() - start)
     return StrategyReport(name, query, law, tr, law.variance * tr, time.perf_counter() - start, details=details)

@@ -98,6 +98,8 @@ def trace_term(workload: WorkloadGram | LinearQuery, strategy: WorkloadGram | Li
     GA = strategy if isinstance(strategy, WorkloadGram) else gram_of(strategy)
     if GW.domain != GA.domain:
         raise QueryError(f"the workload is over {GW.domain} but the strategy over {GA.domain}")
+    if GA is GW:  # measuring the workload itself: trace(W (WᵀW)⁺ Wᵀ) = rank(W)
+        return float(GW.rank())
     if isinstance(GA, MarginalsGram):
         mu = GA.eigenvalues()
         if isinstance(GW, MarginalsGram):

@@ -52,10 +52,13 @@ def _as_block(V: np.ndarray, n: int, who: str) -> tuple[np.ndarray, bool]:
     return (V[:, None], True) if V.ndim == 1 else (V, False)
 
 
-def eigenvalue_root_sum(matrix: np.ndarray) -> float:
-    """``sum_i sqrt(max(λ_i, 0))`` of a symmetric PSD matrix (its trace norm's square root sum)."""
-    eig = la.eigvalsh(np.asarray(matrix, dtype=np.float64), check_finite=False)
-    return float(np.sqrt(np.clip(eig, 0.0, None)).sum())
+def _eigenvalues(matrix: np.ndarray) -> np.ndarray:
+    """The eigenvalues of a symmetric PSD matrix, clipped at zero."""
+    return np.clip(la.eigvalsh(np.asarray(matrix, dtype=np.float64), check_finite=False), 0.0, None)
+
+
+#: Eigenvalues below this fraction of the largest count as zero (for :meth:`WorkloadGram.rank`).
+RANK_TOLERANCE = 1e-10
 
 
 class WorkloadGram(ABC):
@@ -110,9 +113,31 @@ class WorkloadGram(ABC):
             out[:, start:stop] = self._apply(block)
         return out
 
+    def spectrum(self) -> np.ndarray:
+        """The non-zero eigenvalues of ``G`` (possibly with zeros; computed once and kept).
+
+        Generic: the explicit ``G``; structured forms use a smaller matrix with the same
+        non-zero eigenvalues.
+        """
+        cached = getattr(self, "_spectrum", None)
+        if cached is None:
+            cached = self._compute_spectrum()
+            self._spectrum = cached
+        return cached
+
+    def _compute_spectrum(self) -> np.ndarray:
+        return _eigenvalues(self.dense())
+
     def nuclear_norm(self) -> float:
-        """``sum_i σ_i(W) = trace(G^{1/2})`` (generic: eigenvalues of the explicit ``G``)."""
-        return eigenvalue_root_sum(self.dense())
+        """``sum_i σ_i(W) = trace(G^{1/2})``, the sum of the workload's singular values (eigenvalues
+        below :data:`RANK_TOLERANCE` of the largest are rounding noise of zeros and left out)."""
+        eig = self.spectrum()
+        return float(np.sqrt(eig[eig > RANK_TOLERANCE * max(float(eig.max(initial=0.0)), 1e-300)]).sum())
+
+    def rank(self) -> int:
+        """``rank(W)``; also ``trace(W (WᵀW)⁺ Wᵀ)``, the error of measuring the workload itself."""
+        eig = self.spectrum()
+        return int(np.sum(eig > RANK_TOLERANCE * max(float(eig.max(initial=0.0)), 1e-300)))
 
 
 class DenseGram(WorkloadGram):
@@ -162,6 +187,9 @@ class IdentityGram(WorkloadGram):
     def nuclear_norm(self) -> float:
         return float(self.size)
 
+    def rank(self) -> int:
+        return self.size
+
 
 class OnesGram(WorkloadGram):
     """``G = 11ᵀ`` (the total)."""
@@ -180,6 +208,9 @@ class OnesGram(WorkloadGram):
 
     def nuclear_norm(self) -> float:
         return float(np.sqrt(float(self.size)))
+
+    def rank(self) -> int:
+        return 1
 
 
 # ---- ranges --------------------------------------------------------------------------------
@@ -290,8 +321,9 @@ class RangeGram(WorkloadGram):
         weight = reduce(np.multiply.outer, blocks).reshape(-1)
         return RangeGram(dom, np.stack(lows, axis=1), np.stack(highs, axis=1), self.weights), weight
 
-    def nuclear_norm(self) -> float:
-        """Singular values from the smaller of the compressed Gram and the box-overlap matrix."""
+    def _compute_spectrum(self) -> np.ndarray:
+        """From the smaller of the compressed Gram and the box-overlap matrix (same non-zero
+        eigenvalues as ``G``)."""
         small, block = self.compressed()
         m = self.num_rows
         if m < small.size:
@@ -302,9 +334,9 @@ class RangeGram(WorkloadGram):
                 hi = np.minimum.outer(self.highs[:, j], self.highs[:, j])
                 overlap *= np.clip(hi - lo + 1, 0, None)
             root = np.sqrt(self.weights)
-            return eigenvalue_root_sum(root[:, None] * overlap * root[None, :])
+            return _eigenvalues(root[:, None] * overlap * root[None, :])
         root = np.sqrt(block)
-        return eigenvalue_root_sum(root[:, None] * small.dense() * root[None, :])
+        return _eigenvalues(root[:, None] * small.dense() * root[None, :])
 
 
 # ---- Kronecker products and sums ---------------------------------------------------------------
@@ -354,6 +386,9 @@ class KronGram(WorkloadGram):
     def nuclear_norm(self) -> float:
         # Singular values of a Kronecker product are the products of the factors' ones.
         return float(np.sqrt(self.weight) * np.prod([f.nuclear_norm() for f in self.factors]))
+
+    def rank(self) -> int:
+        return int(np.prod([f.rank() for f in self.factors])) if self.weight > 0 else 0
 
 
 class SumGram(WorkloadGram):
@@ -479,6 +514,9 @@ class MarginalsGram(WorkloadGram):
     def nuclear_norm(self) -> float:
         mu = self.eigenvalues()
         return float((self.dimensions() * np.sqrt(np.clip(mu, 0.0, None))).sum())
+
+    def rank(self) -> int:
+        return int(round(float(self.dimensions()[self.eigenvalues() > 0].sum())))
 
     def as_kron_terms(self) -> list[KronGram]:
         """``G`` as a sum of Kronecker products of per-attribute ``I`` and ``J``."""

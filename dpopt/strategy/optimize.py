@@ -259,9 +259,13 @@ def optimize_kronecker(gram: WorkloadGram | LinearQuery, norm: str = "l1", *, p=
                 local = DenseGram(sub[i], sum(c * t.factors[i].dense() for c, t in zip(coef, terms)))
             fit = optimize_pidentity(local, norm=norm, init=thetas[i], max_iter=max_iter)
             nit += fit.iterations
+            before = (thetas[i], strategies[i], traces[i])
+            current = float(weights @ np.prod(traces, axis=0))
             thetas[i] = np.asarray(fit.query.theta)
             strategies[i] = PIdentityGram(sub[i], thetas[i], fit.query.scale)
             traces[i] = factor_traces(i)
+            if float(weights @ np.prod(traces, axis=0)) > current:  # keep the loss non-increasing
+                thetas[i], strategies[i], traces[i] = before
         history.append(float(weights @ np.prod(traces, axis=0)))
         if history[-2] - history[-1] <= tol * history[-2]:
             break
