@@ -31,8 +31,10 @@ from dpopt.model.queries.marginal_workload import MarginalWorkload
 from dpopt.model.queries.ranges import RangeQueries
 from dpopt.strategy.gram import (
     DenseGram,
+    IdentityGram,
     KronGram,
     MarginalsGram,
+    OnesGram,
     PIdentityGram,
     RangeGram,
     SumGram,
@@ -68,6 +70,16 @@ def dense_pinv(H: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     keep = eigval > RANK_TOLERANCE * max(float(eigval.max()), 1e-300)
     pinv = (eigvec[:, keep] / eigval[keep]) @ eigvec[:, keep].T
     return pinv, eigvec[:, ~keep]
+
+
+def strategy_pinv(strategy: WorkloadGram) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`dense_pinv` of a strategy's Gram, computed once and kept on the Gram object (so a
+    strategy evaluated against many workloads is inverted once)."""
+    cached = getattr(strategy, "_pinv", None)
+    if cached is None:
+        cached = dense_pinv(strategy.dense())
+        strategy._pinv = cached
+    return cached
 
 
 def _check_support(gram: WorkloadGram, null: np.ndarray) -> None:
@@ -111,14 +123,23 @@ def trace_term(workload: WorkloadGram | LinearQuery, strategy: WorkloadGram | Li
     if isinstance(GA, KronGram):
         terms = kron_terms(GW, GA.groups)
         if terms is not None:
+            # Marginal workloads repeat the factors I and J many times: compute each once.
+            memo: dict = {}
+
+            def factor(f, i):
+                key = (i, type(f).__name__) if isinstance(f, (IdentityGram, OnesGram)) else (i, id(f))
+                if key not in memo:
+                    memo[key] = trace_term(f, GA.factors[i])
+                return memo[key]
+
             total = 0.0
             for t in terms:
-                total += t.weight * float(np.prod([trace_term(f, a) for f, a in zip(t.factors, GA.factors)]))
+                total += t.weight * float(np.prod([factor(f, i) for i, f in enumerate(t.factors)]))
             return total / GA.weight
         if isinstance(GW, RangeGram) and all(len(g) == 1 for g in GA.groups):
             forms = [interval_forms(GA.factors[j], GW.lows[:, j], GW.highs[:, j]) for j in range(len(GA.groups))]
             return float(GW.weights @ np.prod(forms, axis=0)) / GA.weight
-    pinv, null = dense_pinv(GA.dense())
+    pinv, null = strategy_pinv(GA)
     _check_support(GW, null)
     return float(np.sum(GW.dense() * pinv))
 
@@ -177,7 +198,7 @@ def interval_forms(strategy: WorkloadGram, lows: np.ndarray, highs: np.ndarray) 
     lows, highs = np.asarray(lows), np.asarray(highs)
     if isinstance(strategy, PIdentityGram):
         return _pidentity_box_forms(strategy, _box_sums_1d(lows, highs))
-    pinv, null = dense_pinv(strategy.dense())
+    pinv, null = strategy_pinv(strategy)
     if null.shape[1]:
         leak = _box_sums_1d(lows, highs)(null)
         if np.sum(leak * leak) > SUPPORT_TOLERANCE * max(float(np.sum(highs - lows + 1)), 1.0):
@@ -218,7 +239,7 @@ def per_query_variance(workload: LinearQuery, strategy: LinearQuery | WorkloadGr
     if isinstance(boxes, RangeGram) and np.all(boxes.weights == 1.0):
         return _box_variances(boxes, GA)
     W = sp.csr_matrix(workload.to_sparse(), dtype=np.float64)
-    pinv, null = dense_pinv(GA.dense())
+    pinv, null = strategy_pinv(GA)
     _check_support(DenseGram.of_matrix(workload.domain, W), null)
     return np.asarray((W @ pinv) * W.toarray()).sum(axis=1) if W.shape[0] * W.shape[1] <= 5e7 else \
         np.asarray(W.multiply(W @ pinv).sum(axis=1)).ravel()
@@ -261,7 +282,7 @@ def _box_variances(boxes: RangeGram, GA: WorkloadGram) -> np.ndarray:
             return volumes / float(mu.flat[0])
     if len(boxes.domain) == 1:
         return interval_forms(GA, boxes.lows[:, 0], boxes.highs[:, 0])
-    pinv, null = dense_pinv(GA.dense())
+    pinv, null = strategy_pinv(GA)
     _check_support(boxes, null)
     prefixed = boxes._prefix(pinv)                      # C H⁺, padded x n
     out = np.empty(boxes.num_rows)

@@ -459,9 +459,22 @@ class MarginalsGram(WorkloadGram):
         c = np.asarray(weights, dtype=np.float64)
         if c.shape != (2,) * len(domain):
             raise QueryError(f"MarginalsGram: weights must have shape {(2,) * len(domain)}, got {c.shape}")
-        if (c < 0).any() or not np.isfinite(c).all():
-            raise QueryError("MarginalsGram: weights must be finite and non-negative")
+        if not np.isfinite(c).all():
+            raise QueryError("MarginalsGram: weights must be finite")
         self.domain, self.weights = domain, c
+        mu = self.eigenvalues()
+        if (mu < -1e-9 * max(float(np.abs(mu).max()), 1e-300)).any():
+            raise QueryError("MarginalsGram: the weights do not give a positive semidefinite matrix")
+
+    @classmethod
+    def from_eigenvalues(cls, domain: Domain, mu: np.ndarray) -> "MarginalsGram":
+        """The member of the algebra with eigenvalue ``mu[a]`` on ``U_a`` (Möbius inversion of
+        :meth:`eigenvalues`; the weights may then be negative)."""
+        t = np.array(mu, dtype=np.float64, copy=True)
+        for axis in range(t.ndim):
+            lo, hi = _axis_slices(t.ndim, axis)
+            t[lo] -= t[hi]
+        return cls(domain, t / subset_outer(domain, lambda n: 1, lambda n: n))
 
     @classmethod
     def of_sets(cls, domain: Domain, sets: Sequence[Sequence[str]], weights=None) -> "MarginalsGram":
@@ -494,7 +507,8 @@ class MarginalsGram(WorkloadGram):
         return np.full(n, float(self.weights.sum()))
 
     def sets(self) -> list[tuple[tuple[str, ...], float]]:
-        """``(S, c_S)`` for every set with a non-zero weight."""
+        """``(S, c_S)`` for every set with a non-zero weight (negative weights only for members
+        built by :meth:`from_eigenvalues`, e.g. Fourier strategies)."""
         out = []
         for index in zip(*np.nonzero(self.weights)):
             attrs = tuple(a for a, bit in zip(self.domain.attrs, index) if bit)

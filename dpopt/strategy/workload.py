@@ -14,6 +14,7 @@ from dpopt.errors import QueryError
 from dpopt.model.queries.base import LinearQuery
 from dpopt.model.queries.basic import Identity, Total
 from dpopt.model.queries.combine import Stack, Weighted
+from dpopt.model.queries.fourier import FourierParity
 from dpopt.model.queries.kronecker import Kronecker
 from dpopt.model.queries.marginal import Marginal
 from dpopt.model.queries.marginal_workload import MarginalWorkload
@@ -59,6 +60,8 @@ def gram_of(query: LinearQuery) -> WorkloadGram:
         return RangeGram.of_query(query)
     if isinstance(query, PIdentity):
         return _pidentity_gram(query)
+    if isinstance(query, FourierParity):
+        return _fourier_gram(query)
     if isinstance(query, Weighted):
         if np.ndim(query.weights) == 0:
             return scaled(gram_of(query.query), float(query.weights) ** 2)
@@ -70,6 +73,16 @@ def gram_of(query: LinearQuery) -> WorkloadGram:
         factors = [DenseGram.of_matrix(dom.project(f.attrs), f.matrix) for f in query.factors]
         return KronGram(dom, factors)
     return _explicit(query)
+
+
+def _fourier_gram(query: FourierParity) -> MarginalsGram:
+    """Parities of a binary domain: the rows ``±scale`` are orthogonal, each of squared norm
+    ``N scale²``, and parity ``a`` spans ``U_a`` (one dimension on binary attributes)."""
+    dom = query.domain
+    mu = np.zeros((2,) * len(dom))
+    for parity in query.subsets:
+        mu[tuple(1 if a in parity else 0 for a in dom.attrs)] = float(dom.size) * query.scale**2
+    return MarginalsGram.from_eigenvalues(dom, mu)
 
 
 def _explicit(query: LinearQuery) -> DenseGram:

@@ -42,6 +42,18 @@ Methods (the same workload and data for each):
 MWEM uses the record count n as public (as in the paper, which starts from n * uniform);
 the two baselines do not need it.
 
+With ``--matrix`` (issue 15: the figure completed with the matrix mechanism's side):
+
+* ``SVD bound``: Li and Miklau's lower bound on every matrix-mechanism strategy, with the
+  papers' Gaussian constant ``P(eps, delta) = 2 ln(2/delta) / eps^2`` at ``delta = 1/n`` (n the
+  number of records), as the MWEM paper instantiates it (no data, no noise);
+* ``MM best (expected)``: the least expected error over the strategies below, from the exact
+  formula ``v · trace(W (AᵀA)⁺ Wᵀ) / Q`` with ``v`` the discrete Laplace variance (no data);
+* ``MM <strategy> >= 0``: the strategy (identity, hierarchical b = 2, Haar wavelet, HDMM's
+  optimised p-Identity -- on age x hours the better of p-Identity and a Kronecker product of
+  per-attribute p-Identity) measured with discrete Laplace at its L1 sensitivity, then the
+  non-negative weighted least-squares table (``dpopt.estimate.reconstruct``), pure epsilon-DP.
+
 Measure: average squared error per query, ``mean_q (q(estimate) - q(data))^2``, then its
 mean (and standard error) over ``--runs`` runs with independent workloads and seeded noise
 sources (``dpopt.privacy.randomness.make_random``: seeded, NOT private -- a benchmark).
@@ -51,6 +63,7 @@ queries. T = 10 (``--rounds``). The paper's own value of T and x-axes for this f
 not restated here: they could not be checked against the paper text (see the report).
 
 Run:  python examples/benchmarks/bench_mwem_ranges.py --runs 10 --plots /tmp/mwem-fig2
+      python examples/benchmarks/bench_mwem_ranges.py --runs 5 --matrix --plots /tmp/fig2   (with the MM side)
       python examples/benchmarks/bench_mwem_ranges.py --quick          (smoke test, 2 runs)
 """
 
@@ -69,12 +82,17 @@ from _common import peak_memory_mb, shared_file
 from bench_mwem import REFERENCE
 from dpopt.algorithms.mwem import mwem
 from dpopt.errors import DataError
+from dpopt.estimate import reconstruct
+from dpopt.model.constraints import ConstraintSet, NonNegativity
 from dpopt.model.data import Dataset
 from dpopt.model.domain import Domain
-from dpopt.model.queries import Identity, RangeQueries, random_ranges
-from dpopt.privacy.accountant import Accountant
-from dpopt.privacy.mechanisms import laplace_mechanism
+from dpopt.model.queries import HaarWavelet, Hierarchical, Identity, Kronecker, RangeQueries, random_ranges
+from dpopt.privacy.accountant import Accountant, PrivacyCost
+from dpopt.privacy.mechanisms import calibrate, laplace_mechanism, measure
 from dpopt.privacy.randomness import make_random
+from dpopt.strategy import gram_of, trace_term
+from dpopt.strategy.bound import classic_gaussian_constant, svd_bound
+from dpopt.strategy.optimize import optimize_kronecker, optimize_pidentity
 
 #: MWEM's improved options for range workloads (see the module notes).
 OPTIMISED_RANGES = dict(repeat_passes=5, boost=32.0, final_passes=30)
@@ -93,6 +111,9 @@ EPS_FOR_COUNTS = Fraction(1, 10)
 COUNT_FOR_EPS = 2000
 
 METHODS = ("MWEM optimised", "MWEM reference", "noisy histogram", "Laplace per query")
+#: The matrix mechanism's side (``--matrix``).
+MM_STRATEGIES = ("identity", "hierarchical", "wavelet", "optimised")
+MM_METHODS = ("SVD bound", "MM best (expected)") + tuple(f"MM {s} >= 0" for s in MM_STRATEGIES)
 
 
 # ---- data --------------------------------------------------------------------------------------
@@ -191,18 +212,90 @@ def _seed(*parts: int) -> int:
     return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(2, dtype=np.uint64)[0] >> np.uint64(1))
 
 
+# ---- the matrix mechanism's side -------------------------------------------------------------------
+def _per_attribute(domain: Domain, make):
+    if len(domain) == 1:
+        return make(domain, domain.attrs[0])
+    return Kronecker([make(domain.project([a]), a) for a in domain.attrs], domain)
+
+
+def fixed_strategies(domain: Domain) -> dict:
+    """The workload-independent strategies (each with its Gram, inverted once and kept)."""
+    out = {"identity": Identity(domain), "hierarchical": _per_attribute(domain, lambda d, a: Hierarchical(d, a, 2)),
+           "wavelet": _per_attribute(domain, HaarWavelet)}
+    return {k: (q, gram_of(q)) for k, q in out.items()}
+
+
+def optimised_strategy(W: RangeQueries):
+    """HDMM's p-Identity for the workload (Laplace); on several attributes the better of it and
+    a Kronecker product of per-attribute p-Identity."""
+    G = gram_of(W)
+    if len(W.domain) == 1:
+        return optimize_pidentity(G, norm="l1").query
+    fits = [optimize_kronecker(G, "l1"), optimize_pidentity(G, norm="l1")]
+    return min(fits, key=lambda f: f.loss).query
+
+
+def nonnegative_answers(data: Dataset, W: RangeQueries, strategy, epsilon, seed: int) -> np.ndarray:
+    """The strategy measured with discrete Laplace (all of epsilon), the non-negative least-squares
+    table, and the workload answered from it."""
+    law = calibrate(strategy, PrivacyCost.pure(epsilon), "laplace")
+    m = measure(strategy, data, law, Accountant.pure(epsilon), make_random(seed), label="strategy")
+    result = reconstruct([m], ConstraintSet(data.domain).add(NonNegativity()), "l2")
+    if not result.success:
+        raise RuntimeError(f"non-negative reconstruction ended with status {result.status.name}: {result.message}")
+    return W.matvec(result.x)
+
+
+def paper_bound_per_query(W: RangeQueries, epsilon, records: int) -> float:
+    """The SVD bound as the MWEM paper instantiates it: P(eps, 1/n) (Σσ)² / N, per query."""
+    return classic_gaussian_constant(epsilon, Fraction(1, records)) * svd_bound(W) / W.num_rows
+
+
 # ---- experiment --------------------------------------------------------------------------------
 class Experiment:
     """Errors per (domain, method, number of queries, epsilon), one entry per run, cached."""
 
-    def __init__(self, rounds: int, runs: int, counts: Sequence[int]) -> None:
+    def __init__(self, rounds: int, runs: int, counts: Sequence[int], matrix: bool = False) -> None:
         self.rounds, self.runs, self.counts = rounds, runs, tuple(counts)
+        self.methods = METHODS + (MM_METHODS if matrix else ())
         self.errors: dict[tuple, list[float]] = {}
         self.distinct: dict[tuple, list[int]] = {}
-        self.seconds: dict[str, float] = {m: 0.0 for m in METHODS}
-        self.calls: dict[str, int] = {m: 0 for m in METHODS}
+        self.seconds: dict[str, float] = {m: 0.0 for m in self.methods}
+        self.calls: dict[str, int] = {m: 0 for m in self.methods}
         self._workloads: dict[tuple[str, int], dict[int, RangeQueries]] = {}
         self._truth: dict[tuple[str, int, int], np.ndarray] = {}
+        self._fixed: dict[str, dict] = {}
+        self._optimised: dict[tuple[str, int, int], object] = {}
+        self._traces: dict[tuple[str, int, int], dict[str, float]] = {}
+        self.optimise_seconds: list[float] = []
+
+    def strategies(self, name: str, data: Dataset, run: int, count: int, W: RangeQueries) -> dict:
+        """Every matrix-mechanism strategy for this workload (the optimised one fitted once)."""
+        if name not in self._fixed:
+            self._fixed[name] = fixed_strategies(data.domain)
+        key = (name, run, count)
+        if key not in self._optimised:
+            start = time.perf_counter()
+            q = optimised_strategy(W)
+            self.optimise_seconds.append(time.perf_counter() - start)
+            self._optimised[key] = (q, gram_of(q))
+        return {**self._fixed[name], "optimised": self._optimised[key]}
+
+    def matrix_method(self, method: str, name: str, data: Dataset, run: int, count: int, W, truth, epsilon, seed):
+        strategies = self.strategies(name, data, run, count, W)
+        if method == "SVD bound":
+            return paper_bound_per_query(W, epsilon, data.total)
+        if method == "MM best (expected)":
+            key = (name, run, count)
+            if key not in self._traces:  # trace(W (AᵀA)⁺ Wᵀ) does not depend on epsilon
+                G = gram_of(W)
+                self._traces[key] = {s: trace_term(G, g) for s, (_, g) in strategies.items()}
+            cost = PrivacyCost.pure(epsilon)
+            return min(calibrate(q, cost, "laplace").variance * self._traces[key][s] / count
+                       for s, (q, _) in strategies.items())
+        strategy = strategies[method.removeprefix("MM ").removesuffix(" >= 0")][0]
+        return mean_squared_error(nonnegative_answers(data, W, strategy, epsilon, seed), truth)
 
     def workload(self, name: str, data: Dataset, attrs, run: int, count: int) -> tuple[RangeQueries, np.ndarray]:
         key = (name, run)
@@ -220,7 +313,7 @@ class Experiment:
             return
         for run in range(self.runs):
             W, truth = self.workload(name, data, attrs, run, count)
-            for m, method in enumerate(METHODS):
+            for m, method in enumerate(self.methods):
                 seed = _seed(DOMAINS.index(name), count, epsilon.numerator, epsilon.denominator, run, m)
                 start = time.perf_counter()
                 if method.startswith("MWEM"):
@@ -229,6 +322,12 @@ class Experiment:
                     estimate = W.matvec(result.x)
                     self.distinct.setdefault((name, method, count, epsilon), []).append(
                         len({row for _, row in result.selected}))
+                elif method in MM_METHODS:
+                    error = self.matrix_method(method, name, data, run, count, W, truth, epsilon, seed)
+                    self.seconds[method] += time.perf_counter() - start
+                    self.calls[method] += 1
+                    self.errors.setdefault((name, method, count, epsilon), []).append(error)
+                    continue
                 elif method == "noisy histogram":
                     estimate = noisy_histogram_answers(data, W, epsilon, seed)
                 else:
@@ -246,9 +345,9 @@ class Experiment:
 
 def print_panel(exp: Experiment, name: str, keys: list, label: Callable, header: str) -> None:
     print(f"\n{header}")
-    width = 18
+    width = 22
     print("  " + f"{'method':<{width}}" + "".join(f"{label(k):>22}" for k in keys))
-    for method in METHODS:
+    for method in exp.methods:
         cells = []
         for count, eps in keys:
             mean, sem = exp.summary(name, method, count, eps)
@@ -267,16 +366,18 @@ def plot(exp: Experiment, counts, epsilons, directory: Path) -> list[Path]:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import NullFormatter
 
-    styles = {"MWEM optimised": "o-", "MWEM reference": "s-", "noisy histogram": "^--", "Laplace per query": "v:"}
+    styles = {"MWEM optimised": "o-", "MWEM reference": "s-", "noisy histogram": "^--", "Laplace per query": "v:",
+              "SVD bound": "k--", "MM best (expected)": "kx:", "MM identity >= 0": "d-.", "MM hierarchical >= 0": "p-.",
+              "MM wavelet >= 0": "h-.", "MM optimised >= 0": "*-"}
     titles = {"capital-loss": "Adult capital-loss (4357)", "age-hours": "Adult age x hours (91 x 25)"}
-    fig, axes = plt.subplots(2, 2, figsize=(11, 8))
+    fig, axes = plt.subplots(2, 2, figsize=(13, 9) if len(exp.methods) > len(METHODS) else (11, 8))
     for row, name in enumerate(DOMAINS):
         panels = ((axes[row, 0], [(c, EPS_FOR_COUNTS) for c in counts], [c for c in counts],
                    "number of queries", f"{titles[name]}, eps = {float(EPS_FOR_COUNTS):g}"),
                   (axes[row, 1], [(COUNT_FOR_EPS, e) for e in epsilons], [float(e) for e in epsilons],
                    "epsilon", f"{titles[name]}, {COUNT_FOR_EPS} queries"))
         for ax, keys, xs, xlabel, title in panels:
-            for method in METHODS:
+            for method in exp.methods:
                 stats = [exp.summary(name, method, c, e) for c, e in keys]
                 ax.errorbar(xs, [s[0] for s in stats], yerr=[s[1] for s in stats], fmt=styles[method],
                             label=method, capsize=2, markersize=4)
@@ -287,8 +388,9 @@ def plot(exp: Experiment, counts, epsilons, directory: Path) -> list[Path]:
             ax.set_xticklabels([f"{x:g}" for x in xs])
             ax.xaxis.set_minor_formatter(NullFormatter())
             ax.grid(True, which="major", alpha=0.3)
-    axes[0, 0].legend(fontsize=8)
-    fig.suptitle(f"MWEM (T = {exp.rounds}) on random range queries, mean ± s.e. over {exp.runs} runs")
+    axes[0, 0].legend(fontsize=7, ncol=2 if len(exp.methods) > len(METHODS) else 1)
+    side = " and the matrix mechanism (SVD bound at delta = 1/n)" if len(exp.methods) > len(METHODS) else ""
+    fig.suptitle(f"MWEM (T = {exp.rounds}){side} on random range queries, mean ± s.e. over {exp.runs} runs")
     fig.tight_layout()
     path = directory / "mwem_figure2_ranges.png"
     fig.savefig(path, dpi=120)
@@ -302,13 +404,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10, help="MWEM's T (default 10)")
     parser.add_argument("--quick", action="store_true", help="3 query counts, 3 epsilons, 2 runs: a smoke test")
     parser.add_argument("--plots", type=str, default=None, help="directory for the PNG plot")
+    parser.add_argument("--matrix", action="store_true",
+                        help="add the matrix mechanism's side: SVD bound, best expected error, non-negative fits")
     args = parser.parse_args()
     runs = args.runs if args.runs is not None else (2 if args.quick else 10)
     if runs < 1 or args.rounds < 1:
         parser.error(f"--runs and --rounds must be positive, got runs={runs}, rounds={args.rounds}")
     counts = QUICK_QUERY_COUNTS if args.quick else QUERY_COUNTS
     epsilons = QUICK_EPSILONS if args.quick else EPSILONS
-    exp = Experiment(args.rounds, runs, counts)
+    exp = Experiment(args.rounds, runs, counts, matrix=args.matrix)
     start = time.perf_counter()
     print(f"MWEM on Adult range queries (HLM 2012, Fig. 2 protocol): T = {args.rounds}, {runs} runs per point")
     for name in DOMAINS:
@@ -325,7 +429,11 @@ def main() -> None:
         print_panel(exp, name, [(COUNT_FOR_EPS, e) for e in epsilons], lambda k: f"eps = {float(k[1]):g}",
                     f"{name}: average squared error per query vs epsilon, {COUNT_FOR_EPS} queries (mean ± s.e.)")
     print("\nseconds per call: " + ", ".join(
-        f"{m} {exp.seconds[m] / max(exp.calls[m], 1):.3f} s" for m in METHODS))
+        f"{m} {exp.seconds[m] / max(exp.calls[m], 1):.3f} s" for m in exp.methods))
+    if exp.optimise_seconds:
+        times = np.array(exp.optimise_seconds)
+        print(f"strategy optimisation: {times.size} fits, {times.mean():.2f} s mean, {times.max():.2f} s max "
+              "(included in the first call of each workload)")
     print(f"total {time.perf_counter() - start:.1f} s, peak memory {peak_memory_mb():.0f} MB")
     if args.plots:
         directory = Path(args.plots)
