@@ -6,6 +6,7 @@
     dpopt check SPEC [--data PATH]
     dpopt models
     dpopt example-data --rows N --seed S --out PATH [--format csv|parquet]
+    dpopt audit SPEC [--runs N] [--domain-limit K] [--out DIR]
 
 ``SPEC`` is a TOML file or the name of a built-in spec (``dpopt models`` lists them).
 Input errors print one line, ``dpopt: error: ...`` naming the file, line and key, and exit
@@ -68,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--states", metavar="K", type=_positive_int, default=4, help="number of states (default 4)")
     ex.add_argument("--counties-per-state", metavar="K", type=_positive_int, default=3,
                     help="counties in each state (default 3)")
+
+    from dpopt.audit.command import add_parser as add_audit_parser
+
+    add_audit_parser(sub)
     return parser
 
 
@@ -82,6 +87,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _check(args)
         if args.command == "models":
             return _models()
+        if args.command == "audit":
+            from dpopt.audit.command import main as audit_main
+
+            return audit_main(args)
         return _example_data(args)
     except DpoptError as exc:
         print(f"dpopt: error: {_one_line(exc)}", file=sys.stderr)
@@ -117,8 +126,10 @@ def _run_summary(release, seconds: float) -> str:
     rc = r["reconstruction"]
     rel = r["released"]
     budget = ", ".join(f"{k} = {v}" for k, v in pr["budget"].items())
+    what = (f"{rel['cells']:,} cells, total {rel['total']:,.0f}" if rel["total"] is not None else  # a table, or
+            f"{len(rel['answers']):,} answer tables ({sum(rel['answers'].values()):,} answers), no table")
     lines = [
-        f"dpopt: released {release.spec.name!r}: {rel['cells']:,} cells, total {rel['total']:,.0f}"
+        f"dpopt: released {release.spec.name!r}: {what}"
         + (f", {rel['synthetic_rows']:,} synthetic records" if rel["synthetic_rows"] is not None else ""),
         f"  privacy: {pr['accounting']} {budget}; ledger "
         + ("sums exactly to the budget" if pr["ledger_sums_to_budget"] else

@@ -44,3 +44,9 @@ class SpecError(DpoptError, ValueError):
 
 class ParameterError(DpoptError, ValueError):
     """An algorithm was given a bad option (unknown name, wrong type, out of range). The message names it."""
+
+
+def at_key(exc: DpoptError, path) -> DpoptError:
+    """Tag an error with the spec key path it concerns (the release pipeline names it in the message)."""
+    exc.spec_path = tuple(path)
+    return exc

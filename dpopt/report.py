@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 if TYPE_CHECKING:  # pragma: no cover
-    from dpopt.release import ReleaseResult
+    from dpopt.release.outputs import ReleaseResult
 
 NOT_PRIVATE_SEED = "seeded: NOT private (the noise is reproducible from the seed; use for testing only)"
 NOT_PRIVATE_EVALUATION = (
@@ -47,7 +47,7 @@ def build_report(release: "ReleaseResult") -> dict:
     comps = [c for c in ("epsilon", "delta", "rho") if c in ledger.columns]
     total = {c: getattr(acc.total, c) or Fraction(0) for c in comps}
     ledger_sum = {c: sum(ledger[c], Fraction(0)) for c in comps}
-    planned = {m.label: m for m in p.measures}
+    planned = {m.label: m for m in p.steps}
     ledger_rows = []
     for _, row in ledger.iterrows():
         m = planned.get(row["label"])
@@ -86,31 +86,43 @@ def build_report(release: "ReleaseResult") -> dict:
     if seeded:
         randomness["warning"] = NOT_PRIVATE_SEED
     res = release.reconstruction
-    rounding = res.info.get("rounding") if isinstance(res.info, dict) else None
-    reconstruction = {
-        "objective": res.objective,
-        "backend": res.backend,
-        "solver": res.solver,
-        "status": _status(res.status),
-        "success": bool(res.success),
-        "message": str(res.message),
-        "objective_value": _num(res.fun),
-        "time_seconds": float(res.time),
-        "iterations": res.nit,
-        "time_limit": spec.reconstruct.time_limit,
-    }
-    if rounding:
-        reconstruction["rounding"] = {
-            "status": _status(rounding.get("status")),
-            "message": str(rounding.get("message")),
-            "l1_change": _num(rounding.get("fun")),
-            "time_seconds": _num(rounding.get("time")),
-            "method": (rounding.get("info") or {}).get("method"),
+    if res is not None:
+        reconstruction = {
+            "objective": res.objective,
+            "backend": res.backend,
+            "solver": res.solver,
+            "status": _status(res.status),
+            "success": bool(res.success),
+            "message": str(res.message),
+            "objective_value": _num(res.fun),
+            "time_seconds": float(res.time),
+            "iterations": res.nit,
+            "time_limit": getattr(spec.reconstruct, "time_limit", None),
         }
-    x = np.asarray(release.counts, dtype=np.float64)
+    else:  # an iterative algorithm that reconstructs as it measures (no separate solve)
+        reconstruction = {
+            "objective": None, "backend": release.algorithm, "solver": release.title,
+            "status": _status(release.status), "success": bool(release.success), "message": str(release.message),
+            "objective_value": None, "time_seconds": float(release.timings.get(release.algorithm, 0.0)),
+            "iterations": None, "time_limit": None,
+        }
+    rounding = release.rounding
+    if rounding is not None:
+        rinfo = rounding.info or {}
+        reconstruction["rounding"] = {
+            "status": _status(rounding.status),
+            "message": str(rounding.message),
+            "l1_change": _num(rounding.fun),
+            "time_seconds": _num(rounding.time),
+            "method": rinfo.get("method"),
+            "measured_change": _jsonable(_records(rinfo.get("measured_change"))),
+            **{k: _jsonable(_records(rinfo[k])) for k in ("exceptions", "gap", "fallback", "relaxed")
+               if rinfo.get(k) is not None and not (isinstance(rinfo[k], pd.DataFrame) and rinfo[k].empty)},
+        }
+    x = None if release.counts is None else np.asarray(release.counts, dtype=np.float64)
     described = {row["constraint"]: row for row in release.constraints.describe()}
     constraints = []
-    for row in release.constraints.residuals(x):
+    for row in release.constraints.residuals(x) if x is not None else []:
         d = described.get(row["constraint"], {})
         constraints.append({"constraint": row["constraint"], "kind": d.get("kind"), "detail": d.get("detail"),
                             "max_violation": float(row["max_violation"]), "satisfied": bool(row["satisfied"])})
@@ -118,20 +130,21 @@ def build_report(release: "ReleaseResult") -> dict:
     for inv in release.constraints.invariants:
         invariants.append({"name": inv.name, "query": inv.query.name, "from_data": bool(inv.from_data),
                            "rows": inv.query.row_labels(), "values": [_num(v) for v in inv.values],
-                           "released": [_num(v) for v in inv.query.matvec(x)]})
+                           "released": [_num(v) for v in inv.query.matvec(x)] if x is not None else None})
     measurements = []
     for m in release.measurements:
         measurements.append({"label": m.label, "query": m.query.name, "answers": m.query.num_rows,
                              "noise": m.noise, "scale": m.scale, "stddev": m.stddev,
                              "cost": str(m.cost) if m.cost is not None else None})
     fit = []
-    mres = getattr(res, "measurement_residuals", None)
-    if mres is not None and len(mres):
-        for m in release.measurements:
-            r = m.query.matvec(x) - m.values
-            fit.append({"measurement": m.label, "rms_residual": float(np.sqrt(np.mean(r**2))),
-                        "rms_standardized": float(np.sqrt(np.mean(r**2)) / m.stddev) if m.stddev > 0 else None,
-                        "max_abs_residual": float(np.abs(r).max())})
+    for m in release.measurements if x is not None else []:
+        r = m.query.matvec(x) - m.values
+        fit.append({"measurement": m.label, "rms_residual": float(np.sqrt(np.mean(r**2))),
+                    "rms_standardized": float(np.sqrt(np.mean(r**2)) / m.stddev) if m.stddev > 0 else None,
+                    "max_abs_residual": float(np.abs(r).max())})
+    algorithm = {"name": release.algorithm, "title": release.title, "reference": release.reference,
+                 "parameters": _jsonable(release.parameters), "notes": list(release.notes),
+                 **{k: v for k, v in release.info.items() if k != "spec_key"}}
     report = {
         "dpopt_version": dpopt.__version__,
         "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -150,6 +163,8 @@ def build_report(release: "ReleaseResult") -> dict:
                            for a in p.domain.attrs],
         },
         "privacy": privacy,
+        "algorithm": algorithm,
+        "status": _status(release.status),
         "measurements": measurements,
         "reconstruction": reconstruction,
         "constraints": constraints,
@@ -158,11 +173,12 @@ def build_report(release: "ReleaseResult") -> dict:
         "invariants": invariants,
         "fit": fit,
         "released": {
-            "cells": int(x.size),
-            "nonzero_cells": int(np.count_nonzero(x)),
-            "total": _num(x.sum()),
+            "cells": int(x.size) if x is not None else 0,
+            "nonzero_cells": int(np.count_nonzero(x)) if x is not None else 0,
+            "total": _num(x.sum()) if x is not None else None,
             "integer": bool(spec.constraints.integer),
             "synthetic_rows": None if release.synthetic is None else int(len(release.synthetic)),
+            "answers": {label: int(len(frame)) for label, frame in release.answers.items()},
         },
         "evaluation": None,
         "timings": dict(release.timings),
@@ -187,7 +203,8 @@ def write_json(report: dict, path: str | Path) -> None:
 
 
 def summary_blocks(report: dict) -> list[tuple]:
-    """The summary as blocks ``(kind, ...)``: ``h1``/``h2``/``p``/``warn`` text, ``table``, ``img``, ``list``."""
+    """The summary as blocks ``(kind, ...)``: ``h1``/``h2``/``p``/``warn`` text, ``table``, ``img``, ``list``
+    (of file names), ``bullets`` (of sentences)."""
     b: list[tuple] = [("h1", f"Release {report['release']}")]
     if report.get("description"):
         b.append(("p", report["description"]))
@@ -195,10 +212,14 @@ def summary_blocks(report: dict) -> list[tuple]:
     if rnd.get("seeded"):
         b.append(("warn", f"Seed {rnd['seed']}: {NOT_PRIVATE_SEED}."))
     rel = report["released"]
-    b.append(("p", f"{rel['cells']:,} cells ({rel['nonzero_cells']:,} non-zero), released total "
+    if rel["total"] is not None:
+        b.append(("p", f"{rel['cells']:,} cells ({rel['nonzero_cells']:,} non-zero), released total "
                    f"{_fmt(rel['total'])}" + (", integer counts" if rel["integer"] else "")
                    + (f"; {rel['synthetic_rows']:,} synthetic records" if rel["synthetic_rows"] is not None else "")
                    + f". Data: {report['run']['data']}. Noise source: {rnd['source']}."))
+    else:
+        b.append(("p", f"Released answers: {', '.join(rel['answers']) or 'none'}. Data: {report['run']['data']}. "
+                       f"Noise source: {rnd['source']}."))
 
     pr = report["privacy"]
     b.append(("h2", "Privacy"))
@@ -217,12 +238,25 @@ def summary_blocks(report: dict) -> list[tuple]:
     rc = report["reconstruction"]
     b.append(("h2", "Reconstruction"))
     text = (f"Objective {rc['objective']}, backend {rc['backend']} ({rc['solver']}): status {rc['status']} "
-            f"in {rc['time_seconds']:.2f} s.")
+            f"in {rc['time_seconds']:.2f} s." if rc["objective"] else
+            f"{rc['solver']} ({rc['backend']}): status {rc['status']} in {rc['time_seconds']:.2f} s. {rc['message']}.")
     if "rounding" in rc:
         r = rc["rounding"]
         text += (f" Rounded to integers ({r.get('method')}): status {r['status']}, total change "
                  f"{_fmt(r['l1_change'])}.")
+        if r.get("fallback"):
+            text += f" Fallback: {r['fallback']}."
+        if r.get("exceptions"):
+            text += f" {len(r['exceptions'])} measured answers could not stay at the floor or ceiling of their fit."
     b.append(("p", text))
+
+    alg = report.get("algorithm")
+    if alg and alg.get("notes"):
+        params = ", ".join(f"{k} = {v}" for k, v in alg["parameters"].items()
+                           if k not in ("marginals", "measures", "reconstruct"))
+        b.append(("h2", "Algorithm"))
+        b.append(("p", f"{alg['name']}: {alg['title']} ({alg['reference']})" + (f"; {params}." if params else ".")))
+        b.append(("bullets", alg["notes"]))
 
     b.append(("h2", "Constraints"))
     b.append(("p", ("Every constraint holds" if report["constraints_all_hold"] else "SOME CONSTRAINTS DO NOT HOLD")
@@ -282,6 +316,8 @@ def render_markdown(report: dict) -> str:
             out.append(f"![{block[1]}]({block[2]})")
         elif kind == "list":
             out.extend(f"- `{item}`" for item in block[1])
+        elif kind == "bullets":
+            out.extend(f"- {item}" for item in block[1])
         out.append("")
     return "\n".join(out)
 
@@ -306,6 +342,8 @@ def render_html(report: dict) -> str:
             body.append(f'<figure><img src="{e(block[2])}" alt="{e(block[1])}"><figcaption>{e(block[1])}</figcaption></figure>')
         elif kind == "list":
             body.append("<ul>" + "".join(f"<li><code>{e(i)}</code></li>" for i in block[1]) + "</ul>")
+        elif kind == "bullets":
+            body.append("<ul>" + "".join(f"<li>{e(i)}</li>" for i in block[1]) + "</ul>")
     style = ("body{font-family:sans-serif;max-width:60em;margin:2em auto;padding:0 1em;line-height:1.4}"
              "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.2em .5em;"
              "text-align:left}.warn{background:#fff3cd;padding:.5em;border-left:4px solid #e0a800}"
@@ -324,6 +362,11 @@ def _data_text(p) -> str:
     if p.data_source == "given":
         return "given in Python"
     return str(p.data_path)
+
+
+def _records(value: Any) -> Any:
+    """A DataFrame as a list of row dicts (other values as they are)."""
+    return value.to_dict(orient="records") if isinstance(value, pd.DataFrame) else value
 
 
 def _status(status: Any) -> str | None:

@@ -47,7 +47,7 @@ def main() -> None:
     data = Dataset.from_frame(frame, Domain(tuple(frame.columns), (2,) * frame.shape[1]))
     plan = fourier_plan(data.domain, args.order)                       # B: public
     accountant = Accountant.pure(args.epsilon)
-    m = measure_fourier(plan, data, accountant, make_random(args.seed), epsilon=args.epsilon)
+    m = measure_fourier(plan, data, accountant, make_random(args.seed))
     print(f"{len(plan.marginals)} marginals, |B| = {plan.closure_size}, noise scale {m.scale:g} "
           f"(unnormalised) = {m.scale / 2 ** (len(plan.domain) / 2):.4g} (normalised)")
     for method in METHODS:  # every method post-processes the same measurement

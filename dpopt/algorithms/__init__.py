@@ -1,6 +1,14 @@
-"""dpopt algorithms: plans of measurement plus consistency over the shared model."""
+"""dpopt algorithms: registered plans of measurement plus consistency over the shared model.
+
+Every algorithm is an :class:`~dpopt.algorithms.base.Algorithm` in :data:`REGISTRY`
+(importing this package registers the built-in ones): ``plan(domain, constraints, budget)``
+says what it will measure and with which noise, without data; ``run(plan, data, accountant,
+rng)`` returns one :class:`~dpopt.algorithms.base.Release`.
+"""
 
 from dpopt.algorithms.barak import (
+    Barak,
+    BarakParams,
     BarakRelease,
     FourierPlan,
     barak_release,
@@ -8,10 +16,33 @@ from dpopt.algorithms.barak import (
     fourier_plan,
     measure_fourier,
 )
-from dpopt.algorithms.matrix_mechanism import MatrixMechanism
+from dpopt.algorithms.base import (
+    REGISTRY,
+    Algorithm,
+    AlgorithmParams,
+    AlgorithmPlan,
+    PlannedMeasure,
+    Release,
+    get_algorithm,
+    register,
+    registered_names,
+)
+from dpopt.algorithms.dualquery import DualQuery, DualQueryParams, dualquery
+from dpopt.algorithms.matrix_mechanism import MatrixMechanism, MatrixMechanismParams, WorkloadSpec
+from dpopt.algorithms.measure_reconstruct import MeasureReconstruct, MeasureReconstructParams
+from dpopt.algorithms.mwem import MWEM, MWEMParams, MWEMResult, mwem
 from dpopt.algorithms.mwem_factored import FactoredMWEMResult, factored_mwem
+from dpopt.algorithms.polynomial import Polynomial, PolynomialParams, PolynomialRelease
 
 __all__ = [
-    "BarakRelease", "FourierPlan", "barak_release", "fourier_consistency", "fourier_plan", "measure_fourier",
-    "FactoredMWEMResult", "factored_mwem", "MatrixMechanism",
+    "REGISTRY", "Algorithm", "AlgorithmParams", "AlgorithmPlan", "PlannedMeasure", "Release", "get_algorithm",
+    "register", "registered_names",
+    "MeasureReconstruct", "MeasureReconstructParams",
+    "Barak", "BarakParams", "BarakRelease", "FourierPlan", "barak_release", "fourier_consistency", "fourier_plan",
+    "measure_fourier",
+    "MWEM", "MWEMParams", "MWEMResult", "mwem",
+    "FactoredMWEMResult", "factored_mwem",
+    "Polynomial", "PolynomialParams", "PolynomialRelease",
+    "DualQuery", "DualQueryParams", "dualquery",
+    "MatrixMechanism", "MatrixMechanismParams", "WorkloadSpec",
 ]

@@ -3,7 +3,7 @@
 A plan of three steps over the shared model (design notes §2)::
 
     plan = fourier_plan(domain, marginals)                 # B = downward closure; public
-    m = measure_fourier(plan, data, accountant, epsilon=1)  # noisy parities of B, in integers
+    m = measure_fourier(plan, data, accountant)             # noisy parities of B, in integers
     release = fourier_consistency(plan, m, method="linf")   # consistent marginals
 
 or all at once with :func:`barak_release`.
@@ -58,31 +58,25 @@ import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 from itertools import combinations
-from typing import Any, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
-import scipy.sparse as sp
 
-from dpopt.errors import DataError, PrivacyParameterError, QueryError, SolverError
-from dpopt.model.constraints import (
-    ConstraintSet,
-    Hierarchy,
-    Integrality,
-    Invariant,
-    LinearInequality,
-    NonNegativity,
-    StructuralZeros,
-)
+from dpopt.algorithms.base import Algorithm, AlgorithmParams, PlannedMeasure
+from dpopt.algorithms.base import Release, check_marginals, make_release, register
+from dpopt.errors import DataError, DpoptError, ParameterError, PrivacyParameterError, QueryError, SolverError, at_key
+from dpopt.estimate.status import Status
+from dpopt.model.constraints import ConstraintSet, Integrality, NonNegativity, StructuralZeros
 from dpopt.model.data import Dataset, cells_frame
 from dpopt.model.domain import Domain
 from dpopt.model.measurement import Measurement
-from dpopt.model.queries._common import marginalize
+from dpopt.model.queries import marginalize
 from dpopt.model.queries.binary import BinaryEncoding, binary_encoding
-from dpopt.model.queries.explicit import SparseQuery
 from dpopt.model.queries.fourier import FourierParity, downward_closure, marginal_from_fourier
-from dpopt.privacy.accountant import Accountant
-from dpopt.privacy.mechanisms import gaussian_mechanism, laplace_mechanism
+from dpopt.privacy.accountant import Accountant, PrivacyCost
+from dpopt.privacy.budget import Budget
+from dpopt.privacy.mechanisms import calibrate, measure
 from dpopt.privacy.noise_tails import (
     gaussian_abs_sum_bound,
     gaussian_abs_sum_t,
@@ -90,9 +84,10 @@ from dpopt.privacy.noise_tails import (
     laplace_abs_sum_quantile,
 )
 from dpopt.privacy.randomness import RandomSource, make_random
+from dpopt.spec.model import ReconstructSpec
 
 __all__ = [
-    "METHODS", "FourierPlan", "BarakRelease", "fourier_plan", "measure_fourier",
+    "Barak", "BarakParams", "METHODS", "FourierPlan", "BarakRelease", "fourier_plan", "measure_fourier",
     "fourier_consistency", "barak_release", "theorem5_bound", "shift_amount", "shift_probability",
 ]
 
@@ -141,18 +136,7 @@ class FourierPlan:
 
     def unused_code_zeros(self) -> list[StructuralZeros]:
         """One structural-zero rule per attribute with unused binary codes (Barak et al. §6)."""
-        rules = []
-        if self.encoding is None:
-            return rules
-        for a in self.source.attrs:
-            codes = self.encoding.unused_codes[a]
-            if codes:
-                width = len(self.bits[a])
-                cells = [[(c >> (width - 1 - j)) & 1 for j in range(width)] for c in codes]
-                rules.append(StructuralZeros(_bits_expression(self.bits[a], np.array(cells)),
-                                             name=f"unused codes of {a}",
-                                             reason="binary encoding: codes beyond the attribute's size"))
-        return rules
+        return [] if self.encoding is None else self.encoding.unused_code_zeros()
 
 
 def fourier_plan(domain: Domain, marginals: Iterable[Sequence[str]] | int) -> FourierPlan:
@@ -203,14 +187,6 @@ def fourier_plan(domain: Domain, marginals: Iterable[Sequence[str]] | int) -> Fo
     return FourierPlan(domain, binary, encoding, tuple(requested), bits, query)
 
 
-def _bits_expression(bit_names: Sequence[str], patterns: np.ndarray) -> str:
-    """A predicate true on the cells whose bits match one of ``patterns`` (rows of 0/1)."""
-    terms = []
-    for row in patterns:
-        terms.append("(" + " and ".join(f"attr({b!r}) == {int(v)}" for b, v in zip(bit_names, row)) + ")")
-    return " or ".join(terms)
-
-
 # ---- measurement ---------------------------------------------------------------------------------
 def binary_data(plan: FourierPlan, data: Dataset) -> Dataset:
     """The records of ``data`` over the plan's binary domain."""
@@ -229,26 +205,19 @@ def measure_fourier(
     accountant: Accountant,
     rng: RandomSource | None = None,
     *,
-    epsilon=None,
-    rho=None,
-    delta=None,
+    cost: PrivacyCost | None = None,
     label: str = "fourier",
 ) -> Measurement:
     """Measure the parities of ``B`` on ``data`` with exact noise (Barak et al. §4).
 
-    Give ``epsilon`` alone (discrete Laplace, pure DP, scale ``|B| / epsilon`` from the
-    query's L1 sensitivity), ``rho`` (discrete Gaussian, zCDP) or ``epsilon`` and ``delta``
-    (discrete Gaussian at the largest rho that is (epsilon, delta)-DP). The accountant is
-    charged before any draw.
+    ``cost`` (default: all that remains of ``accountant``) buys the noise
+    :func:`~dpopt.privacy.mechanisms.calibrate` derives: discrete Laplace of scale
+    ``|B| / epsilon`` (the query's L1 sensitivity) for a pure cost, the discrete Gaussian with
+    ``sigma^2 = |B| / (2 rho)`` under zCDP or (epsilon, delta). Charged before any draw.
     """
     bdata = binary_data(plan, data)
-    if rho is None and delta is None:
-        if epsilon is None:
-            raise PrivacyParameterError("measure_fourier: give epsilon, rho, or epsilon and delta")
-        return laplace_mechanism(plan.query, bdata, epsilon, accountant, rng, label=label)
-    if rho is not None:
-        return gaussian_mechanism(plan.query, bdata, accountant, rng, rho=rho, epsilon=epsilon, delta=delta, label=label)
-    return gaussian_mechanism(plan.query, bdata, accountant, rng, epsilon=epsilon, delta=delta, label=label)
+    law = calibrate(plan.query, accountant.remaining if cost is None else cost)
+    return measure(plan.query, bdata, law, accountant, rng, label=label)
 
 
 # ---- bounds -------------------------------------------------------------------------------------
@@ -284,9 +253,9 @@ def shift_amount(measurement: Measurement, t: float, calibration: str = "paper")
     (module notes), which certifies ``1 - e^{-t}``.
     """
     if not (isinstance(t, (int, float, np.integer, np.floating)) and t > 0 and math.isfinite(t)):
-        raise SolverError(f"t must be a positive number, got {t!r}")
+        raise ParameterError(f"t must be a positive number, got {t!r}")
     if calibration not in SHIFT_CALIBRATIONS:
-        raise SolverError(f"calibration must be one of {list(SHIFT_CALIBRATIONS)}, got {calibration!r}")
+        raise ParameterError(f"calibration must be one of {list(SHIFT_CALIBRATIONS)}, got {calibration!r}")
     m = measurement.query.num_rows
     if measurement.noise == "discrete_laplace":
         if calibration == "exact":
@@ -317,24 +286,18 @@ def shift_probability(measurement: Measurement, amount: float) -> float:
 
 
 # ---- the release --------------------------------------------------------------------------------
-@dataclass(eq=False)
-class BarakRelease:
-    """A Fourier release and its report.
+class BarakRelease(Release):
+    """A Fourier release and its report: a :class:`~dpopt.algorithms.base.Release` with Barak's extras.
 
-    Attributes
-    ----------
+    Attributes (besides those of :class:`~dpopt.algorithms.base.Release`)
+    -----------------------------------------------------------------------
     method : str
-    success : bool
-    status : str
-        The consistency solve's status (``"OPTIMAL"``, ...; ``"SHIFT"`` for the shift).
-    message : str
     marginals : dict of tuple to DataFrame
-        Each requested marginal (source attributes in domain order) with a ``count`` column.
+        Each requested marginal (source attributes in domain order) with a ``count`` column
+        (also in ``answers``, keyed ``"a, b"``).
     table : DataFrame or None
         Every source cell with its released ``count`` (None for the shift, which releases
         marginals only).
-    counts : ndarray or None
-        The released cell values over the source domain (int64 when rounded).
     bounds : DataFrame
         Per marginal: ``bits`` (``|alpha|``), ``theorem5_bound`` (at ``bound_delta``),
         ``l1_error`` (when the truth was given, else NaN), ``within_bound``.
@@ -349,26 +312,16 @@ class BarakRelease:
         The accountant's ledger (exact fractions).
     measurement : Measurement
     plan : FourierPlan
-    reconstruction : dpopt.estimate.Result or None
-    rounding : dict or None
+    binary_table : ndarray or None
+        The released table over the binary domain.
+
+    ``status`` is the consistency solve's :class:`~dpopt.estimate.status.Status`; the shift, which
+    makes no optimality claim, is ``COMPLETED``.
     """
 
-    method: str
-    success: bool
-    status: str
-    message: str
-    marginals: dict
-    table: pd.DataFrame | None
-    counts: np.ndarray | None
-    bounds: pd.DataFrame
-    lp: dict
-    shift: dict | None
-    ledger: pd.DataFrame | None
-    measurement: Measurement
-    plan: FourierPlan
-    reconstruction: Any = None
-    rounding: dict | None = None
-    binary_table: np.ndarray | None = field(default=None, repr=False)
+    @property
+    def ledger(self):
+        return self.get("ledger_frame")
 
     def marginal(self, attrs: Sequence[str]) -> pd.DataFrame:
         """The released marginal over ``attrs`` (any order)."""
@@ -428,7 +381,7 @@ def fourier_consistency(
     from dpopt.estimate import reconstruct, round_to_integers
 
     if method not in METHODS:
-        raise SolverError(f"method must be one of {list(METHODS)}, got {method!r}")
+        raise ParameterError(f"method must be one of {list(METHODS)}, got {method!r}")
     if not isinstance(measurement, Measurement) or measurement.query is not plan.query:
         if not (isinstance(measurement, Measurement) and isinstance(measurement.query, FourierParity)
                 and measurement.query.subsets == plan.query.subsets and not measurement.query.normalized
@@ -446,7 +399,7 @@ def fourier_consistency(
     counts = binary_table = None
     if method == "shift":
         if source_cs.invariants or source_cs.inequalities:
-            raise SolverError("method 'shift' reads marginals straight from the coefficients and cannot keep "
+            raise ParameterError("method 'shift' reads marginals straight from the coefficients and cannot keep "
                               "invariants or inequalities; use method 'linf', 'l1', 'l2' or 'entropy'")
         amount = shift_amount(measurement, t, shift_calibration)
         k = len(plan.domain)
@@ -460,7 +413,7 @@ def fourier_consistency(
         marginal_values = {m: _drop_unused(plan, m, marginal_from_fourier(plan.domain, plan.marginal_bits(m), coeffs))
                            for m in plan.marginals}
         marginal_values = {m: _zero_forbidden(source_cs, m, v) for m, v in marginal_values.items()}
-        success, status, message = True, "SHIFT", f"zeroth coefficient shifted by {amount:.6g} (t = {t:g})"
+        success, status, message = True, Status.COMPLETED, f"zeroth coefficient shifted by {amount:.6g} (t = {t:g})"
     else:
         cs = _binary_constraints(plan, source_cs)
         ms = [measurement]
@@ -469,31 +422,22 @@ def fourier_consistency(
         reconstruction = reconstruct(ms, cs, method, backend=backend, time_limit=time_limit, integer=False,
                                      **dict(engine_options or {}))
         success = bool(reconstruction.success)
-        status = getattr(reconstruction.status, "name", str(reconstruction.status))
+        status = reconstruction.status
         message = reconstruction.message
         lp = _lp_report(reconstruction, measurement)
         x = reconstruction.x
         if x is not None and not np.isfinite(x).all():  # an engine that diverged releases nothing
-            success, status, x = False, "NUMERICAL_ERROR", None
+            success, status, x = False, Status.NUMERICAL_ERROR, None
             message = f"{message}; the estimate is not finite"
         do_round = True if integer is None else bool(integer)
         if x is not None and do_round:
-            if cs.invariants or cs.inequalities:
-                r = round_to_integers(x, cs, time_limit=time_limit)
-                rounding = {"status": getattr(r.status, "name", str(r.status)), "method": r.info.get("method"),
-                            "l1_change": r.fun, "time": r.time}
-                if not r.success:
-                    success, status, message = False, rounding["status"], f"integer rounding failed: {r.message}"
-                    x = None
-                else:
-                    x = r.x
+            rounding = round_to_integers(x, cs, method="cellwise", time_limit=time_limit)
+            if not rounding.success:
+                success, status = False, rounding.status
+                message = f"integer rounding failed: {rounding.message}"
+                x = None
             else:
-                # No equality or inequality rows: the L1-closest non-negative integer table
-                # (what round_to_integers would return) is cell-wise rounding.
-                rounded = np.rint(np.maximum(x, 0.0))
-                rounding = {"status": "OPTIMAL", "method": "cell-wise (no equality rows)",
-                            "l1_change": float(np.abs(rounded - x).sum()), "time": 0.0}
-                x = rounded
+                x = rounding.x
         if x is not None:
             binary_table = x
             counts = plan.encoding.decode_histogram(x) if plan.encoding is not None else x
@@ -505,8 +449,13 @@ def fourier_consistency(
     table = cells_frame(plan.source, counts) if counts is not None else None
     bounds = _bounds_frame(plan, measurement, marginal_values, truth, bound_delta)
     ledger = accountant.ledger_frame() if accountant is not None else None
-    return BarakRelease(method, success, status, message, marginals, table, counts, bounds, lp, shift_info,
-                        ledger, measurement, plan, reconstruction, rounding, binary_table)
+    return BarakRelease(
+        counts=counts, records=None, answers={", ".join(m): frame for m, frame in marginals.items()},
+        status=status, success=success, message=message, measurements=[measurement],
+        reconstruction=reconstruction, rounding=rounding, accountant=accountant, algorithm="barak",
+        reference=Barak.reference, title=Barak.title, parameters={"method": method}, notes=[], info={},
+        domain=plan.source, method=method, marginals=marginals, table=table, bounds=bounds, lp=lp,
+        shift=shift_info, ledger_frame=ledger, measurement=measurement, plan=plan, binary_table=binary_table)
 
 
 def barak_release(
@@ -546,72 +495,48 @@ def barak_release(
     if not isinstance(data, Dataset):
         raise DataError(f"data must be a Dataset, got {type(data).__name__}")
     if method not in METHODS:
-        raise SolverError(f"method must be one of {list(METHODS)}, got {method!r}")
+        raise ParameterError(f"method must be one of {list(METHODS)}, got {method!r}")
     plan = fourier_plan(data.domain, marginals)
+    budget = _budget(epsilon, rho, delta)
     if accountant is None:
-        if rho is not None:
-            accountant = Accountant.zcdp(rho)
-        elif delta is not None:
-            accountant = Accountant.approx(epsilon, delta) if epsilon is not None else None
-        elif epsilon is not None:
-            accountant = Accountant.pure(epsilon)
-        if accountant is None:
-            raise PrivacyParameterError("barak_release: give epsilon, rho, or epsilon and delta")
+        accountant = budget.accountant()
     if constraints is not None:
         constraints.check()  # public: before any noise is drawn
     rng = rng or make_random()
-    m = measure_fourier(plan, data, accountant, rng, epsilon=epsilon, rho=rho, delta=delta)
+    m = measure_fourier(plan, data, accountant, rng, cost=budget.total)
     return fourier_consistency(plan, m, method, constraints, truth=data if evaluate else None,
                                accountant=accountant, **options)
 
 
 # ---- helpers ----------------------------------------------------------------------------------------
+def _budget(epsilon, rho, delta) -> Budget:
+    """The budget of the convenience function: epsilon (pure), rho (zCDP) or epsilon and delta."""
+    if rho is not None:
+        if epsilon is not None or delta is not None:
+            raise PrivacyParameterError("barak_release: give rho alone, epsilon alone, or epsilon and delta")
+        return Budget.zcdp(rho)
+    if epsilon is None:
+        raise PrivacyParameterError("barak_release: give epsilon, rho, or epsilon and delta")
+    return Budget.pure(epsilon) if delta is None else Budget.approx(epsilon, delta)
+
+
 def _binary_constraints(plan: FourierPlan, source_cs: ConstraintSet) -> ConstraintSet:
     """The source constraints over the binary domain, with non-negativity and the unused codes."""
     if plan.encoding is None:
         cs = ConstraintSet(plan.domain, [c for c in source_cs if not isinstance(c, Integrality)])
     else:
-        cs = ConstraintSet(plan.domain)
-        lift = _lift_matrix(plan)
-        for c in source_cs:
-            if isinstance(c, (StructuralZeros, Hierarchy)):
-                attrs, mask = c.pattern(plan.source)
-                zero = np.flatnonzero(mask)
-                if zero.size:
-                    codes = plan.source.project(attrs).unravel(zero)
-                    bit_rows = np.concatenate(
-                        [(codes[:, [j]] >> np.arange(len(plan.bits[a]) - 1, -1, -1)) & 1 for j, a in enumerate(attrs)],
-                        axis=1)
-                    names = [b for a in attrs for b in plan.bits[a]]
-                    cs.add(StructuralZeros(_bits_expression(names, bit_rows), name=c.name,
-                                           reason=getattr(c, "reason", "")))
-            elif isinstance(c, Invariant):
-                q = SparseQuery(plan.domain, c.query.to_sparse() @ lift)
-                cs.add(Invariant(q, c.values, name=c.name, from_data=c.from_data))
-            elif isinstance(c, LinearInequality):
-                q = SparseQuery(plan.domain, c.query.to_sparse() @ lift)
-                cs.add(LinearInequality(q, c.lower, c.upper, name=c.name))
-        for rule in plan.unused_code_zeros():
-            cs.add(rule)
+        cs = plan.encoding.lift_constraints(
+            ConstraintSet(plan.source, [c for c in source_cs if not isinstance(c, Integrality)]))
     if not cs.nonnegative:
         cs.add(NonNegativity())
     return cs
-
-
-def _lift_matrix(plan: FourierPlan) -> sp.csr_matrix:
-    """``P`` with ``P[s, cell_map[s]] = 1``: a source query ``Q`` becomes ``Q P`` on binary cells."""
-    cell_map = plan.encoding.cell_map()
-    n = cell_map.size
-    return sp.csr_matrix((np.ones(n, dtype=np.int64), (np.arange(n), cell_map)), shape=(n, plan.domain.size))
 
 
 def _drop_unused(plan: FourierPlan, attrs: tuple[str, ...], binary_marginal: np.ndarray) -> np.ndarray:
     """A marginal over the bits of ``attrs`` as a marginal over ``attrs`` (unused codes dropped)."""
     if plan.encoding is None:
         return np.asarray(binary_marginal)
-    padded = tuple(2 ** len(plan.bits[a]) for a in attrs)
-    sizes = tuple(plan.source.size_of(a) for a in attrs)
-    return np.asarray(binary_marginal).reshape(padded)[tuple(slice(0, s) for s in sizes)].reshape(-1)
+    return plan.encoding.source_marginal(attrs, binary_marginal)
 
 
 def _zero_forbidden(cs: ConstraintSet, attrs: tuple[str, ...], values: np.ndarray) -> np.ndarray:
@@ -694,3 +619,123 @@ def _bounds_frame(plan, measurement, marginal_values, truth, bound_delta) -> pd.
         rows.append({"marginal": ", ".join(m), "bits": order, "theorem5_bound": bound, "l1_error": err,
                      "within_bound": bool(err <= bound) if not (math.isnan(err) or math.isnan(bound)) else None})
     return pd.DataFrame(rows)
+
+
+# ---- the registered algorithm -------------------------------------------------------------------
+#: Consistency methods a release can use: the shift releases marginals without a table.
+RELEASE_METHODS = ("linf", "l1", "l2", "entropy")
+
+
+@dataclass(frozen=True)
+class BarakParams(AlgorithmParams):
+    """``[barak]``: the marginals to release and the consistency method; ``[reconstruct]``: backend, time limit.
+
+    Attributes
+    ----------
+    marginals : int or tuple of tuple of str
+        An order ``k`` (every ``k``-way marginal) or the list of marginals ``A``.
+    method : {"linf", "l1", "l2", "entropy"}
+        See the module notes (the Theorem 6 shift is available from :func:`barak_release`).
+    reconstruct : ReconstructSpec
+        Its objective is ``method``; ``backend`` and ``time_limit`` are passed to the engine.
+    """
+
+    marginals: int | tuple[tuple[str, ...], ...] = 2
+    method: str = "linf"
+    reconstruct: ReconstructSpec = field(default_factory=lambda: ReconstructSpec("linf"))
+
+    def validate(self) -> None:
+        check_marginals(self.marginals, "marginals")
+        if self.method not in RELEASE_METHODS:
+            raise ParameterError(f"method must be one of {list(RELEASE_METHODS)}, got {self.method!r}")
+        if self.reconstruct.objective != self.method:
+            object.__setattr__(self, "reconstruct", ReconstructSpec(self.method, self.reconstruct.backend,
+                                                                    self.reconstruct.time_limit))
+
+    @classmethod
+    def from_spec(cls, reader) -> "BarakParams":
+        from dpopt.spec.queries import parse_marginals
+        from dpopt.spec.sections import parse_reconstruct
+
+        t = reader.table("barak", required=True)
+        marginals = parse_marginals(t)
+        if t.raw.get("method") == "shift":
+            raise t.error(("method",), "method 'shift' (Barak et al. Theorem 6) releases marginals without a "
+                          f"table, which a release publishes; choose one of {list(RELEASE_METHODS)}, or call "
+                          "dpopt.algorithms.barak.barak_release(method='shift') from Python")
+        method = t.str("method", default="linf", choices=RELEASE_METHODS)
+        raw = reader.top.raw.get("reconstruct")
+        if isinstance(raw, dict) and "objective" in raw:
+            raise reader.error(("reconstruct", "objective"),
+                               "does not apply to algorithm = 'barak'; set [barak] method instead")
+        return cls(marginals, method, parse_reconstruct(reader.table("reconstruct"), objective=method))
+
+
+@register
+class Barak(Algorithm):
+    """The Fourier release with consistency of Barak et al. (module notes)."""
+
+    name = "barak"
+    title = "Fourier coefficients of the downward closure, made consistent by an LP or QP"
+    reference = "Barak, Chaudhuri, Dwork, Kale, McSherry, Talwar, PODS 2007 (Theorems 3, 5 and 6)"
+    accountings = ("pure", "approx", "zcdp")
+    supports = frozenset({"nonnegative", "integer", "structural_zeros", "hierarchy", "invariants", "inequalities"})
+    sections = {"barak": ("marginals", "method"), "reconstruct": ("backend", "time_limit")}
+    Params = BarakParams
+
+    def plan(self, domain, constraints, budget):
+        try:
+            fplan = fourier_plan(domain, self.params.marginals)
+        except DpoptError as exc:
+            raise at_key(QueryError(str(exc).removeprefix("fourier_plan: ")), ("barak", "marginals")) from None
+        law = calibrate(fplan.query, budget.total)
+        noise = "discrete Laplace" if law.mechanism == "laplace" else "discrete Gaussian"
+        step = PlannedMeasure("fourier parities", fplan.query, law.mechanism, Fraction(1), budget.total, law,
+                              what=f"|B| = {fplan.closure_size} unnormalised parities")
+        lines = [f"one measurement of the |B| = {fplan.closure_size} unnormalised parities of the downward "
+                 f"closure of {len(fplan.marginals)} marginals, {noise} noise, the whole budget"]
+        if fplan.encoding is not None:
+            lines.append(f"non-binary attributes binary-encoded: {len(fplan.domain)} bits, "
+                         f"{fplan.domain.size:,} binary cells")
+        return self.new_plan(domain, constraints, budget, steps=[step], details=fplan, lines=lines)
+
+    def run(self, plan, data, accountant, rng) -> Release:
+        fplan, params = plan.details, self.params
+        step = plan.steps[0]
+        m = measure(fplan.query, binary_data(fplan, data), step.law, accountant, rng, label=step.label)
+        rel = fourier_consistency(fplan, m, params.method, plan.constraints, integer=plan.constraints.integral,
+                                  accountant=accountant, backend=params.reconstruct.backend,
+                                  time_limit=params.reconstruct.time_limit)
+        if fplan.encoding is not None:
+            # The parities live on the binary encoding; as a query of the source cells they are
+            # Q P (P maps each source cell to its code), so reports and evaluation can compare
+            # them with the released table over the source domain.
+            m = Measurement(fplan.encoding.lower_query(fplan.query), m.values, m.noise, m.scale, m.variance, m.cost, m.label, dict(m.info))
+        counts = rel.counts
+        if counts is not None and not plan.constraints.integral:
+            counts = np.asarray(counts, dtype=np.float64)
+        notes = [
+            f"The whole budget buys one measurement: the {fplan.closure_size} unnormalised Fourier parities of the "
+            "downward closure of the requested marginals.",
+            "The released marginals are read from the released table, so they are mutually consistent; they "
+            "have no 'noisy' column because the marginals themselves were not measured.",
+            "The released total is noisy (the empty parity), not the record count.",
+        ]
+        if fplan.encoding is not None:
+            notes.append(f"Non-binary attributes were binary-encoded ({len(fplan.domain)} bits); the table was "
+                         "solved over the binary domain with the unused codes as structural zeros and decoded back.")
+        notes.append("Theorem 5 bounds are reported for pure DP only." if plan.budget.accounting != "pure" else
+                     "Theorem 5 bounds (probability 0.95) on each marginal's L1 error are listed under 'bounds'.")
+        info = {"closure_size": fplan.closure_size, "lp": rel.lp, "bounds": rel.bounds.to_dict(orient="records"),
+                "binary_domain": {"attributes": len(fplan.domain), "cells": fplan.domain.size,
+                                  "encoded": fplan.encoding is not None},
+                "marginals": [list(a) for a in fplan.marginals]}
+        if not rel.success:
+            info["spec_key"] = ("barak", "method")
+        return make_release(self, plan, accountant, status=rel.status, message=rel.message,
+                            counts=counts, answers=rel.answers, measurements=[m],
+                            reconstruction=rel.reconstruction, rounding=rel.rounding, notes=notes, info=info)
+
+    @classmethod
+    def example(cls, domain):
+        return cls.Params(marginals=min(2, len(domain)), method="l2")

@@ -31,6 +31,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import difflib
+import functools
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -39,7 +40,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import OptimizeResult
 
-from dpopt.errors import ParameterError
+from dpopt.errors import BudgetExceededError, ParameterError
 from dpopt.estimate.status import Status
 from dpopt.model.constraints import ConstraintSet
 from dpopt.model.domain import Domain
@@ -87,6 +88,10 @@ class AlgorithmParams:
     def from_spec(cls, reader: "SpecReader") -> "AlgorithmParams":
         """Parse the algorithm's spec tables (default: no parameters)."""
         return cls()
+
+    def describe(self) -> str:
+        """The parameters on one line (for ``dpopt check``)."""
+        return ", ".join(f"{k} = {_short(v)}" for k, v in self.to_dict().items())
 
     def to_dict(self) -> dict[str, Any]:
         """The parameters as plain values (for reports)."""
@@ -248,6 +253,7 @@ class Release(OptimizeResult):
         ``OPTIMAL`` when the reconstruction is a verified optimum, ``COMPLETED`` for an iterative
         algorithm without an optimality claim; anything else is not a release.
     success : bool
+        ``status.releasable``.
     message : str
     measurements : list of Measurement
         Every noisy measurement, in the order taken.
@@ -300,7 +306,7 @@ def make_release(
     if not isinstance(status, Status):
         raise ParameterError(f"status must be a Status, got {status!r}")
     return cls(
-        counts=counts, records=records, answers=dict(answers or {}), status=status, success=status.success,
+        counts=counts, records=records, answers=dict(answers or {}), status=status, success=status.releasable,
         message=message, measurements=list(measurements or []), reconstruction=reconstruction,
         rounding=rounding, accountant=accountant, algorithm=algorithm.name, reference=algorithm.reference,
         title=algorithm.title, parameters=algorithm.params.to_dict(), notes=list(notes or []),
@@ -334,6 +340,13 @@ class Algorithm(abc.ABC):
     sections: ClassVar[tuple[str, ...]] = ()
     #: Its frozen parameter dataclass.
     Params: ClassVar[type[AlgorithmParams]] = AlgorithmParams
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "run" in cls.__dict__:
+            cls.run = _affordable_first(cls.__dict__["run"])
+        if "plan" in cls.__dict__:
+            cls.plan = _checked_plan(cls.__dict__["plan"])
 
     def __init__(self, params: AlgorithmParams | None = None, **options: Any) -> None:
         if params is not None and options:
@@ -392,7 +405,7 @@ class Algorithm(abc.ABC):
 
     def describe(self) -> str:
         """One line: the name and the parameters."""
-        params = ", ".join(f"{k} = {_short(v)}" for k, v in self.params.to_dict().items())
+        params = self.params.describe()
         return f"{self.name} ({params})" if params else self.name
 
     def describe_plan(self, plan: AlgorithmPlan) -> list[str]:
@@ -400,9 +413,7 @@ class Algorithm(abc.ABC):
         return list(plan.lines)
 
     def new_plan(self, domain: Domain, constraints: ConstraintSet, budget: Budget, **fields: Any) -> AlgorithmPlan:
-        """An :class:`AlgorithmPlan` after the budget and constraint checks every plan needs."""
-        self.check_budget(budget)
-        self.check_constraints(constraints)
+        """An :class:`AlgorithmPlan` of this algorithm (``plan`` has already refused what it cannot honour)."""
         return AlgorithmPlan(self, domain, constraints, budget, **fields)
 
     @classmethod
@@ -419,6 +430,44 @@ _NOTIONS = {"pure": "pure DP (accounting = \"pure\")", "approx": "(epsilon, delt
             "zcdp": "zCDP (accounting = \"zcdp\")"}
 _KIND_WORDS = {"nonnegative": "non-negativity", "integer": "integrality", "structural_zeros": "structural zeros",
                "hierarchy": "hierarchies", "invariants": "invariants", "inequalities": "inequalities"}
+
+
+def _checked_plan(plan):
+    """Wrap an algorithm's ``plan``: refuse an accounting or a constraint kind it cannot honour, first."""
+    @functools.wraps(plan)
+    def checked(self, domain, constraints, budget):
+        if not isinstance(budget, Budget):
+            raise ParameterError(f"{self.name}.plan needs a Budget, got {type(budget).__name__}")
+        if not isinstance(constraints, ConstraintSet) or constraints.domain != domain:
+            raise ParameterError(f"{self.name}.plan needs a ConstraintSet over {domain}")
+        self.check_budget(budget)
+        self.check_constraints(constraints)
+        return plan(self, domain, constraints, budget)
+
+    return checked
+
+
+def _affordable_first(run):
+    """Wrap an algorithm's ``run``: refuse a plan the accountant cannot pay in full, before any draw.
+
+    Each mechanism also charges before it samples, but a multi-step algorithm could otherwise
+    draw for its first steps and only then run out; checking the plan's whole budget first
+    means an over-budget run draws nothing at all.
+    """
+    @functools.wraps(run)
+    def checked(self, plan, data, accountant, rng):
+        if not isinstance(plan, AlgorithmPlan):
+            raise ParameterError(f"{self.name}.run needs the AlgorithmPlan of {self.name}.plan, got {type(plan).__name__}")
+        if not isinstance(accountant, Accountant):
+            raise ParameterError(f"{self.name}.run needs an Accountant, got {type(accountant).__name__}")
+        needed = plan.budget.total
+        if not accountant.can_afford(needed):
+            raise BudgetExceededError(
+                f"{self.name}: the plan spends {plan.budget.describe()}, which the accountant cannot afford "
+                f"(remaining {accountant.remaining}); nothing was drawn")
+        return run(self, plan, data, accountant, rng)
+
+    return checked
 
 
 def constraint_kinds(constraints: ConstraintSet) -> set[str]:
@@ -485,8 +534,80 @@ def get_algorithm(name: str) -> type[Algorithm]:
     if key in REGISTRY:
         return REGISTRY[key]
     known = list(REGISTRY) + list(_ALIASES)
-    raise ParameterError(f"unknown algorithm {name!r}{_close(name, known)}; registered: {', '.join(REGISTRY)}")
+    raise ParameterError(f"unknown algorithm {name!r}{_close(name, known)}; registered: {', '.join(sorted(REGISTRY))}")
 
 
 def _load_builtin() -> None:
     import dpopt.algorithms  # noqa: F401  (importing the package registers the built-in algorithms)
+
+
+# ---- shared steps of the algorithms ---------------------------------------------------------------
+def measured_answers(measurements, counts: np.ndarray) -> dict[str, pd.DataFrame]:
+    """For each measurement: its answers on the released table (``count``) next to the noisy ones (``noisy``)."""
+    from dpopt.model.data import cells_frame
+    from dpopt.model.queries.marginal import Marginal
+
+    out = {}
+    for m in measurements:
+        released = m.query.matvec(counts)
+        if isinstance(m.query, Marginal):
+            frame = cells_frame(m.query.marginal_domain, released)
+        else:
+            frame = pd.DataFrame({"row": m.query.row_labels(), "count": released})
+        noisy = m.values
+        frame["noisy"] = noisy.astype(np.int64) if np.array_equal(noisy, np.round(noisy)) else noisy
+        out[m.label] = frame
+    return out
+
+
+def marginal_answers(domain: Domain, counts: np.ndarray, marginals) -> dict[str, pd.DataFrame]:
+    """Marginal tables read off a released table, keyed ``"a, b"`` (no ``noisy`` column: not measured)."""
+    from dpopt.model.data import cells_frame
+    from dpopt.model.queries import marginalize
+
+    out = {}
+    for attrs in marginals:
+        attrs = domain.canonical(attrs)
+        out[", ".join(attrs)] = cells_frame(domain.project(attrs), marginalize(counts, domain, attrs))
+    return out
+
+
+def round_release(x: np.ndarray, constraints: ConstraintSet, measurements=(), time_limit: float | None = None,
+                  method: str = "auto"):
+    """Round a fitted table when the constraints declare integrality: ``(counts, rounding, failure)``.
+
+    By default controlled rounding (:func:`~dpopt.estimate.round_to_integers`): every measured
+    answer stays at the floor or ceiling of its fitted value, so the release keeps the accuracy
+    of the fit on the marginals people read (``method="cellwise"``: the per-cell L1 optimum).
+    ``counts`` is int64 when rounded (float otherwise); ``rounding`` the rounding's result (None
+    when not integral); ``failure`` a message when no integer table keeps the constraints (then
+    ``counts`` is None).
+    """
+    from dpopt.estimate import round_to_integers
+
+    if not constraints.integral:
+        return np.asarray(x, dtype=np.float64), None, None
+    measured = [m for m in measurements if m.query.is_integer] or None
+    rounding = round_to_integers(x, constraints, measured=measured, method=method, time_limit=time_limit)
+    if not rounding.success or rounding.x is None:
+        status = getattr(rounding.status, "name", rounding.status)
+        return None, rounding, f"integer rounding ended with status {status}: {rounding.message}"
+    counts = np.rint(rounding.x)
+    return counts.astype(np.int64), rounding, None
+
+
+def check_marginals(value, name: str = "marginals"):
+    """An order ``k >= 1`` or a non-empty tuple of non-empty attribute tuples (ParameterError otherwise)."""
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        if value < 1:
+            raise ParameterError(f"{name} must be an order k >= 1, got {value}")
+        return int(value)
+    if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list)) or not value:
+        raise ParameterError(f"{name} must be an order k (integer >= 1) or a non-empty list of attribute "
+                             f"lists, got {value!r}")
+    for i, attrs in enumerate(value):
+        if isinstance(attrs, str) or not isinstance(attrs, (tuple, list)) or not attrs:
+            raise ParameterError(f"{name}[{i + 1}] must be a non-empty list of attribute names, got {attrs!r}")
+        if len(set(attrs)) != len(attrs):
+            raise ParameterError(f"{name}[{i + 1}] names an attribute twice: {list(attrs)}")
+    return tuple(tuple(a) for a in value)

@@ -39,187 +39,57 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
-from dpopt.errors import PrivacyParameterError, QueryError, SolverError
+from dpopt.algorithms.base import Algorithm, AlgorithmParams, PlannedMeasure, Release
+from dpopt.algorithms.base import check_marginals, make_release, marginal_answers, register, round_release
+from dpopt.errors import DpoptError, ParameterError, PrivacyParameterError, QueryError, at_key
 from dpopt.estimate.mw_step import MWState
+from dpopt.estimate.status import Status
 from dpopt.model.constraints import ConstraintSet
 from dpopt.model.data import Dataset
 from dpopt.model.domain import Domain
 from dpopt.model.measurement import Measurement
-from dpopt.model.queries._common import (
-    SupportArray,
-    StructuredQuery,
-    abs_power_rmatvec,
-    depends_on,
-    restrict_query,
-    support_norm_powers,
-)
-from dpopt.model.queries.base import LinearQuery
-from dpopt.model.queries.basic import Identity
-from dpopt.model.queries.fourier import fast_walsh_hadamard
-from dpopt.model.queries.marginal import Marginal
-from dpopt.privacy.accountant import Accountant, as_fraction
-from dpopt.privacy.mechanisms import exponential_mechanism, gaussian_mechanism, laplace_mechanism
+from dpopt.model.queries import Identity, LinearQuery, Marginal, SelectedRows, WorkloadEvaluator, support_norm_powers
+from dpopt.privacy.accountant import Accountant, PrivacyCost, as_fraction
+from dpopt.privacy.budget import Budget
+from dpopt.privacy.mechanisms import calibrate, exponential_mechanism, measure
 from dpopt.privacy.randomness import RandomSource, make_random
 
-__all__ = ["mwem", "MWEMResult", "SelectedRows", "WorkloadEvaluator", "measure_round", "split_round_budget"]
+__all__ = ["MWEM", "MWEMParams", "mwem", "MWEMResult", "SelectedRows", "WorkloadEvaluator", "measure_round",
+           "split_round_budget", "run_budget"]
+
+MWEM_REFERENCE = "Hardt, Ligett, McSherry, NIPS 2012, Fig. 1 and Section 3"
 
 SELECT_MODES = ("query", "block")
 ITERATES = ("last", "average")
 
 
-# ---- a few rows of a query --------------------------------------------------------------------
-class SelectedRows(StructuredQuery):
-    """Rows ``rows`` of ``parent``: what MWEM measures when it selects single queries.
-
-    Column norms (hence sensitivities) are those of the selected rows only, computed from
-    the parent's operator.
-    """
-
-    def __init__(self, parent: LinearQuery, rows: Sequence[int]) -> None:
-        self.parent = parent
-        self.domain = parent.domain
-        self.rows = np.asarray(rows, dtype=np.int64).ravel()
-        if self.rows.size == 0 or self.rows.min() < 0 or self.rows.max() >= parent.num_rows:
-            raise QueryError(f"SelectedRows: rows must lie in 0..{parent.num_rows - 1}, got {self.rows[:5]}")
-        self.is_integer = parent.is_integer
-
-    @property
-    def name(self) -> str:
-        rows = ",".join(str(int(r)) for r in self.rows[:4]) + (",..." if self.rows.size > 4 else "")
-        return f"{self.parent.name}[{rows}]"
-
-    @property
-    def num_rows(self) -> int:
-        return int(self.rows.size)
-
-    @property
-    def depends_on(self) -> tuple[str, ...]:
-        return depends_on(self.parent)
-
-    def _restrict_to(self, attrs: tuple[str, ...]) -> "SelectedRows":
-        return SelectedRows(restrict_query(self.parent, attrs), self.rows)
-
-    def _scatter(self, y: np.ndarray) -> np.ndarray:
-        full = np.zeros(self.parent.num_rows)
-        np.add.at(full, self.rows, np.asarray(y, dtype=np.float64))
-        return full
-
-    def _matvec(self, x: np.ndarray) -> np.ndarray:
-        return self.parent.matvec(x)[self.rows]
-
-    def _rmatvec(self, y: np.ndarray) -> np.ndarray:
-        return self.parent.rmatvec(self._scatter(y))
-
-    def to_sparse(self) -> sp.csr_matrix:
-        return sp.csr_matrix(self.parent.to_sparse())[self.rows]
-
-    def _abs_power_rmatvec(self, v: np.ndarray, p: float) -> SupportArray:
-        return abs_power_rmatvec(self.parent, self._scatter(v), p)
-
-    def row_labels(self) -> list[str]:
-        labels = self.parent.row_labels()
-        return [labels[int(r)] for r in self.rows]
-
-
-# ---- evaluating the whole workload at once -----------------------------------------------------
-class WorkloadEvaluator:
-    """All answers of a list of query blocks on a dense vector, as one concatenated array.
-
-    Marginals of a binary domain are answered together from one Walsh-Hadamard transform:
-    with ``u = H x`` (unnormalised coefficients), the marginal on ``beta`` is
-    ``H_|beta| u[alpha ⪯ beta] / 2^|beta|`` (Barak et al. 2007, Thm 3), so each marginal
-    costs ``2^|beta|`` gathered coefficients and one small matrix product. Every other
-    block is answered by its own ``matvec``.
-    """
-
-    def __init__(self, domain: Domain, blocks: Sequence[LinearQuery]) -> None:
-        self.domain = domain
-        self.blocks = list(blocks)
-        self.sizes = np.array([b.num_rows for b in self.blocks], dtype=np.int64)
-        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)])
-        binary = all(s == 2 for s in domain.sizes)
-        self._fourier: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        self._generic: list[int] = []
-        groups: dict[int, list[int]] = {}
-        for i, b in enumerate(self.blocks):
-            if binary and isinstance(b, Marginal):
-                groups.setdefault(len(b.attrs), []).append(i)
-            else:
-                self._generic.append(i)
-        k = len(domain)
-        for size, members in groups.items():
-            # masks[i, gamma]: the full-domain parity index of the sub-parity gamma of marginal i;
-            # attribute j of the domain is bit k-1-j (C order, first attribute most significant).
-            bits = np.array([[k - 1 - domain.axis(a) for a in self.blocks[i].attrs] for i in members], dtype=np.int64)
-            gammas = np.arange(2**size)
-            sub = (gammas[:, None] >> np.arange(size - 1, -1, -1)[None, :]) & 1  # (2^size, size), C order
-            masks = (sub[None, :, :] << bits[:, None, :]).sum(axis=2)
-            hadamard = fast_walsh_hadamard(np.eye(2**size, dtype=np.int64))
-            self._fourier[size] = (np.asarray(members), masks, hadamard)
-
-    @property
-    def num_rows(self) -> int:
-        return int(self.offsets[-1])
-
-    def answers(self, x: np.ndarray) -> np.ndarray:
-        """Every block's answers on ``x``, concatenated in block order."""
-        out = np.empty(self.num_rows, dtype=np.float64 if x.dtype.kind == "f" else np.int64)
-        if self._fourier:
-            u = fast_walsh_hadamard(x)
-            for size, (members, masks, hadamard) in self._fourier.items():
-                vals = u[masks] @ hadamard  # (len(members), 2^size), H symmetric
-                vals = vals // 2**size if vals.dtype.kind == "i" else vals / 2**size
-                starts = self.offsets[members]
-                out[(starts[:, None] + np.arange(2**size)[None, :]).ravel()] = vals.ravel()
-        for i in self._generic:
-            out[self.offsets[i]:self.offsets[i + 1]] = self.blocks[i].matvec(x)
-        return out
-
-    def locate(self, flat: int) -> tuple[int, int]:
-        """(block, row) of a position in the concatenated answers."""
-        block = int(np.searchsorted(self.offsets, flat, side="right") - 1)
-        return block, int(flat - self.offsets[block])
-
-
 # ---- result --------------------------------------------------------------------------------------
-@dataclass
-class MWEMResult:
-    """What an MWEM run releases and how it got there.
+class MWEMResult(Release):
+    """What an MWEM run releases and how it got there (a :class:`~dpopt.algorithms.base.Release`).
 
-    Attributes
-    ----------
-    x : ndarray
-        The released table (``last`` or ``average``, per the ``iterate`` option).
+    Attributes (besides those of :class:`~dpopt.algorithms.base.Release`)
+    -----------------------------------------------------------------------
+    counts : ndarray
+        The released table (``last`` or ``average``, per the ``iterate`` option); also ``x``.
     last, average : ndarray
         The last iterate ``A_T`` and the average of ``A_1..A_T``.
-    measurements : list of Measurement
-        Every noisy measurement, in order (the noisy histogram first when one was taken).
     selected : list of (block, row)
         The selected query each round (``row`` is None for a whole block).
-    accountant : Accountant
-        Its ledger sums exactly to the budget.
     rounds : int
         ``T`` (chosen on the fly with ``adaptive``).
     info : dict
         Timings (``time_select``, ``time_measure``, ``time_update``, ``time_data``), passes,
         per-round budgets.
-    """
 
-    x: np.ndarray
-    last: np.ndarray
-    average: np.ndarray
-    measurements: list[Measurement]
-    selected: list[tuple[int, int | None]]
-    accountant: Accountant
-    rounds: int
-    info: dict = field(default_factory=dict)
+    ``status`` is ``COMPLETED``: MWEM makes no optimality claim.
+    """
 
 
 # ---- the algorithm -------------------------------------------------------------------------------
@@ -300,19 +170,11 @@ def mwem(
     domain = data.domain
     blocks = _check_workload(workload, domain)
     _check_options(rounds, select, iterate, repeat_passes, final_passes, boost, tol)
-    kind, budget = _budget(epsilon, rho)
+    accountant, kind, budget = run_budget(epsilon, rho, accountant, "mwem")
     init = as_fraction(init_share, "init_share")
     if not 0 <= init < 1:
         raise PrivacyParameterError(f"init_share must be in [0, 1), got {init_share!r}")
-    sel_share = as_fraction(selection_share, "selection_share")
-    if not 0 < sel_share < 1:
-        raise PrivacyParameterError(f"selection_share must be in (0, 1), got {selection_share!r}")
-    if accountant is None:
-        accountant = Accountant.pure(budget) if kind == "pure" else Accountant.zcdp(budget)
-    rng = rng or make_random()
-    n = float(data.total if total is None else total)
-    if not n > 0:
-        raise SolverError(f"total must be positive, got {n!r}")
+    sel_share, rng, n = run_setup(data, selection_share, rng, total)
     constraints = constraints if constraints is not None else ConstraintSet(domain)
     if constraints.domain != domain:
         raise QueryError(f"constraints are over {constraints.domain}, not the data's {domain}")
@@ -402,17 +264,18 @@ def mwem(
     last = state.x
     info = dict(timings, passes=passes_done, updates=state.updates, round_budgets=budgets,
                 total=n, total_public=total is None, select=select, kind=kind)
-    return MWEMResult(last if iterate == "last" else average, last, average, measurements, selected,
-                      accountant, t, info)
+    return MWEMResult(counts=last if iterate == "last" else average, last=last, average=average,
+                      measurements=measurements, selected=selected, accountant=accountant, rounds=t, info=info,
+                      status=Status.COMPLETED, success=True, algorithm="mwem", reference=MWEM_REFERENCE,
+                      message=f"MWEM ran its {t} rounds (no optimality claim)", domain=domain)
 
 
 # ---- helpers -------------------------------------------------------------------------------------
 def measure_round(query, data, kind, budget, accountant, rng, label, answers) -> Measurement:
-    """One round's measurement: discrete Laplace at ``budget`` (pure) or discrete Gaussian
-    at ``rho = budget`` (zCDP), charged to ``accountant`` before any noise is drawn."""
-    if kind == "pure":
-        return laplace_mechanism(query, data, budget, accountant, rng, label=label, answers=answers)
-    return gaussian_mechanism(query, data, accountant, rng, rho=budget, label=label, answers=answers)
+    """One round's measurement: discrete Laplace at ``epsilon = budget`` (pure) or discrete
+    Gaussian at ``rho = budget`` (zCDP), charged to ``accountant`` before any noise is drawn."""
+    cost = PrivacyCost.pure(budget) if kind == "pure" else PrivacyCost.zcdp(budget)
+    return measure(query, data, calibrate(query, cost), accountant, rng, label=label, answers=answers)
 
 
 def split_round_budget(kind: str, round_budget: Fraction, share: Fraction) -> tuple[Fraction, Fraction]:
@@ -432,18 +295,36 @@ def split_round_budget(kind: str, round_budget: Fraction, share: Fraction) -> tu
     return eps_sel, round_budget - eps_sel * eps_sel / 2
 
 
-def _budget(epsilon, rho) -> tuple[str, Fraction]:
-    if (epsilon is None) == (rho is None):
-        raise PrivacyParameterError("give exactly one of epsilon (pure DP) or rho (zCDP) to mwem")
-    if epsilon is not None:
-        eps = as_fraction(epsilon, "epsilon")
-        if eps <= 0:
-            raise PrivacyParameterError(f"epsilon must be positive, got {epsilon!r}")
-        return "pure", eps
-    r = as_fraction(rho, "rho")
-    if r <= 0:
-        raise PrivacyParameterError(f"rho must be positive, got {rho!r}")
-    return "zcdp", r
+def run_budget(epsilon, rho, accountant: Accountant | None, who: str) -> tuple[Accountant, str, Fraction]:
+    """``(accountant, kind, amount)`` of a run: ``epsilon`` (pure) or ``rho`` (zCDP) to spend, or
+    everything that remains of ``accountant`` when neither is given."""
+    if epsilon is None and rho is None:
+        if accountant is None:
+            raise PrivacyParameterError(f"give exactly one of epsilon (pure DP) or rho (zCDP) to {who}, "
+                                        "or an accountant to spend")
+        if accountant.kind not in ("pure", "zcdp"):
+            raise PrivacyParameterError(f"{who} runs under pure DP or zCDP, not {accountant.kind!r} accounting")
+        left = accountant.remaining
+        return accountant, accountant.kind, left.epsilon if accountant.kind == "pure" else left.rho
+    if epsilon is not None and rho is not None:
+        raise PrivacyParameterError(f"give exactly one of epsilon (pure DP) or rho (zCDP) to {who}")
+    name, value = ("epsilon", epsilon) if epsilon is not None else ("rho", rho)
+    amount = as_fraction(value, name)
+    if amount <= 0:
+        raise PrivacyParameterError(f"{name} must be positive, got {name}={value!r}")
+    budget = Budget.pure(amount) if name == "epsilon" else Budget.zcdp(amount)
+    return accountant if accountant is not None else budget.accountant(), budget.accounting, amount
+
+
+def run_setup(data: Dataset, selection_share, rng: RandomSource | None, total) -> tuple[Fraction, RandomSource, float]:
+    """The selection's share of each round, the random source and the public ``n`` of a run."""
+    sel_share = as_fraction(selection_share, "selection_share")
+    if not 0 < sel_share < 1:
+        raise PrivacyParameterError(f"selection_share must be in (0, 1), got {selection_share!r}")
+    n = float(data.total if total is None else total)
+    if not n > 0:
+        raise ParameterError(f"total must be positive, got {n!r}")
+    return sel_share, rng or make_random(), n
 
 
 def _check_workload(workload, domain: Domain) -> list[LinearQuery]:
@@ -459,20 +340,25 @@ def _check_workload(workload, domain: Domain) -> list[LinearQuery]:
     return blocks
 
 
-def _check_options(rounds, select, iterate, repeat_passes, final_passes, boost, tol) -> None:
+def check_round_options(rounds, select, repeat_passes, final_passes) -> None:
+    """The options every MWEM form shares: ``T``, the selection mode and the passes."""
     if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)) or rounds < 1:
-        raise SolverError(f"rounds must be a positive integer, got rounds={rounds!r}")
+        raise ParameterError(f"rounds must be a positive integer, got rounds={rounds!r}")
     if select not in SELECT_MODES:
-        raise SolverError(f"select must be one of {SELECT_MODES}, got select={select!r}")
-    if iterate not in ITERATES:
-        raise SolverError(f"iterate must be one of {ITERATES}, got iterate={iterate!r}")
+        raise ParameterError(f"select must be one of {SELECT_MODES}, got select={select!r}")
     for name, value in (("repeat_passes", repeat_passes), ("final_passes", final_passes)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-            raise SolverError(f"{name} must be a non-negative integer, got {name}={value!r}")
+            raise ParameterError(f"{name} must be a non-negative integer, got {name}={value!r}")
+
+
+def _check_options(rounds, select, iterate, repeat_passes, final_passes, boost, tol) -> None:
+    check_round_options(rounds, select, repeat_passes, final_passes)
+    if iterate not in ITERATES:
+        raise ParameterError(f"iterate must be one of {ITERATES}, got iterate={iterate!r}")
     if not (isinstance(boost, (int, float)) and boost >= 1):
-        raise SolverError(f"boost must be a number >= 1, got boost={boost!r}")
+        raise ParameterError(f"boost must be a number >= 1, got boost={boost!r}")
     if not (isinstance(tol, (int, float)) and tol >= 0):
-        raise SolverError(f"tol must be a number >= 0, got tol={tol!r}")
+        raise ParameterError(f"tol must be a number >= 0, got tol={tol!r}")
 
 
 def _score_sensitivity(blocks: Sequence[LinearQuery], select: str) -> float:
@@ -493,3 +379,149 @@ def _score_sensitivity(blocks: Sequence[LinearQuery], select: str) -> float:
         else:
             worst = max(worst, float(abs(sp.csr_matrix(b.restrict().to_sparse())).max()))
     return worst
+
+
+# ---- the registered algorithm -------------------------------------------------------------------
+@dataclass(frozen=True)
+class MWEMParams(AlgorithmParams):
+    """``[mwem]``: the workload of marginals and the paper's options.
+
+    Attributes
+    ----------
+    marginals : int or tuple of tuple of str
+        Every ``k``-way marginal, or the list of marginals (the workload ``Q``).
+    rounds : int
+        ``T``.
+    select : {"query", "block"}
+        Single marginal cells (Fig. 1) or whole marginals ("cuboids", Section 3).
+    repeat_passes : int
+        Passes of the update over all past measurements after each round (Section 3).
+    """
+
+    marginals: int | tuple[tuple[str, ...], ...] = 2
+    rounds: int = 10
+    select: str = "query"
+    repeat_passes: int = 0
+
+    def validate(self) -> None:
+        check_marginals(self.marginals, "marginals")
+        _check_options(self.rounds, self.select, "last", self.repeat_passes, 0, 1.0, 0.0)
+
+    @classmethod
+    def from_spec(cls, reader) -> "MWEMParams":
+        from dpopt.spec.queries import parse_marginals
+
+        t = reader.table("mwem", required=True)
+        return cls(parse_marginals(t), rounds=t.int("rounds", default=10, minimum=1),
+                   select=t.str("select", default="query", choices=SELECT_MODES),
+                   repeat_passes=t.int("repeat_passes", default=0, minimum=0))
+
+
+@register
+class MWEM(Algorithm):
+    """MWEM over a workload of marginals (module notes), released as a table."""
+
+    name = "mwem"
+    title = "multiplicative weights with the exponential mechanism over a marginal workload"
+    reference = MWEM_REFERENCE
+    accountings = ("pure", "zcdp")
+    supports = frozenset({"nonnegative", "integer", "structural_zeros", "hierarchy", "invariants"})
+    sections = {"mwem": ("marginals", "rounds", "select", "repeat_passes")}
+    Params = MWEMParams
+
+    def plan(self, domain, constraints, budget):
+        try:
+            workload = marginal_workload(domain, self.params.marginals)
+        except (DpoptError, ValueError) as exc:
+            raise at_key(QueryError(str(exc)), ("mwem", "marginals")) from None
+        steps = round_steps(self.params.rounds, budget, workload, self.params.select, "mwem")
+        lines = [f"workload: {len(workload)} marginals, {sum(q.num_rows for q in workload):,} queries; "
+                 f"{self.params.rounds} rounds, each split equally between selection and measurement",
+                 "the record count is treated as public (Hardt, Ligett, McSherry 2012)"]
+        return self.new_plan(domain, constraints, budget, steps=steps, details=workload, lines=lines)
+
+    def run(self, plan, data, accountant, rng) -> Release:
+        p, workload = self.params, plan.details
+        res = mwem(data, workload, accountant=accountant, rng=rng, rounds=p.rounds, select=p.select,
+                   repeat_passes=p.repeat_passes, constraints=plan.constraints)
+        return release_mwem_table(self, plan, accountant, res.x, float(res.info["total"]), res.measurements,
+                                  res.rounds, info={"selected": [{"block": ", ".join(workload[b].attrs), "row": r}
+                                                                 for b, r in res.selected],
+                                                    "round_budgets": list(res.info.get("round_budgets", []))},
+                                  marginals=[q.attrs for q in workload])
+
+    @classmethod
+    def example(cls, domain):
+        return cls.Params(marginals=min(2, len(domain)), rounds=4, select="block", repeat_passes=2)
+
+
+def marginal_workload(domain: Domain, marginals) -> list[Marginal]:
+    """The marginals of a workload given as an order ``k`` or a list of attribute lists."""
+    from dpopt.model.queries.marginal import all_marginals
+
+    marginals = check_marginals(marginals)
+    if isinstance(marginals, int):
+        if marginals > len(domain):
+            raise QueryError(f"order {marginals} exceeds the {len(domain)} attributes of the domain")
+        return list(all_marginals(domain, marginals))
+    return [Marginal(domain, attrs) for attrs in marginals]
+
+
+def round_steps(rounds: int, budget: Budget, workload, select: str, label: str,
+                selection_share: Fraction = Fraction(1, 2)) -> list[PlannedMeasure]:
+    """The plan of ``rounds`` MWEM rounds: each round's selection and measurement, with its noise.
+
+    Every marginal has L1 sensitivity 1 and squared L2 sensitivity 1 (whole marginal) or one
+    cell's, so one calibration per round gives the law of whichever query is selected.
+    """
+    kind = budget.accounting
+    amount = budget.epsilon if kind == "pure" else budget.rho
+    per_round = amount / rounds
+    eps_sel, meas = split_round_budget(kind, per_round, selection_share)
+    sel_cost = PrivacyCost.pure(eps_sel)
+    meas_cost = PrivacyCost.pure(meas) if kind == "pure" else PrivacyCost.zcdp(meas)
+    query = workload[0] if select == "block" else SelectedRows(workload[0], [0])
+    law = calibrate(query, meas_cost)
+    sel_amount = eps_sel if kind == "pure" else eps_sel * eps_sel / 2
+    steps = []
+    for t in range(1, rounds + 1):
+        steps.append(PlannedMeasure(f"{label} round {t}: select", None, "exponential", sel_amount / amount,
+                                    sel_cost if kind == "pure" else PrivacyCost.zcdp(sel_amount),
+                                    what="exponential mechanism over the workload"))
+        steps.append(PlannedMeasure(f"{label} round {t}: measure", None, law.mechanism, meas / amount, meas_cost,
+                                    law, what="the selected " + ("marginal" if select == "block" else "cell"),
+                                    answers=query.num_rows))
+    return steps
+
+
+def release_mwem_table(algorithm, plan, accountant, x, n, measurements, rounds, *, info, marginals) -> Release:
+    """An MWEM table as a release: rounded to integers keeping the public total when integral."""
+    from dpopt.model.constraints import ConstraintSet, Invariant, NonNegativity
+    from dpopt.model.queries.basic import Total
+
+    constraints = plan.constraints
+    notes = [f"The record count n = {n:g} is treated as public, as in the paper; it is the released total and is "
+             "NOT protected by the privacy budget.",
+             "Each round spends half its budget selecting a badly fit query (exponential mechanism) and half "
+             "measuring it; the ledger lists both.",
+             "The released marginals are read from the released table and have no 'noisy' column; the noisy "
+             "answers of the selected queries are in the report's measurements."]
+    if constraints.integral:
+        if abs(n - round(n)) > 1e-9:
+            raise ParameterError(f"the public total {n!r} is not an integer")
+        constraints = ConstraintSet(constraints.domain, list(constraints.constraints))
+        if not constraints.nonnegative:
+            constraints.add(NonNegativity())
+        constraints.add(Invariant(Total(constraints.domain), np.array([round(n)], dtype=float),
+                                  name="total (public in MWEM)"))
+        notes.append("The last iterate was rounded to the L1-closest non-negative integer table with the same total.")
+    counts, rounding, failure = round_release(np.asarray(x, dtype=np.float64), constraints, method="cellwise")
+    if failure is not None:
+        return make_release(algorithm, plan, accountant, status=rounding.status, message=failure,
+                            measurements=measurements, rounding=rounding, notes=notes,
+                            info={**info, "spec_key": ("constraints", "integer")})
+    return make_release(algorithm, plan, accountant, status=Status.COMPLETED,
+                        message=f"{algorithm.name} ran its {rounds} rounds (no optimality claim: the last iterate "
+                                "is released)",
+                        counts=counts, answers=marginal_answers(plan.domain, counts, marginals),
+                        measurements=measurements, rounding=rounding, notes=notes, info=info)

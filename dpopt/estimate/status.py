@@ -3,7 +3,8 @@
 Every backend maps its solver's own statuses onto :class:`Status` (a table per backend,
 as cvxpy does) and returns a :class:`SolveOutcome`. Infeasible, unbounded and
 time-limited solves are statuses, never exceptions; only :attr:`Status.OPTIMAL` counts as
-success for a solve (:attr:`Status.COMPLETED` is an algorithm's, never a solver's).
+success for a solve; :attr:`Status.COMPLETED` is an algorithm's (never a solver's) and, with
+OPTIMAL, :attr:`Status.releasable`.
 """
 
 from __future__ import annotations
@@ -39,7 +40,12 @@ class Status(enum.Enum):
 
     @property
     def success(self) -> bool:
-        """True for :attr:`OPTIMAL` and, for algorithms without an optimality claim, :attr:`COMPLETED`."""
+        """True only for :attr:`OPTIMAL` (a solve's success)."""
+        return self is Status.OPTIMAL
+
+    @property
+    def releasable(self) -> bool:
+        """True for what a release may publish: a verified optimum, or an algorithm that ran to completion."""
         return self is Status.OPTIMAL or self is Status.COMPLETED
 
 

@@ -101,9 +101,9 @@ def calibrate(query: LinearQuery, cost: PrivacyCost, mechanism: str | None = Non
     Notes
     -----
     Laplace: scale ``b = Delta_1 / epsilon`` (Dwork, McSherry, Nissim, Smith 2006); the discrete
-    law is epsilon-DP on integer answers (Canonne, Kamath, Steinke 2020). A pure mechanism
-    also satisfies (epsilon, delta) for any delta, so under (epsilon, delta) accounting it is
-    charged the cost's delta too and the ledger stays exact.
+    law is epsilon-DP on integer answers (Canonne, Kamath, Steinke 2020). It is charged its
+    epsilon only: under (epsilon, delta) accounting the cost's delta stays unspent (the release
+    is then more private than declared, and the report says so).
     Gaussian: ``sigma^2 = Delta_2^2 / (2 rho)`` is rho-zCDP (CKS 2020, Theorem 14); from
     ``(epsilon, delta)``, rho is the largest value whose conversion stays within epsilon at
     delta (:func:`~dpopt.privacy.conversions.approx_dp_to_zcdp`).
@@ -118,7 +118,7 @@ def calibrate(query: LinearQuery, cost: PrivacyCost, mechanism: str | None = Non
                                         f"{cost} (a Laplace measurement cannot spend an exact share of rho)")
         grid, sensitivity = _grid_and_sensitivity(query, p=1)
         scale_units = sensitivity / (cost.epsilon * grid)  # scale in grid units, exact rational
-        charged = PrivacyCost(epsilon=cost.epsilon, delta=cost.delta)
+        charged = PrivacyCost.pure(cost.epsilon)
         return NoiseLaw("laplace", "discrete_laplace", scale_units, grid, sensitivity, float(scale_units * grid),
                         discrete_laplace_variance(scale_units) * float(grid) ** 2, charged)
     if mechanism != "gaussian":

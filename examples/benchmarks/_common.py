@@ -15,9 +15,8 @@ import pandas as pd
 from dpopt.model.data import Dataset
 from dpopt.model.domain import Domain
 
-#: ../shared/data beside the repository; DPOPT_SHARED_DATA overrides it (e.g. for a git worktree
-#: that does not sit beside ../shared).
-SHARED = Path(os.environ.get("DPOPT_SHARED_DATA") or Path(__file__).resolve().parents[3] / "shared" / "data")
+#: ../shared/data beside the repository; DPOPT_SHARED_DATA overrides it (e.g. from a git worktree).
+SHARED = Path(os.environ.get("DPOPT_SHARED_DATA", Path(__file__).resolve().parents[3] / "shared" / "data"))
 
 
 def shared_file(name: str) -> Path:

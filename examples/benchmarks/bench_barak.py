@@ -57,7 +57,7 @@ def synthetic_binary(k: int, n: int, seed: int) -> Dataset:
 def time_lp(label: str, data: Dataset, order: int, target: float, time_limit: float, engine: dict,
             methods=("linf",)) -> None:
     plan = fourier_plan(data.domain, order)
-    m = measure_fourier(plan, data, Accountant.pure(1), make_random(0), epsilon=1)
+    m = measure_fourier(plan, data, Accountant.pure(1), make_random(0))
     for method in methods:
         start = time.perf_counter()
         r = fourier_consistency(plan, m, method, truth=data, time_limit=time_limit,
@@ -104,7 +104,7 @@ def kl_grid(cases, reps: int, epsilons, plots: Path, mw_passes: int, methods=MET
         start = time.perf_counter()
         for i, eps in enumerate(epsilons):
             for rep in range(reps):
-                m = measure_fourier(plan, data, Accountant.pure(eps), make_random(1000 * rep + i), epsilon=eps)
+                m = measure_fourier(plan, data, Accountant.pure(eps), make_random(1000 * rep + i))
                 for meth in methods:
                     engine = {"max_passes": mw_passes} if meth == "entropy" and mw_passes else {}
                     solve_start = time.perf_counter()

@@ -1,0 +1,69 @@
+"""Errors of a release against the confidential data. NOT private: for testing only."""
+
+from __future__ import annotations
+
+from itertools import combinations
+
+import numpy as np
+import pandas as pd
+
+from dpopt.model.constraints import ConstraintSet
+from dpopt.model.data import Dataset
+from dpopt.model.measurement import Measurement
+
+__all__ = ["evaluate_release"]
+
+
+def evaluate_release(p, data: Dataset, counts: np.ndarray, measurements: list[Measurement],
+                     constraints: ConstraintSet) -> tuple[pd.DataFrame, dict, dict[str, np.ndarray]]:
+    """Errors of the release against the confidential data. NOT private: for testing only.
+
+    Rows: every measured query (L1 error of the released answers and of the raw noisy
+    answers), every invariant, and every 1- and 2-way marginal (held-out workload when not
+    measured). Summary: total variation distance and L1 error of the full table.
+    """
+
+    from dpopt.model.queries.marginal import Marginal
+
+    truth = data.histogram().astype(np.float64)
+    x = np.asarray(counts, dtype=np.float64)
+    n_true = float(truth.sum())
+    rows = []
+    truths = {}
+
+    def add(kind, label, query, noisy=None):
+        t = query.answer(data).astype(np.float64)
+        if kind == "measured":
+            truths[label] = t
+        r = query.matvec(x)
+        row = {"kind": kind, "query": label, "answers": query.num_rows,
+               "l1_error": float(np.abs(r - t).sum()), "max_abs_error": float(np.abs(r - t).max()),
+               "relative_l1": float(np.abs(r - t).sum() / max(n_true, 1.0)),
+               "noisy_l1_error": float(np.abs(noisy - t).sum()) if noisy is not None else float("nan")}
+        rows.append(row)
+
+    measured = set()
+    for m in measurements:
+        add("measured", m.label, m.query, m.values)
+        if isinstance(m.query, Marginal):
+            measured.add(m.query.attrs)
+    for inv in constraints.invariants:
+        add("invariant", inv.name, inv.query)
+    for k in (1, 2):
+        if k > len(p.domain):
+            continue
+        for attrs in combinations(p.domain.attrs, k):
+            if attrs not in measured:
+                add(f"{k}-way marginal", ", ".join(attrs), Marginal(p.domain, attrs))
+    frame = pd.DataFrame(rows)
+    total_released = float(x.sum())
+    tv = 0.5 * float(np.abs(x / max(total_released, 1.0) - truth / max(n_true, 1.0)).sum())
+    summary = {
+        "records": int(n_true),
+        "released_total": total_released,
+        "l1_full_table": float(np.abs(x - truth).sum()),
+        "total_variation": tv,
+        "mean_relative_l1_measured": float(frame.loc[frame["kind"] == "measured", "relative_l1"].mean()),
+    }
+    return frame, summary, truths
+

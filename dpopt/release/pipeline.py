@@ -1,0 +1,248 @@
+"""The release pipeline behind ``dpopt run``: plan → load → constrain → algorithm → outputs → report.
+
+Each step is a function that can be called on its own::
+
+    p = plan("models/quickstart.toml")               # public objects; constraints checked; no data
+    data = load_data(p)                              # the confidential records
+    constraints = build_constraints(p, data)         # + invariants published from the data; checked
+    release = run_algorithm(p, data, constraints)    # the registered algorithm: budget charged, noise drawn
+
+or all at once with :func:`run`, which also builds tables, synthetic records, the report and,
+given ``out``, writes everything atomically (a failed run leaves nothing behind).
+
+Order matters for privacy and for the "nothing written" promise: the whole spec is validated
+and the public constraints are checked before any data is read; constraints that take values
+from the data are checked right after computing them and still before any noise is drawn; every
+mechanism charges the accountant before it samples; outputs are written to a temporary
+directory that replaces the target only when everything succeeded.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+from dpopt.algorithms.base import Release
+from dpopt.errors import DataError, DpoptError, SolverError
+from dpopt.model.constraints import ConstraintSet
+from dpopt.model.data import Dataset
+from dpopt.release.evaluate import evaluate_release
+from dpopt.release.outputs import (
+    ReleaseResult,
+    released_table,
+    synthesize,
+    write_release,
+)
+from dpopt.release.plan import ReleasePlan, check_constraints, error_class, plain, plan
+from dpopt.spec import ReleaseSpec
+
+__all__ = ["load_data", "build_constraints", "run_algorithm", "run", "measure", "reconstruct_table"]
+
+
+def load_data(p: ReleasePlan) -> Dataset:
+    """Read (or generate) the confidential records of a planned release."""
+    spec, domain = p.spec, p.domain
+    if p.data_source == "given":
+        d = p.data_given
+        return d if isinstance(d, Dataset) else _wrap_data(lambda: Dataset.from_frame(d, domain), "data")
+    if p.data_source == "example":
+        from dpopt.datasets.census import generate_census
+
+        df = generate_census(spec.data.rows, num_states=spec.domain.states,
+                             counties_per_state=spec.domain.counties_per_state, seed=spec.data.seed)
+        return Dataset.from_frame(df, domain)
+    kwargs = {"weight_column": spec.data.count_column} if spec.data.count_column else {}
+    reader = Dataset.from_csv if p.data_format == "csv" else Dataset.from_parquet
+    return _wrap_data(lambda: reader(p.data_path, domain, **kwargs), str(p.data_path))
+
+
+def _wrap_data(read, what: str) -> Dataset:
+    try:
+        return read()
+    except DpoptError as exc:
+        raise type(exc)(f"data {what}: {plain(exc)}") from None
+    except (OSError, ValueError) as exc:
+        raise DataError(f"data {what}: cannot be read: {exc}") from None
+
+
+def build_constraints(p: ReleasePlan, data: Dataset) -> ConstraintSet:
+    """The plan's public constraints plus the invariants published from the data, checked.
+
+    Runs before any noise is drawn: an inconsistency stops the release with nothing spent.
+    """
+    if not p.data_invariants:
+        return p.constraints
+    cs = ConstraintSet(p.domain, list(p.constraints.constraints))
+    for name, query, path in p.data_invariants:
+        try:
+            cs.invariant_from_data(query, data, name)
+        except DpoptError as exc:
+            raise p.spec.error(path, plain(exc), error_class(exc)) from None
+    check_constraints(p.spec, cs, when="with the invariants computed from the data, before any noise")
+    return cs
+
+
+def run_algorithm(p: ReleasePlan, data: Dataset, constraints: ConstraintSet, *, accountant=None, rng=None) -> Release:
+    """Run the spec's algorithm on the confidential data: charge the budget, draw, release.
+
+    Raises the error of the algorithm's spec section (a :class:`SolverError` for a solve or a
+    rounding that did not succeed): a release never publishes an unsolved estimate.
+    """
+    from dpopt.privacy.randomness import make_random
+
+    accountant = accountant or p.new_accountant()
+    rng = rng or make_random(p.seed)
+    algorithm = p.algorithm
+    try:
+        release = algorithm.run(p.algorithm_plan.with_constraints(constraints), data, accountant, rng)
+    except DpoptError as exc:
+        key = getattr(exc, "spec_path", None) or (next(iter(algorithm.sections), "algorithm"),)
+        raise p.spec.error(key, plain(exc), type(exc)) from None
+    if not release.success:
+        key = release.info.get("spec_key") or (next(iter(algorithm.sections), "algorithm"),)
+        raise p.spec.error(key, release.message, SolverError)
+    release["rng"] = rng
+    return release
+
+
+def run(
+    spec: "str | Path | Mapping | ReleaseSpec",
+    data: Any = None,
+    out: str | Path | None = None,
+    seed: int | None = None,
+    evaluate: bool = False,
+    *,
+    overwrite: bool = False,
+    progress: bool = False,
+) -> ReleaseResult:
+    """Run a whole release: validate, read, check, run the algorithm, report, write.
+
+    Parameters
+    ----------
+    spec
+        TOML path, built-in name (``"quickstart"``), dict or :class:`ReleaseSpec`.
+    data
+        Overrides the spec's data: a CSV/Parquet path, a DataFrame or a Dataset.
+    out
+        Directory to write the release to (atomically). None: write nothing.
+    seed
+        Seed of the privacy noise. A seeded run is reproducible and NOT private; the
+        report says so.
+    evaluate
+        Also compare the release with the confidential data (NOT private; for testing).
+    overwrite
+        Replace an existing non-empty ``out``.
+    progress
+        Show a progress bar (tqdm) on stderr.
+
+    Returns
+    -------
+    ReleaseResult
+        The algorithm's :class:`~dpopt.algorithms.base.Release` with the pipeline's outputs.
+    """
+    from tqdm import tqdm
+
+    from dpopt.report import build_report
+
+    timings: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        timings[name] = now - clock
+        clock = now
+
+    p = plan(spec, data=data, seed=seed, out=out, overwrite=overwrite)
+    lap("plan")
+    steps = 5 + (1 if evaluate else 0) + (1 if out is not None else 0)
+    with tqdm(total=steps, desc="dpopt", unit="step", disable=not progress, file=sys.stderr, leave=False) as bar:
+        def step(name: str) -> None:
+            bar.set_description(name)
+
+        step("reading data")
+        data_set = load_data(p)
+        bar.update(1)
+        lap("load data")
+        step("checking constraints")
+        constraints = build_constraints(p, data_set)
+        bar.update(1)
+        lap("constraints")
+        step(f"running {p.algorithm.name}")
+        release = ReleaseResult(run_algorithm(p, data_set, constraints))
+        bar.update(1)
+        lap(p.algorithm.name)
+        step("synthesizing")
+        counts = release.counts
+        release.update(plan=p, constraints=constraints, marginals=release.answers,
+                       table=released_table(p, counts) if counts is not None else None)
+        release["synthetic"] = (synthesize(p.domain, counts)
+                                if p.spec.output.synthetic and counts is not None else release.records)
+        bar.update(1)
+        lap("tables")
+        release.update(evaluation=None, evaluation_summary=None, evaluation_truth=None,
+                       random_description=release.rng.description, random_is_private=release.rng.is_private)
+        if evaluate:
+            step("evaluating")
+            evaluation, summary, truths = evaluate_release(p, data_set, counts, release.measurements, constraints)
+            release.update(evaluation=evaluation, evaluation_summary=summary, evaluation_truth=truths)
+            bar.update(1)
+            lap("evaluate")
+        release.update(timings=timings, out=None)
+        step("reporting")
+        release.report = build_report(release)
+        bar.update(1)
+        lap("report")
+        if out is not None:
+            step("writing")
+            release.out = write_release(release, out, overwrite=overwrite)
+            bar.update(1)
+            lap("write")
+        bar.update(1)
+    release.report["timings"] = dict(timings)
+    return release
+
+
+# ---- the default pipeline's two steps, one at a time ----------------------------------------------
+def measure(p: ReleasePlan, data: Dataset, *, accountant=None, rng=None, progress=None):
+    """Take the planned ``[[measure]]`` measurements: charge the budget, then add exact noise.
+
+    Returns the measurements, the accountant (its ledger sums exactly to what was spent) and the
+    random source (``rng.is_private`` is False for seeded runs).
+    """
+    from dpopt.privacy.mechanisms import measure as measure_query
+    from dpopt.privacy.randomness import make_random
+
+    if not p.measures:
+        raise SolverError(f"measure() takes the [[measure]] tables; algorithm = {p.algorithm.name!r} chooses "
+                          "its own measurements: use run() or run_algorithm()")
+    accountant = accountant or p.new_accountant()
+    rng = rng or make_random(p.seed)
+    out = []
+    for m in p.measures:
+        out.append(measure_query(m.query, data, m.law, accountant, rng, label=m.label))
+        if progress is not None:
+            progress.update(1)
+    return out, accountant, rng
+
+
+def reconstruct_table(p: ReleasePlan, measurements, constraints: ConstraintSet):
+    """Solve the consistency problem of the spec's ``[reconstruct]`` settings (rounded when integral).
+
+    Returns the :class:`~dpopt.estimate.result.Result`; raises :class:`SolverError` naming the
+    ``reconstruct`` section when the solve (or the rounding) does not succeed.
+    """
+    from dpopt.estimate import reconstruct
+
+    rc = p.spec.reconstruct
+    try:
+        result = reconstruct(measurements, constraints, rc.objective, backend=rc.backend, time_limit=rc.time_limit)
+    except DpoptError as exc:
+        raise p.spec.error(("reconstruct",), plain(exc), type(exc)) from None
+    if not result.success or result.x is None:
+        status = getattr(result.status, "name", result.status)
+        raise p.spec.error(("reconstruct",), f"the {rc.objective} solve ({result.backend}) ended with status "
+                           f"{status}: {result.message}", SolverError)
+    return result

@@ -1,0 +1,332 @@
+"""The public half of a release: the spec's objects built and checked before any data is read.
+
+:func:`plan` builds the domain, the public constraints (checked for consistency), the
+algorithm's own plan (what it will measure and with which noise: the same
+:func:`~dpopt.privacy.mechanisms.calibrate` the draw uses) and where the data will come from.
+Nothing here branches on an algorithm's name: the spec's algorithm is a registered
+:class:`~dpopt.algorithms.base.Algorithm`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from dpopt.algorithms.base import Algorithm, AlgorithmPlan, PlannedMeasure
+from dpopt.atomic import check_output_dir
+from dpopt.errors import DpoptError, InconsistentConstraintsError, SpecError
+from dpopt.model.constraints import (
+    ConstraintSet,
+    Hierarchy,
+    Integrality,
+    Invariant,
+    LinearInequality,
+    NonNegativity,
+    StructuralZeros,
+)
+from dpopt.model.data import Dataset
+from dpopt.model.domain import Domain
+from dpopt.model.queries.base import LinearQuery
+from dpopt.privacy.accountant import Accountant
+from dpopt.privacy.budget import Budget
+from dpopt.spec import ReleaseSpec, build_query, data_format, load_spec
+
+__all__ = ["ReleasePlan", "PlannedMeasure", "plan"]
+
+
+@dataclass(eq=False)
+class ReleasePlan:
+    """Everything public about a release, built and checked before any data is read.
+
+    Attributes
+    ----------
+    spec : ReleaseSpec
+    domain : Domain
+    algorithm : Algorithm
+        The spec's registered algorithm with its parameters.
+    algorithm_plan : AlgorithmPlan
+        What the algorithm will measure and with which noise (``steps``); its own public plan
+        is ``algorithm_plan.details``.
+    constraints : ConstraintSet
+        The public constraints (invariants from the data are added by
+        :func:`~dpopt.release.pipeline.build_constraints` once the data are read).
+    data_invariants : list of (name, LinearQuery, spec path)
+        Invariants whose values will be published exactly from the data (not private).
+    data_source : str
+        ``"example"``, ``"file"`` or ``"given"`` (a DataFrame or Dataset passed in).
+    data_path : Path or None
+    seed : int or None
+        Seed of the noise (``None``: a cryptographically secure source). Seeded runs are NOT private.
+    out : Path or None
+    """
+
+    spec: ReleaseSpec
+    domain: Domain
+    algorithm: Algorithm
+    algorithm_plan: AlgorithmPlan
+    constraints: ConstraintSet
+    data_invariants: list[tuple[str, LinearQuery, tuple]]
+    data_source: str
+    data_path: Path | None
+    data_format: str | None
+    data_given: Any = field(default=None, repr=False)
+    seed: int | None = None
+    out: Path | None = None
+    overwrite: bool = False
+
+    @property
+    def budget(self) -> Budget:
+        return self.algorithm_plan.budget
+
+    @property
+    def measures(self) -> list[PlannedMeasure]:
+        """The measurements the spec's ``[[measure]]`` tables declare (empty for algorithms that choose their own)."""
+        return self.algorithm_plan.measures
+
+    @property
+    def steps(self) -> list[PlannedMeasure]:
+        """Every budget-spending step known in advance, with its noise."""
+        return self.algorithm_plan.steps
+
+    def new_accountant(self) -> Accountant:
+        """A fresh accountant holding the spec's total budget."""
+        return self.budget.accountant()
+
+    def budget_frame(self) -> pd.DataFrame:
+        """The budget split: one row per step, exact shares and noise per answer."""
+        return self.algorithm_plan.steps_frame()
+
+    def describe(self) -> str:
+        """The plan as text (what ``dpopt check`` prints)."""
+        spec = self.spec
+        lines = [f"release {spec.name!r}" + (f" ({spec.source})" if spec.source else "")]
+        if spec.description:
+            lines.append(f"  {spec.description}")
+        dom = self.domain
+        lines.append(f"domain: {len(dom)} attributes, {dom.size:,} cells")
+        for a in dom.attrs:
+            labels = dom.labels_of(a)
+            shown = ", ".join(map(str, labels[:6])) + (", ..." if len(labels) > 6 else "")
+            lines.append(f"  {a} ({dom.size_of(a)}): {shown}")
+        if self.data_source == "example":
+            lines.append(f"data: generated example ({spec.data.rows:,} rows, data seed {spec.data.seed})")
+        elif self.data_source == "given":
+            lines.append("data: given in Python")
+        else:
+            lines.append(f"data: {self.data_path} ({self.data_format}"
+                         + (f", count column {spec.data.count_column!r}" if spec.data.count_column else "") + ")")
+        lines.append(f"privacy: {self.budget.describe()}")
+        if self.seed is not None:
+            lines.append(f"  noise seed {self.seed}: seeded, NOT private (for testing only)")
+        alg = self.algorithm
+        lines.append(f"algorithm: {alg.describe()}")
+        lines.append(f"  {alg.title}; {alg.reference}")
+        if self.steps:
+            frame = self.budget_frame().drop(columns=["query", "sensitivity", "noise"])
+            frame["noise_stddev"] = frame["noise_stddev"].map(lambda v: "-" if np.isnan(v) else f"{v:.2f}")
+            frame["answers"] = frame["answers"].map(lambda v: "-" if v is None or v != v else str(int(v)))
+            lines.append("budget split (noise_stddev: standard deviation of the noise on each answer):")
+            lines.extend("  " + line for line in _text_table(frame))
+        lines.extend(alg.describe_plan(self.algorithm_plan))
+        lines.append("constraints:")
+        for row in self.constraints.describe():
+            lines.append(f"  {row['constraint']}: {row['detail']}")
+        for name, query, _ in self.data_invariants:
+            lines.append(f"  invariant:{name}: {query.name} with {query.num_rows} rows "
+                         "(to be published exactly from the data, not private)")
+        out = spec.output
+        parts = [f"tables as {', '.join(out.formats) or 'no files'}"]
+        if out.synthetic:
+            parts.append("synthetic microdata")
+        if out.summary:
+            parts.append(f"summary as {', '.join(out.summary)}")
+        if out.plots:
+            parts.append("plots")
+        lines.append("outputs: " + "; ".join(parts) + (f" into {self.out}" if self.out else ""))
+        return "\n".join(lines)
+
+
+def plan(
+    spec: "str | Path | Mapping | ReleaseSpec",
+    *,
+    data: Any = None,
+    seed: int | None = None,
+    out: str | Path | None = None,
+    overwrite: bool = False,
+) -> ReleasePlan:
+    """Build and check every public part of a release. Reads no data.
+
+    Parameters
+    ----------
+    spec
+        A spec (path, built-in name, dict or :class:`ReleaseSpec`).
+    data
+        Overrides the spec's data source: a CSV/Parquet path (must exist), a DataFrame or a
+        :class:`~dpopt.model.data.Dataset`.
+    seed
+        Seed of the privacy noise (overrides ``privacy.seed``). Seeded runs are NOT private.
+    out, overwrite
+        Output directory, checked now (it must be absent or empty unless ``overwrite``).
+
+    Raises
+    ------
+    SpecError, InconsistentConstraintsError, OutputExistsError
+        Naming the spec key (or option) at fault.
+    """
+    spec = load_spec(spec)
+    domain = _build_domain(spec)
+    constraints, data_invariants = _public_constraints(spec, domain)
+    algorithm = spec.algorithm
+    try:
+        algorithm_plan = algorithm.plan(domain, constraints, spec.budget)
+    except DpoptError as exc:
+        raise spec.error(getattr(exc, "spec_path", None) or _section_of(algorithm), plain(exc),
+                         error_class(exc)) from None
+    _check_constraints(spec, constraints, when="before reading any data")
+    source, path, fmt, given = _plan_data(spec, data, domain)
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+        raise SpecError(f"--seed: must be a non-negative integer, got {seed!r}")
+    seed = spec.privacy.seed if seed is None else int(seed)
+    out_path = None
+    if out is not None:
+        out_path = check_output_dir(out, overwrite=overwrite)
+    return ReleasePlan(spec, domain, algorithm, algorithm_plan, constraints, data_invariants, source, path, fmt,
+                       given, seed, out_path, overwrite)
+
+
+def _section_of(algorithm: Algorithm) -> tuple:
+    return (next(iter(algorithm.sections), "algorithm"),)
+
+
+def _build_domain(spec: ReleaseSpec) -> Domain:
+    d = spec.domain
+    try:
+        if d.builtin == "census":
+            from dpopt.datasets.census import census_domain
+
+            domain = census_domain(d.states, d.counties_per_state)
+        elif d.json is not None:
+            domain = Domain.from_json(d.json)
+        else:
+            domain = Domain.from_dict(dict(d.attributes))
+        domain.require_dense("a release over the full domain")
+    except (DpoptError, OSError, ValueError) as exc:
+        raise spec.error(("domain",), plain(exc)) from None
+    return domain
+
+
+def _query(spec: ReleaseSpec, q, domain: Domain) -> LinearQuery:
+    (_, query), = build_query(q, domain, lambda path, msg: spec.error(path, msg))
+    return query
+
+
+def _public_constraints(spec: ReleaseSpec, domain: Domain):
+    cs = ConstraintSet(domain)
+    c = spec.constraints
+    if c.nonnegative:
+        cs.add(NonNegativity())
+    if c.integer:
+        cs.add(Integrality())
+    for i, z in enumerate(c.structural_zeros):
+        try:
+            if z.builtin:
+                from dpopt.datasets.census import structural_zero_rules
+
+                for j, (predicate, reason) in enumerate(structural_zero_rules(domain)):
+                    cs.add(StructuralZeros(predicate, name=f"census rule {j + 1}", reason=reason))
+            else:
+                cs.add(StructuralZeros(z.where, name=z.name or f"rule {i + 1}", reason=z.reason))
+        except (DpoptError, ValueError, SyntaxError) as exc:
+            raise spec.error(z.path + (() if z.builtin else ("where",)), plain(exc), error_class(exc)) from None
+    for h in c.hierarchy:
+        try:
+            parent_of = h.parent_of
+            if parent_of is None:
+                from dpopt.datasets.census import county_parent
+
+                if (h.parent, h.child) != ("state", "county"):
+                    raise SpecError("the built-in geography links parent 'state' and child 'county'")
+                parent_of = county_parent(domain)
+            else:
+                parent_of = {_value(domain, h.child, k): _value(domain, h.parent, v) for k, v in parent_of.items()}
+            cs.add(Hierarchy(h.parent, h.child, parent_of, name=h.name))
+        except (DpoptError, ValueError) as exc:
+            raise spec.error(h.path, plain(exc), error_class(exc)) from None
+    data_invariants = []
+    for inv in c.invariants:
+        query = _query(spec, inv.query, domain)
+        if inv.from_data:
+            data_invariants.append((inv.name, query, inv.path))
+            continue
+        try:
+            cs.add(Invariant(query, np.asarray(inv.values, dtype=float), name=inv.name))
+        except (DpoptError, ValueError) as exc:
+            raise spec.error(inv.path + ("values",), plain(exc), error_class(exc)) from None
+    for q in c.inequalities:
+        query = _query(spec, q.query, domain)
+        lower = -np.inf if q.lower is None else np.asarray(q.lower, dtype=float)
+        upper = np.inf if q.upper is None else np.asarray(q.upper, dtype=float)
+        try:
+            cs.add(LinearInequality(query, lower, upper, name=q.name))
+        except (DpoptError, ValueError) as exc:
+            raise spec.error(q.path, plain(exc), error_class(exc)) from None
+    return cs, data_invariants
+
+
+def check_constraints(spec: ReleaseSpec, constraints: ConstraintSet, when: str) -> None:
+    """Raise InconsistentConstraintsError naming the ``constraints`` key when they contradict each other."""
+    try:
+        constraints.check()
+    except InconsistentConstraintsError as exc:
+        raise spec.error(("constraints",), f"{plain(exc)} ({when})", InconsistentConstraintsError) from None
+
+
+_check_constraints = check_constraints
+
+
+def _plan_data(spec: ReleaseSpec, data: Any, domain: Domain):
+    if data is None:
+        if spec.data.source == "example":
+            return "example", None, None, None
+        if spec.data.path is None:
+            raise spec.error(("data", "path"), "no data file given: set data.path in the spec or pass --data PATH")
+        return "file", spec.data.path, spec.data.format, None
+    if isinstance(data, (pd.DataFrame, Dataset)):
+        if isinstance(data, Dataset) and data.domain != domain:
+            raise SpecError(f"data: the given Dataset is over {data.domain}, not the spec's domain {domain}")
+        return "given", None, None, data
+    if isinstance(data, (str, Path)):
+        path = Path(data).expanduser()
+        if not path.is_file():
+            raise SpecError(f"--data: file {str(data)!r} does not exist")
+        fmt = spec.data.format if spec.data.source == "file" and spec.data.format else data_format(path, "--data")
+        return "file", path.absolute(), fmt, None
+    raise SpecError(f"--data: expected a file path, a DataFrame or a Dataset, got {type(data).__name__}")
+
+
+def _text_table(frame: pd.DataFrame) -> list[str]:
+    """Rows of a small frame as aligned text: the first column left-aligned, the others right."""
+    cells = [list(map(str, frame.columns))] + [[str(v) for v in row] for row in frame.itertuples(index=False)]
+    widths = [max(len(r[j]) for r in cells) for j in range(len(cells[0]))]
+    return ["  ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))).rstrip()
+            for r in cells]
+
+
+def _value(domain: Domain, attr: str, value: Any) -> Any:
+    """A TOML table key is a string: read ``"3"`` as the code 3 for an attribute without labels."""
+    if attr in domain and attr not in domain.labels and isinstance(value, str) and value.isdigit():
+        return int(value)
+    return value
+
+
+def plain(exc: BaseException) -> str:
+    return str(exc).strip() or type(exc).__name__
+
+
+def error_class(exc: BaseException) -> type[DpoptError]:
+    """Spec content errors are SpecErrors, except contradictions, which keep their own class."""
+    return InconsistentConstraintsError if isinstance(exc, InconsistentConstraintsError) else SpecError
