@@ -18,6 +18,7 @@ error (exact for dpopt's discrete noise: the variance comes from
 from __future__ import annotations
 
 import math
+import re
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -36,12 +37,14 @@ from dpopt.algorithms.base import (
     constraint_kinds,
     make_release,
     register,
+    round_release,
 )
 from dpopt.errors import DpoptError, ParameterError, QueryError
 from dpopt.estimate.problem import ConsistencyProblem
 from dpopt.estimate.result import make_result
 from dpopt.estimate.status import Status
 from dpopt.model.domain import MAX_DENSE_CELLS, Domain
+from dpopt.model.measurement import Measurement
 from dpopt.model.queries import (
     AllRanges,
     FourierParity,
@@ -94,6 +97,9 @@ WORKLOAD_KINDS = ("marginals", "all_marginals", "prefix", "all_ranges", "random_
 OBJECTIVES = ("l2", "l1")
 #: Domains up to this many cells let the "optimized" template also try OPT_0 on boxes.
 PIDENTITY_MAX_CELLS = 10_000
+#: Keys of the ``[matrix_mechanism]`` spec table.
+SPEC_KEYS = ("workload", "attrs", "k", "count", "workload_seed", "strategy", "optimize", "candidates", "template",
+             "p", "branching", "mechanism", "seed", "bound_delta")
 
 
 # ---- the workload ---------------------------------------------------------------------------------
@@ -258,6 +264,82 @@ class MatrixMechanismParams(AlgorithmParams):
             if not 0 < delta < 1:
                 raise ParameterError(f"bound_delta must be in (0, 1), got {self.bound_delta!r}")
             object.__setattr__(self, "bound_delta", delta)
+
+    def to_dict(self) -> dict:
+        """The parameters as plain values (the workload and a given strategy by their names)."""
+        out = super().to_dict()
+        w = self.workload
+        out["workload"] = w.describe() if isinstance(w, WorkloadSpec) else w.name
+        if isinstance(self.strategy, LinearQuery):
+            out["strategy"] = f"given: {self.strategy.name}"
+        if not self.solver_options:
+            out.pop("solver_options")
+        return out
+
+    @classmethod
+    def from_spec(cls, reader) -> "MatrixMechanismParams":
+        """``[matrix_mechanism]`` (the workload and the strategy) and ``[reconstruct]`` (objective,
+        backend, time limit); every error names the file, line and key."""
+        t = reader.table("matrix_mechanism", required=True)
+        workload = _workload_from_spec(t)
+        strategy = t.str("strategy", default="best", choices=("best",) + STRATEGIES)
+        if t.has("optimize"):
+            if t.bool("optimize"):
+                if strategy not in ("best", "optimized"):
+                    raise t.error(("optimize",), f"optimize = true asks for the optimised strategy, but "
+                                  f"strategy = {strategy!r} names another; keep one of the two")
+                strategy = "optimized"
+            elif strategy == "optimized":
+                raise t.error(("optimize",), "optimize = false contradicts strategy = \"optimized\"")
+        candidates = t.str_list("candidates", default=list(DEFAULT_CANDIDATES), choices=STRATEGIES)
+        if strategy == "best" and t.has("optimize") and not t.bool("optimize"):
+            candidates = [c for c in candidates if c != "optimized"] or ["identity"]
+        r = reader.table("reconstruct")
+        time_limit = r.float("time_limit", positive=True)
+        try:
+            return cls(workload=workload, strategy=strategy, candidates=tuple(candidates),
+                       template=t.str("template", default="auto", choices=TEMPLATES), p=t.int("p", minimum=1),
+                       branching=t.int("branching", default=2, minimum=2),
+                       mechanism=t.str("mechanism", choices=MECHANISMS),
+                       objective=r.str("objective", default="l2", choices=OBJECTIVES), backend=r.str("backend"),
+                       time_limit=time_limit, seed=t.int("seed", default=0, minimum=0),
+                       bound_delta=t.budget("bound_delta", unit=True))
+        except ParameterError as exc:
+            raise t.error((), str(exc), ParameterError) from None
+
+
+def _workload_from_spec(t) -> WorkloadSpec:
+    """``workload``: an order k (all k-way marginals), a list of attribute lists, or a kind of
+    :data:`WORKLOAD_KINDS` with its keys (``attrs``, ``k``, ``count``, ``workload_seed``)."""
+    value = t._get("workload", True, None)
+    if isinstance(value, bool) or not isinstance(value, (int, list, str)):
+        raise t.error(("workload",), "must be an order k, a list of attribute lists or one of "
+                      f"{list(WORKLOAD_KINDS)}, got {value!r}")
+    try:
+        if isinstance(value, int):
+            if value < 1:
+                raise t.error(("workload",), f"an order k must be >= 1, got {value}")
+            return WorkloadSpec("all_marginals", k=(value,))
+        if isinstance(value, list):
+            from dpopt.spec.queries import parse_marginals
+
+            return WorkloadSpec("marginals", sets=parse_marginals(t, "workload"))
+        kind = t.str("workload", choices=WORKLOAD_KINDS)
+        if kind == "marginals":
+            raise t.error(("workload",), "give the marginals as a list of attribute lists, e.g. [[\"a\", \"b\"]]")
+        k = ()
+        if t.has("k"):
+            raw = t.raw["k"]
+            k = (raw,) if isinstance(raw, int) and not isinstance(raw, bool) else raw
+            if not isinstance(k, (list, tuple)) or not k or not all(
+                    isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in k):
+                raise t.error(("k",), f"must be an order >= 1 or a list of them, got {raw!r}")
+        attrs = tuple(t.str_list("attrs")) if t.has("attrs") else ()
+        return WorkloadSpec(kind, attrs=attrs, k=tuple(k), count=t.int("count", minimum=1),
+                            seed=t.int("workload_seed", default=0, minimum=0))
+    except ParameterError as exc:
+        missing = next((key for key in ("count", "attrs", "k") if re.search(rf"\b{key}\b", str(exc))), "workload")
+        raise t.error((missing,), str(exc), ParameterError) from None
 
 
 # ---- the plan ---------------------------------------------------------------------------------------
@@ -427,12 +509,11 @@ class MatrixMechanism(Algorithm):
                  "(the SVD bound); R. McKenna et al., HDMM, VLDB 2018 (§5-6, templates)")
     accountings = ("pure", "approx", "zcdp")
     supports = frozenset({"nonnegative", "integer", "structural_zeros", "hierarchy", "invariants", "inequalities"})
+    sections = {"matrix_mechanism": SPEC_KEYS, "reconstruct": ("objective", "backend", "time_limit")}
     Params = MatrixMechanismParams
 
     # ---- plan -----------------------------------------------------------------------------------
     def plan(self, domain: Domain, constraints, budget) -> AlgorithmPlan:
-        self.check_budget(budget)
-        self.check_constraints(constraints)
         params = self.params
         W = _workload_of(params, domain)
         mechanism = budget.noise(params.mechanism)
@@ -490,11 +571,13 @@ class MatrixMechanism(Algorithm):
             return make_release(self, plan, accountant, status=result.status, measurements=[measurement],
                                 reconstruction=result, info=info,
                                 message=f"the reconstruction ended with status {result.status.name}: {result.message}")
-        counts, rounding, failure = _round(result.x, constraints, params.time_limit)
+        W = details.workload
+        # Controlled rounding keeps each workload answer at the floor or ceiling of its fitted value.
+        kept = [Measurement.exact(W, W.matvec(result.x), label="workload")] if W.is_integer else []
+        counts, rounding, failure = round_release(result.x, constraints, kept, params.time_limit)
         if failure is not None:
             return make_release(self, plan, accountant, status=rounding.status, measurements=[measurement],
                                 reconstruction=result, rounding=rounding, message=failure, info=info)
-        W = details.workload
         answers = pd.DataFrame({"query": W.row_labels(), "count": W.matvec(np.asarray(counts, dtype=np.float64))})
         notes = []
         if not shaped and rounding is None:
@@ -589,15 +672,3 @@ def _nonzeros(query: LinearQuery) -> float:
     """The number of non-zero entries of a query: ``sum_ij |a_ij|^p`` for a tiny ``p`` counts them."""
     powers = query.column_norm_powers(1e-12)
     return float(np.sum(powers)) if np.ndim(powers) else float(powers) * query.domain.size
-
-
-def _round(x: np.ndarray, constraints, time_limit):
-    """``(counts, rounding, failure)``: the table as released (exactly rounded when integral)."""
-    from dpopt.estimate import round_to_integers
-
-    if not constraints.integral:
-        return np.asarray(x, dtype=np.float64), None, None
-    rounding = round_to_integers(x, constraints, time_limit=time_limit)
-    if not rounding.success or rounding.x is None:
-        return None, rounding, f"integer rounding ended with status {rounding.status.name}: {rounding.message}"
-    return np.rint(rounding.x).astype(np.int64), rounding, None
