@@ -25,18 +25,7 @@ from dpopt.privacy.randomness import SeededRandom, make_random
 from dpopt.privacy.samplers import discrete_gaussian, discrete_laplace
 from dpopt.strategy import trace_term
 from dpopt.strategy.optimize import optimize_pidentity
-
-
-class CountingRandom(SeededRandom):
-    """A seeded source that counts the words drawn, to prove that a refusal draws nothing."""
-
-    def __init__(self, seed):
-        super().__init__(seed)
-        self.drawn = 0
-
-    def words(self, n):
-        self.drawn += int(n)
-        return super().words(n)
+from tests.test_mechanisms import CountingRandom
 
 
 @pytest.fixture

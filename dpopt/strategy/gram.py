@@ -169,8 +169,8 @@ class DenseGram(WorkloadGram):
         return self.matrix
 
 
-class IdentityGram(WorkloadGram):
-    """``G = I`` (the identity workload, a marginal on every attribute)."""
+class _UnitDiagonalGram(WorkloadGram):
+    """A Gram with ones on the diagonal, known by its domain alone."""
 
     def __init__(self, domain: Domain) -> None:
         self.domain = domain
@@ -180,6 +180,10 @@ class IdentityGram(WorkloadGram):
 
     def diagonal(self) -> np.ndarray:
         return np.ones(self.size)
+
+
+class IdentityGram(_UnitDiagonalGram):
+    """``G = I`` (the identity workload, a marginal on every attribute)."""
 
     def _apply(self, V):
         return V.copy()
@@ -191,17 +195,8 @@ class IdentityGram(WorkloadGram):
         return self.size
 
 
-class OnesGram(WorkloadGram):
+class OnesGram(_UnitDiagonalGram):
     """``G = 11ᵀ`` (the total)."""
-
-    def __init__(self, domain: Domain) -> None:
-        self.domain = domain
-
-    def trace(self) -> float:
-        return float(self.size)
-
-    def diagonal(self) -> np.ndarray:
-        return np.ones(self.size)
 
     def _apply(self, V):
         return np.broadcast_to(V.sum(axis=0), V.shape).copy()
