@@ -30,6 +30,7 @@ from dpopt.algorithms.barak import (
 )
 from dpopt.algorithms.mwem import MWEM, MWEMParams, MWEMResult, mwem
 from dpopt.algorithms.mwem_factored import FactoredMWEMResult, factored_mwem
+from dpopt.algorithms.topdown import TopDown, TopDownParams, TopDownRelease
 
 __all__ = [
     "REGISTRY", "Algorithm", "AlgorithmParams", "AlgorithmPlan", "PlannedMeasure", "Release", "get_algorithm",
@@ -39,4 +40,5 @@ __all__ = [
     "measure_fourier",
     "MWEM", "MWEMParams", "MWEMResult", "mwem",
     "FactoredMWEMResult", "factored_mwem",
+    "TopDown", "TopDownParams", "TopDownRelease",
 ]
