@@ -94,6 +94,24 @@ class NationalCensus:
             mask |= as_predicate(predicate, self.characteristics).full_mask()
         return mask
 
+    def dataset(self):
+        """The tract counts as a weighted :class:`~dpopt.model.data.Dataset` over ``domain``
+        (one row per non-empty tract × cell, its count as the weight)."""
+        from dpopt.model.data import Dataset
+
+        coo = self.tract_counts.tocoo()
+        codes = np.column_stack([self.geography.leaf_codes[coo.row, 0], self.characteristics.unravel(coo.col)])
+        return Dataset(codes, self.domain, coo.data.astype(np.int64))
+
+    def constraints(self):
+        """The edit rules as structural zeros of a :class:`~dpopt.model.constraints.ConstraintSet`."""
+        from dpopt.model.constraints import ConstraintSet, Integrality, NonNegativity, StructuralZeros
+
+        cs = ConstraintSet(self.domain, [NonNegativity(), Integrality()])
+        for i, (predicate, reason) in enumerate(EDIT_RULES):
+            cs.add(StructuralZeros(predicate, name=f"edit rule {i + 1}", reason=reason))
+        return cs
+
     def level_counts(self, level: str | int) -> sp.csr_matrix:
         """Persons per unit and cell at a level (sums of tracts)."""
         k = self.geography.level(level)

@@ -95,18 +95,18 @@ class Geography:
                 raise DomainError(f"geography: level {name!r} has no unit")
             uniq, counts = np.unique(ids.astype(str), return_counts=True)
             if (counts > 1).any():
-                raise DomainError(f"geography: unit {uniq[counts > 1][0]!r} appears twice in level {name!r}")
+                raise DomainError(f"geography: unit {str(uniq[counts > 1][0])!r} appears twice in level {name!r}")
             if par.shape != ids.shape:
                 raise DomainError(f"geography: level {name!r} has {ids.size} units but {par.size} parents")
             if k == 0:
                 continue
             bad = (par < 0) | (par >= units[k - 1].size)
             if bad.any():
-                raise DomainError(f"geography: unit {ids[np.argmax(bad)]!r} of level {name!r} has no parent "
+                raise DomainError(f"geography: unit {str(ids[np.argmax(bad)])!r} of level {name!r} has no parent "
                                   f"in level {names[k - 1]!r}")
             childless = np.setdiff1d(np.arange(units[k - 1].size), par)
             if childless.size:
-                raise DomainError(f"geography: unit {units[k - 1][childless[0]]!r} of level {names[k - 1]!r} "
+                raise DomainError(f"geography: unit {str(units[k - 1][childless[0]])!r} of level {names[k - 1]!r} "
                                   f"has no child in level {name!r}; every leaf must be on the last level")
         object.__setattr__(self, "names", names)
         object.__setattr__(self, "units", units)
@@ -231,7 +231,7 @@ class Geography:
         labels = np.asarray([str(v) for v in domain.labels_of(column)], dtype=object)
         lengths = np.fromiter((len(v) for v in labels), dtype=np.int64, count=labels.size)
         if (lengths != widths[-1]).any():
-            bad = labels[np.argmax(lengths != widths[-1])]
+            bad = str(labels[np.argmax(lengths != widths[-1])])
             raise DomainError(f"geography: code {bad!r} of {column!r} has {len(bad)} characters, "
                               f"not the {widths[-1]} of level {names[-1]!r}")
         units = [np.array([root], dtype=object)]
@@ -274,7 +274,7 @@ class Geography:
         frame = table[levels].astype(str)
         dup = frame[levels[-1]].duplicated()
         if dup.any():
-            raise DomainError(f"geography table: leaf {frame[levels[-1]][dup].iloc[0]!r} of level {levels[-1]!r} "
+            raise DomainError(f"geography table: leaf {str(frame[levels[-1]][dup].iloc[0])!r} of level {levels[-1]!r} "
                               "is on two rows")
         units = [np.array([root], dtype=object)]
         par = [np.array([-1])]
@@ -288,7 +288,7 @@ class Geography:
             if clash.any():
                 u = int(np.argmax(clash))
                 seen = sorted(set(units[-1][prev[inverse == u]]))
-                raise DomainError(f"geography table: unit {ids[u]!r} of level {col!r} has two parents "
+                raise DomainError(f"geography table: unit {str(ids[u])!r} of level {col!r} has two parents "
                                   f"({seen[0]!r} and {seen[1]!r})")
             units.append(ids.astype(object))
             par.append(parent_of)
@@ -318,7 +318,7 @@ class Geography:
         no_parent = raw_parent.isna().to_numpy() | (raw_parent.astype(str).to_numpy() == "")
         uniq, counts = np.unique(ids, return_counts=True)
         if (counts > 1).any():
-            raise DomainError(f"geography edges: unit {uniq[counts > 1][0]!r} is listed twice (one parent each)")
+            raise DomainError(f"geography edges: unit {str(uniq[counts > 1][0])!r} is listed twice (one parent each)")
         roots = ids[no_parent]
         if roots.size != 1:
             raise DomainError(f"geography edges: exactly one unit must have no parent (the root), found {roots.size}"
@@ -328,7 +328,7 @@ class Geography:
         for i in np.flatnonzero(~no_parent):
             p = str(raw_parent.iloc[i])
             if p not in position:
-                raise DomainError(f"geography edges: unit {ids[i]!r} names parent {p!r}, which is not a unit")
+                raise DomainError(f"geography edges: unit {str(ids[i])!r} names parent {p!r}, which is not a unit")
             pid[i] = position[p]
         depth = np.zeros(ids.size, dtype=np.int64)
         cursor = pid.copy()
@@ -339,9 +339,9 @@ class Geography:
             depth[moving] += 1
             cursor[moving] = pid[cursor[moving]]
         else:
-            raise DomainError(f"geography edges: unit {ids[np.argmax(cursor >= 0)]!r} lies on a cycle")
+            raise DomainError(f"geography edges: unit {str(ids[np.argmax(cursor >= 0)])!r} lies on a cycle")
         if (cursor >= 0).any():
-            raise DomainError(f"geography edges: unit {ids[np.argmax(cursor >= 0)]!r} lies on a cycle")
+            raise DomainError(f"geography edges: unit {str(ids[np.argmax(cursor >= 0)])!r} lies on a cycle")
         names = [str(n) for n in names]
         if depth.max() != len(names) - 1:
             raise DomainError(f"geography edges: the tree is {int(depth.max()) + 1} levels deep but "
@@ -350,7 +350,7 @@ class Geography:
         has_child[pid[pid >= 0]] = True
         shallow = ~has_child & (depth != len(names) - 1)
         if shallow.any():
-            raise DomainError(f"geography edges: unit {ids[np.argmax(shallow)]!r} is a leaf at level "
+            raise DomainError(f"geography edges: unit {str(ids[np.argmax(shallow)])!r} is a leaf at level "
                               f"{names[depth[np.argmax(shallow)]]!r}; every leaf must be on level {names[-1]!r}")
         units, par, local = [], [], np.full(ids.size, -1, dtype=np.int64)
         for k in range(len(names)):
@@ -386,7 +386,7 @@ class Geography:
         codes = np.stack(columns, axis=1)
         if (codes < 0).any():
             leaf = int(np.argmax((codes < 0).any(axis=1)))
-            raise DomainError(f"geography: leaf {self.units[-1][leaf]!r} lies in a unit that is not a value of "
+            raise DomainError(f"geography: leaf {str(self.units[-1][leaf])!r} lies in a unit that is not a value of "
                               f"the domain's attributes {levels}")
         return Geography(self.names, self.units, self.parents, attrs=tuple(levels), leaf_codes=codes)
 

@@ -30,7 +30,7 @@ from dpopt.model.domain import Domain
 from dpopt.model.geography import Geography
 from dpopt.model.queries.base import LinearQuery
 
-__all__ = ["UnitInvariant", "ZeroRules", "invariants_by_unit", "sum_up", "zero_rules"]
+__all__ = ["UnitInvariant", "ZeroRules", "invariants_by_unit", "sum_up", "zero_rules", "invariant_from_data"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -234,7 +234,8 @@ def sum_up(invariants: list[UnitInvariant], geography: Geography) -> list[UnitIn
                 raise InconsistentConstraintsError(clash)
             if not _duplicate(derived, out):
                 out.append(derived)
-                nxt.append(derived)
+                if derived.level > 0:
+                    nxt.append(derived)
         frontier = nxt
     return out
 
@@ -257,3 +258,16 @@ def _clash(new: UnitInvariant, existing: list[UnitInvariant]) -> str | None:
 
 def _duplicate(new: UnitInvariant, existing: list[UnitInvariant]) -> bool:
     return any(_same_rows(new, inv) and np.isin(new.units, inv.units).all() for inv in existing)
+
+
+def invariant_from_data(name: str, geography: Geography, level: str | int, query: LinearQuery,
+                        leaf_counts: sp.spmatrix) -> UnitInvariant:
+    """``query``'s true answers for every unit of ``level``, published exactly (NOT private, on purpose).
+
+    The top-down counterpart of :meth:`~dpopt.model.constraints.ConstraintSet.invariant_from_data`
+    for invariants given per unit (e.g. each state's population by voting age).
+    """
+    k = geography.level(level)
+    counts = sp.csr_matrix(geography.aggregation(k) @ sp.csr_matrix(leaf_counts))
+    values = np.asarray((query.to_sparse() @ counts.T.astype(np.float64)).T.todense())
+    return UnitInvariant.of_query(name, geography, k, query, values)

@@ -260,6 +260,7 @@ def level_report(k, geography, chars, table, parent_tables, queries, noisy, solu
         "level": name, "units": int(geography.sizes[k]), "parents": len(solutions),
         "variables": int(sum(s.variables for s in solutions)),
         "queries": fits, "constraint_residuals": residuals, "failsafe_events": len(events),
+        "backend_fallbacks": [f"{s.parent_id}: {s.fallback}" for s in solutions if s.fallback][:20],
         "solve_seconds": _distribution(totals),
         "l2_seconds": float(sum(s.times.get("l2", 0.0) for s in solutions)),
         "rounding_seconds": float(sum(s.times.get("round", 0.0) for s in solutions)),

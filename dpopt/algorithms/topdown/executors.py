@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 
 from dpopt.errors import ParameterError
 
-__all__ = ["Executor", "SerialExecutor", "PoolExecutor", "SparkExecutor", "make_executor", "EXECUTORS"]
+__all__ = ["Executor", "SerialExecutor", "PoolExecutor", "SparkExecutor", "make_executor", "spark_session", "EXECUTORS"]
 
 #: Executor names a spec (``[topdown] executor``) may give.
 EXECUTORS = ("serial", "pool", "spark")
@@ -72,7 +72,8 @@ class SerialExecutor(Executor):
 
 
 class PoolExecutor(Executor):
-    """A local process pool (``forkserver`` start: workers never inherit the driver's threads).
+    """A local process pool (the platform's default start method: ``fork`` on Linux, so a script
+    needs no ``if __name__ == "__main__"`` guard there).
 
     Parameters
     ----------
@@ -90,8 +91,7 @@ class PoolExecutor(Executor):
 
     def _get(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context(method),
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context(),
                                              initializer=_single_threaded)
         return self._pool
 
@@ -153,20 +153,7 @@ class SparkExecutor(Executor):
     @property
     def context(self):
         if self._context is None:
-            try:
-                from pyspark import SparkConf, SparkContext
-            except ImportError:  # pragma: no cover - pyspark is a dependency
-                raise ParameterError("executor 'spark' needs pyspark (pip install pyspark)") from None
-            conf = SparkConf().setMaster(self.master).setAppName("dpopt-topdown")
-            conf.set("spark.pyspark.python", sys.executable).set("spark.pyspark.driver.python", sys.executable)
-            root = str(Path(__file__).resolve().parents[3])
-            path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
-            conf.set("spark.executorEnv.PYTHONPATH", path).set("spark.ui.showConsoleProgress", "false")
-            conf.set("spark.executorEnv.OPENBLAS_NUM_THREADS", "1")
-            for key, value in self._conf.items():
-                conf.set(key, str(value))
-            self._context = SparkContext.getOrCreate(conf)
-            self._context.setLogLevel("ERROR")
+            self._context = spark_session(self.master, self._conf).sparkContext
         if self._zip is None and (self._ship if self._ship is not None else not self.master.startswith("local")):
             self._zip = _zip_dpopt()
             self._context.addPyFile(self._zip)
@@ -190,7 +177,13 @@ class SparkExecutor(Executor):
 
     def close(self) -> None:
         if self._owned and self._context is not None:
-            self._context.stop()
+            from pyspark.sql import SparkSession
+
+            session = SparkSession.getActiveSession()
+            if session is not None:
+                session.stop()
+            else:
+                self._context.stop()
             self._context = None
         if self._zip is not None and os.path.exists(self._zip):
             os.unlink(self._zip)
@@ -198,6 +191,28 @@ class SparkExecutor(Executor):
 
     def describe(self) -> str:
         return f"spark ({self.master if self._owned else 'given context'})"
+
+
+def spark_session(master: str = "local[*]", conf: dict | None = None):
+    """A SparkSession whose Python workers run this interpreter and import this dpopt.
+
+    ``conf`` adds Spark settings (e.g. ``{"spark.executor.memory": "8g"}``).
+    """
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:  # pragma: no cover - pyspark is a dependency
+        raise ParameterError("executor 'spark' needs pyspark (pip install pyspark) and Java 17 or later") from None
+    root = str(Path(__file__).resolve().parents[3])
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    builder = (SparkSession.builder.master(master).appName("dpopt-topdown")
+               .config("spark.pyspark.python", sys.executable).config("spark.pyspark.driver.python", sys.executable)
+               .config("spark.executorEnv.PYTHONPATH", path).config("spark.executorEnv.OPENBLAS_NUM_THREADS", "1")
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false"))
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, str(value))
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
 
 
 def make_executor(name: str | Executor = "pool", *, workers: int | None = None, spark: str = "local[*]") -> Executor:

@@ -42,6 +42,10 @@ __all__ = ["TaskQuery", "TaskInvariant", "SolveOptions", "ParentTask", "ParentSo
 
 #: The name of the "children add up to the parent" invariant in every parent's problem.
 PARENT_CONSTRAINT = "parent = sum of children"
+#: L2 backends tried in turn when none is named (None: the engine's default).
+FALLBACK_BACKENDS = (None, "highs")
+#: The L2 problem is scaled so that its largest count is about this (see :func:`problem_scale`).
+SCALE_TARGET = 1024.0
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,7 @@ class SolveOptions:
     backend: str | None = None
     time_limit: float | None = None
     failsafe: bool = True
+    keep_fractional: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -135,6 +140,8 @@ class ParentSolution:
     failsafe: dict | None = None
     l2_objective: float | None = None
     rounding_change: float | None = None
+    fallback: str = ""
+    fractional: np.ndarray | None = None
 
 
 def solve_parent(task: ParentTask) -> ParentSolution:
@@ -154,17 +161,21 @@ def solve_parent(task: ParentTask) -> ParentSolution:
         if relaxed is not None:
             outcome = _solve(task, everywhere, relaxed, times)
             active = everywhere
-    table = None
+    table = fractional = None
     if outcome.table is not None:
         table = np.zeros((nc, task.cells.size), dtype=np.int64)
         table[:, active] = outcome.table
+        if outcome.fractional is not None:
+            fractional = np.zeros((nc, task.cells.size))
+            fractional[:, active] = outcome.fractional
         problem = _verify(task, table, event)
         if problem is not None:
             outcome = _Outcome(None, Status.NUMERICAL_ERROR, problem, outcome.variables)
             table = None
     times["total"] = time.perf_counter() - start
     return ParentSolution(task.level, task.parent, task.parent_id, table, outcome.status, outcome.message, times,
-                          outcome.variables, event, outcome.l2_objective, outcome.rounding_change)
+                          outcome.variables, event, outcome.l2_objective, outcome.rounding_change, outcome.fallback,
+                          fractional)
 
 
 @dataclass
@@ -175,10 +186,17 @@ class _Outcome:
     variables: int
     l2_objective: float | None = None
     rounding_change: float | None = None
+    fallback: str = ""
+    fractional: np.ndarray | None = None
 
 
-def _problem(task: ParentTask, active: np.ndarray, parent_values: np.ndarray | None):
-    """The domain, measurements and constraints of the task over its ``active`` cells."""
+def _problem(task: ParentTask, active: np.ndarray, parent_values: np.ndarray | None, scale: float = 1.0):
+    """The domain, measurements and constraints of the task over its ``active`` cells.
+
+    Every count (noisy answers, their standard deviations, invariant and parent values) is
+    divided by ``scale``, a power of two, so exactly: the L2 minimiser of the scaled problem
+    is the original one divided by ``scale``.
+    """
     nc, na = int(task.children.size), int(active.sum())
     domain = Domain(("child", "cell"), (nc, na))
     eye = sp.identity(nc, dtype=np.float64, format="csr")
@@ -189,8 +207,9 @@ def _problem(task: ParentTask, active: np.ndarray, parent_values: np.ndarray | N
         if rows.size == 0:
             continue
         query = Kronecker([(eye, "child"), (matrix[rows], "cell")], domain=domain)
-        values = np.asarray(q.values, dtype=np.float64)[:, rows]
-        measurements.append(Measurement(query, values.ravel(), q.noise, q.scale, q.variance, label=q.label))
+        values = np.asarray(q.values, dtype=np.float64)[:, rows] / scale
+        measurements.append(Measurement(query, values.ravel(), q.noise, q.scale / scale, q.variance / scale**2,
+                                        label=q.label))
     constraints = [NonNegativity()]
     if task.zeros is not None:
         zeros = np.asarray(task.zeros)[:, active]
@@ -201,10 +220,25 @@ def _problem(task: ParentTask, active: np.ndarray, parent_values: np.ndarray | N
         select = sp.csr_matrix((np.ones(inv.children.size), (np.arange(inv.children.size), inv.children)),
                                shape=(inv.children.size, nc))
         query = Kronecker([(select, "child"), (inv.matrix[:, active], "cell")], domain=domain)
-        constraints.append(Invariant(query, np.asarray(inv.values, dtype=np.float64).ravel(), name=inv.name))
+        values = np.asarray(inv.values, dtype=np.float64).ravel() / scale
+        constraints.append(Invariant(query, values, name=inv.name))
     if parent_values is not None:
-        constraints.append(Invariant(Marginal(domain, ("cell",)), parent_values, name=PARENT_CONSTRAINT))
+        values = np.asarray(parent_values, dtype=np.float64) / scale
+        constraints.append(Invariant(Marginal(domain, ("cell",)), values, name=PARENT_CONSTRAINT))
     return domain, measurements, constraints
+
+
+def problem_scale(task: ParentTask, parent_values: np.ndarray | None) -> float:
+    """A power of two near the problem's largest count over :data:`SCALE_TARGET` (1 for small counts).
+
+    The L2 backends meet counts in the millions badly (an interior-point solver declared such a
+    feasible problem infeasible); dividing every count by an exact power of two keeps the
+    problem the same and its numbers near 1.
+    """
+    largest = max([float(np.abs(q.values).max(initial=0.0)) for q in task.queries]
+                  + [float(np.abs(inv.values).max(initial=0.0)) for inv in task.invariants]
+                  + [float(np.abs(parent_values).max(initial=0.0)) if parent_values is not None else 0.0])
+    return float(2.0 ** max(0, int(np.floor(np.log2(max(largest, 1.0) / SCALE_TARGET)))))
 
 
 def _zero_groups(zeros: np.ndarray):
@@ -223,25 +257,37 @@ def _solve(task: ParentTask, active: np.ndarray, parent_values, times: dict) -> 
     nc, na = int(task.children.size), int(active.sum())
     if na == 0:  # the parent holds nobody: neither do its children
         return _Outcome(np.zeros((nc, 0), dtype=np.int64), Status.OPTIMAL, "the parent is empty", 0)
-    domain, measurements, constraints = _problem(task, active, parent_values)
+    scale = problem_scale(task, parent_values)
+    domain, measurements, scaled = _problem(task, active, parent_values, scale)
+    constraints = _problem(task, active, parent_values)[2] if scale != 1.0 else scaled
     variables = nc * na
     opts = task.options
     tick = time.perf_counter()
     if not measurements:
         return _Outcome(None, Status.NOT_SOLVED, "no measured query touches the parent's non-zero cells", variables)
-    try:
-        fit = reconstruct(measurements, ConstraintSet(domain, constraints), "l2", backend=opts.backend,
-                          time_limit=opts.time_limit, integer=False)
-    except InconsistentConstraintsError as exc:
-        times["l2"] = times.get("l2", 0.0) + time.perf_counter() - tick
-        return _Outcome(None, Status.INFEASIBLE, str(exc), variables)
+    problem = ConstraintSet(domain, scaled)
+    fit, failures = None, []
+    # The engines' feasibility pre-check (an LP) certifies that the constraints can hold: a
+    # backend that then reports "infeasible" has failed numerically, and the next one is tried.
+    for backend in ((opts.backend,) if opts.backend else FALLBACK_BACKENDS):
+        try:
+            fit = reconstruct(measurements, problem, "l2", backend=backend, time_limit=opts.time_limit, integer=False)
+        except InconsistentConstraintsError as exc:
+            times["l2"] = times.get("l2", 0.0) + time.perf_counter() - tick
+            return _Outcome(None, Status.INFEASIBLE, str(exc), variables)
+        if fit.success or fit.status is Status.TIME_LIMIT:
+            break
+        failures.append(f"{fit.backend}: {fit.status.name} ({fit.message})")
     times["l2"] = times.get("l2", 0.0) + time.perf_counter() - tick
     if not fit.success or fit.x is None:
-        return _Outcome(None, fit.status, f"L2 solve ({fit.backend}): {fit.message}", variables)
+        status = fit.status if fit.status is not Status.INFEASIBLE else Status.NUMERICAL_ERROR
+        return _Outcome(None, status, "L2 solve failed although the constraints are feasible: " + "; ".join(failures),
+                        variables)
+    note = ("; ".join(failures) + f"; solved by {fit.backend}") if failures else ""
     tick = time.perf_counter()
     integral = ConstraintSet(domain, constraints + [Integrality()])
     try:
-        rounded = round_to_integers(fit.x, integral, time_limit=opts.time_limit)
+        rounded = round_to_integers(fit.x * scale, integral, time_limit=opts.time_limit)
     except InconsistentConstraintsError as exc:
         times["round"] = times.get("round", 0.0) + time.perf_counter() - tick
         return _Outcome(None, Status.INFEASIBLE, f"rounding: {exc}", variables, fit.fun)
@@ -249,7 +295,9 @@ def _solve(task: ParentTask, active: np.ndarray, parent_values, times: dict) -> 
     if not rounded.success or rounded.x is None:
         return _Outcome(None, rounded.status, f"rounding ({rounded.backend}): {rounded.message}", variables, fit.fun)
     table = np.rint(rounded.x).astype(np.int64).reshape(nc, na)
-    return _Outcome(table, Status.OPTIMAL, fit.message, variables, float(fit.fun), float(rounded.fun))
+    fractional = (fit.x * scale).reshape(nc, na) if opts.keep_fractional else None
+    return _Outcome(table, Status.OPTIMAL, fit.message, variables, float(fit.fun), float(rounded.fun), note,
+                    fractional)
 
 
 def relax_parent(task: ParentTask, times: dict) -> tuple[np.ndarray | None, dict]:
