@@ -305,12 +305,12 @@ class TopDownParams(AlgorithmParams):
             shares += share
             measures.append(LevelMeasure(label, level, query, mechanism, share, t.path_))
         if shares != 1:
-            raise reader.error(("measure",), f"the budget shares of the [[measure]] tables sum to {shares} "
-                               f"({float(shares):.6g}), not exactly 1")
+            raise reader.error(measures[-1].path + ("share",), f"the budget shares of the [[measure]] tables sum to "
+                               f"{shares} ({float(shares):.6g}), not exactly 1")
         missing = [n for n in names if n not in {m.level for m in measures}]
         if missing:
-            raise reader.error(("measure",), f"level {missing[0]!r} has no [[measure]]; every level of "
-                               f"{list(names)} needs at least one")
+            raise reader.error(measures[0].path + ("level",), f"level {missing[0]!r} has no [[measure]]; every "
+                               f"level of {list(names)} needs at least one")
         t = reader.table("topdown")
         from dpopt.spec.sections import parse_reconstruct  # the installed-backend check of [reconstruct]
 
@@ -493,10 +493,9 @@ class TopDown(Algorithm):
                                    cls=TopDownRelease)
             release.update(extra)
             return release
-        notes = [f"failsafe at {e['level_name'] if 'level_name' in e else geography.names[e['level']]} unit "
-                 f"{e['parent']!r}: '{e['constraint']}' relaxed in {e.get('cells_moved', 0)} cells by "
-                 f"{e.get('l1_slack', 0)} persons in all; there its children do not add up to it"
-                 for e in outcome.failsafe if e.get("relaxed")]
+        notes = [f"failsafe under {e['parent_level']} {e['parent']!r}: '{e['constraint']}' was relaxed in "
+                 f"{e['cells_moved']} cells by {e['l1_slack']} in all (the smallest L1 slack); its {e['level_name']} "
+                 "units do not add up to it in those cells" for e in outcome.failsafe if e.get("relaxed")]
         answers = {}
         for name, table in tables.items():
             cells = "all" if table.size <= ANSWER_ROWS else "nonzero"

@@ -209,55 +209,70 @@ def _leaves_or_minus_one(geography: Geography, codes: np.ndarray, domain: Domain
 def sum_up(invariants: list[UnitInvariant], geography: Geography) -> list[UnitInvariant]:
     """The invariants plus their sums on every parent all of whose children carry the same rows.
 
+    Rows with the same coefficients on units of one level are pooled first, whichever invariant
+    they came from (a county total given for every county of a state, in two invariants, still
+    fixes the state's total).
+
     Raises
     ------
     InconsistentConstraintsError
-        When a declared invariant of a parent disagrees with the sum of its children's.
+        When two invariants give one unit different values for the same rows, e.g. a declared
+        state total that disagrees with the sum of its counties'.
     """
     out = list(invariants)
-    frontier = [inv for inv in invariants if inv.level > 0]
-    while frontier:
-        nxt = []
-        for inv in frontier:
-            k = inv.level
+    for k in range(geography.depth - 1, 0, -1):
+        groups: dict[bytes, list[UnitInvariant]] = {}
+        for inv in out:
+            if inv.level == k:
+                groups.setdefault(_matrix_key(inv.matrix), []).append(inv)
+        for families in groups.values():
+            units, values = _pooled(families, geography.names[k])
             _, starts = geography.children(k - 1)
-            counts = np.bincount(geography.parents[k][inv.units], minlength=geography.sizes[k - 1])
+            counts = np.bincount(geography.parents[k][units], minlength=geography.sizes[k - 1])
             full = np.flatnonzero(counts == np.diff(starts))
             if full.size == 0:
                 continue
-            sums = np.zeros((geography.sizes[k - 1], inv.matrix.shape[0]))
-            np.add.at(sums, geography.parents[k][inv.units], inv.values)
-            derived = UnitInvariant(f"{inv.name} (summed to {geography.names[k - 1]})", k - 1, inv.matrix, full,
+            sums = np.zeros((geography.sizes[k - 1], families[0].matrix.shape[0]))
+            np.add.at(sums, geography.parents[k][units], values)
+            name = families[0].name.split(" [")[0]
+            derived = UnitInvariant(f"{name} (summed to {geography.names[k - 1]})", k - 1, families[0].matrix, full,
                                     sums[full], derived=True)
-            clash = _clash(derived, out)
-            if clash is not None:
-                raise InconsistentConstraintsError(clash)
-            if not _duplicate(derived, out):
-                out.append(derived)
-                if derived.level > 0:
-                    nxt.append(derived)
-        frontier = nxt
+            same = [inv for inv in out if inv.level == k - 1 and _matrix_key(inv.matrix) == _matrix_key(derived.matrix)]
+            if same:
+                _pooled(same + [derived], geography.names[k - 1])  # raises on a disagreement
+                known = np.concatenate([inv.units for inv in same])
+                keep = ~np.isin(derived.units, known)
+                if not keep.any():
+                    continue
+                derived = UnitInvariant(derived.name, k - 1, derived.matrix, derived.units[keep], derived.values[keep],
+                                        derived=True)
+            out.append(derived)
     return out
 
 
-def _same_rows(a: UnitInvariant, b: UnitInvariant) -> bool:
-    return a.level == b.level and a.matrix.shape == b.matrix.shape and (a.matrix != b.matrix).nnz == 0
+def _matrix_key(matrix: sp.csr_matrix) -> bytes:
+    m = sp.csr_matrix(matrix)
+    m.sort_indices()
+    return b"|".join([np.asarray(m.shape).tobytes(), m.indptr.tobytes(), m.indices.tobytes(), m.data.tobytes()])
 
 
-def _clash(new: UnitInvariant, existing: list[UnitInvariant]) -> str | None:
-    for inv in existing:
-        if not _same_rows(new, inv):
-            continue
-        common, i, j = np.intersect1d(new.units, inv.units, return_indices=True)
-        if common.size and np.abs(new.values[i] - inv.values[j]).max() > 1e-9:
-            u = int(np.argmax(np.abs(new.values[i] - inv.values[j]).max(axis=1)))
-            return (f"invariant {inv.name!r} on unit {common[u]} of level {new.level} disagrees with the sum of its "
-                    f"children's {new.name!r}")
-    return None
-
-
-def _duplicate(new: UnitInvariant, existing: list[UnitInvariant]) -> bool:
-    return any(_same_rows(new, inv) and np.isin(new.units, inv.units).all() for inv in existing)
+def _pooled(families: list[UnitInvariant], level: str) -> tuple[np.ndarray, np.ndarray]:
+    """Units and values of families with the same rows; a unit given two different values is an error."""
+    units = np.concatenate([f.units for f in families])
+    values = np.concatenate([f.values for f in families])
+    names = [f.name for f in families for _ in f.units]
+    order = np.argsort(units, kind="stable")
+    units, values = units[order], values[order]
+    repeat = np.flatnonzero(units[1:] == units[:-1])
+    differ = repeat[np.abs(values[repeat + 1] - values[repeat]).max(axis=1) > 1e-9] if repeat.size else repeat
+    if differ.size:
+        i = differ[0]
+        raise InconsistentConstraintsError(
+            f"invariants {names[order[i]]!r} and {names[order[i + 1]]!r} give unit {int(units[i])} of level "
+            f"{level!r} different values for the same rows ({values[i].tolist()} and {values[i + 1].tolist()})")
+    keep = np.ones(units.size, dtype=bool)
+    keep[repeat + 1] = False
+    return units[keep], values[keep]
 
 
 def invariant_from_data(name: str, geography: Geography, level: str | int, query: LinearQuery,

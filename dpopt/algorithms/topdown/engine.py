@@ -150,7 +150,8 @@ def run_levels(
             solutions = executor.map(solve_parent, tasks, sizes=[t.size for t in tasks], progress=bar)
         solve_seconds = time.perf_counter() - tick
         failed = [s for s in solutions if s.status is not Status.OPTIMAL or s.table is None]
-        events = [dict(s.failsafe, cells=_cell_names(chars, s.failsafe.get("cells", [])))
+        events = [dict(s.failsafe, level_name=name, parent_level=geography.names[k - 1],
+                       cells=_cell_names(chars, s.failsafe.get("cells", [])))
                   for s in solutions if s.failsafe is not None]
         outcome.failsafe.extend(events)
         if failed:
