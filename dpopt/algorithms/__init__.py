@@ -6,6 +6,16 @@ says what it will measure and with which noise, without data; ``run(plan, data, 
 rng)`` returns one :class:`~dpopt.algorithms.base.Release`.
 """
 
+from dpopt.algorithms.barak import (
+    Barak,
+    BarakParams,
+    BarakRelease,
+    FourierPlan,
+    barak_release,
+    fourier_consistency,
+    fourier_plan,
+    measure_fourier,
+)
 from dpopt.algorithms.base import (
     REGISTRY,
     Algorithm,
@@ -18,16 +28,6 @@ from dpopt.algorithms.base import (
     registered_names,
 )
 from dpopt.algorithms.measure_reconstruct import MeasureReconstruct, MeasureReconstructParams
-from dpopt.algorithms.barak import (
-    Barak,
-    BarakParams,
-    BarakRelease,
-    FourierPlan,
-    barak_release,
-    fourier_consistency,
-    fourier_plan,
-    measure_fourier,
-)
 from dpopt.algorithms.mwem import MWEM, MWEMParams, MWEMResult, mwem
 from dpopt.algorithms.mwem_factored import FactoredMWEMResult, factored_mwem
 from dpopt.algorithms.topdown import TopDown, TopDownParams, TopDownRelease

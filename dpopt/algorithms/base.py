@@ -534,7 +534,7 @@ def get_algorithm(name: str) -> type[Algorithm]:
     if key in REGISTRY:
         return REGISTRY[key]
     known = list(REGISTRY) + list(_ALIASES)
-    raise ParameterError(f"unknown algorithm {name!r}{_close(name, known)}; registered: {', '.join(REGISTRY)}")
+    raise ParameterError(f"unknown algorithm {name!r}{_close(name, known)}; registered: {', '.join(sorted(REGISTRY))}")
 
 
 def _load_builtin() -> None:
@@ -563,7 +563,7 @@ def measured_answers(measurements, counts: np.ndarray) -> dict[str, pd.DataFrame
 def marginal_answers(domain: Domain, counts: np.ndarray, marginals) -> dict[str, pd.DataFrame]:
     """Marginal tables read off a released table, keyed ``"a, b"`` (no ``noisy`` column: not measured)."""
     from dpopt.model.data import cells_frame
-    from dpopt.model.queries._common import marginalize
+    from dpopt.model.queries import marginalize
 
     out = {}
     for attrs in marginals:

@@ -46,6 +46,12 @@ from typing import Hashable, Iterable, Mapping, Sequence
 import numpy as np
 
 from dpopt.errors import DomainError, QueryError, SolverError
+from dpopt.model.binary_marginals import (
+    attribute_combinations,
+    cells_from_subset_moments,
+    inclusion_exclusion_matrix,
+    superset_sums,
+)
 from dpopt.model.domain import Domain
 
 __all__ = [
@@ -498,57 +504,6 @@ class FactoredMWState:
 
 
 # ---- every cell of every k-way marginal of a binary table ------------------------------------
-def attribute_combinations(d: int, k: int) -> np.ndarray:
-    """All ``k``-subsets of ``range(d)`` as rows, in lexicographic order (``itertools.combinations``)."""
-    if k == 1:
-        return np.arange(d, dtype=np.int64)[:, None]
-    if k == 2:
-        i, j = np.triu_indices(d, 1)
-        return np.stack([i, j], axis=1).astype(np.int64)
-    if k == 3:
-        parts = []
-        for i in range(d - 2):
-            j, l = np.triu_indices(d - i - 1, 1)
-            parts.append(np.stack([np.full(j.size, i), j + i + 1, l + i + 1], axis=1))
-        return np.concatenate(parts).astype(np.int64) if parts else np.zeros((0, 3), dtype=np.int64)
-    return np.array(list(combinations(range(d), k)), dtype=np.int64).reshape(-1, k)
-
-
-def inclusion_exclusion_matrix(k: int) -> np.ndarray:
-    """``E`` with ``cells = subset_moments @ E.T`` for a ``k``-way binary marginal.
-
-    Cell ``a`` and subset ``T`` are ``k``-bit masks, bit ``k-1-l`` for the ``l``-th attribute
-    (C order: the first attribute most significant). ``P(x = a) = sum_{T ⊇ a} (-1)^{|T \\ a|}
-    E[prod_{l in T} x_l]`` (inclusion-exclusion over the attributes set to 0).
-    """
-    masks = np.arange(2**k)
-    a, t = masks[:, None], masks[None, :]
-    sign = 1 - 2 * (np.vectorize(lambda v: bin(v).count("1"))(a ^ t) % 2)
-    return np.where((a & t) == a, sign, 0).astype(np.float64)
-
-
-def cells_from_subset_moments(moments: np.ndarray) -> np.ndarray:
-    """All cells of binary marginals from their subset moments (rows: marginals, columns: masks)."""
-    moments = np.asarray(moments, dtype=np.float64)
-    k = int(round(math.log2(moments.shape[1])))
-    return moments @ inclusion_exclusion_matrix(k).T
-
-
-def superset_sums(table: np.ndarray) -> np.ndarray:
-    """All moments of a binary probability table at once: ``Z[T] = E[prod_{l in T} x_l]``.
-
-    ``T`` is a flat C-order index read as a bit mask (bit ``s-1-l`` for axis ``l``); ``Z`` is
-    the superset-sum (zeta) transform ``Z[T] = sum_{x ⊇ T} P(x)``, ``s`` butterfly passes of
-    ``2^(s-1)`` additions each.
-    """
-    s = table.ndim
-    z = np.array(table, dtype=np.float64).reshape(-1)
-    for l in range(s):
-        view = z.reshape(2**l, 2, -1)
-        view[:, 0, :] += view[:, 1, :]
-    return z
-
-
 class BinaryMarginalCells:
     """Probabilities of every cell of every ``k``-way marginal of a binary :class:`FactoredTable`.
 

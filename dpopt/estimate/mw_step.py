@@ -36,7 +36,7 @@ import numpy as np
 
 from dpopt.errors import SolverError
 from dpopt.model.domain import Domain
-from dpopt.model.queries._common import abs_power_rmatvec
+from dpopt.model.queries import abs_power_rmatvec
 from dpopt.model.queries.base import LinearQuery
 from dpopt.model.queries.marginal import Marginal
 

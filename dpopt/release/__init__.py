@@ -17,7 +17,14 @@ from dpopt.release.outputs import (
     synthesize,
     write_release,
 )
-from dpopt.release.pipeline import build_constraints, load_data, measure, reconstruct_table, run, run_algorithm
+from dpopt.release.pipeline import (
+    build_constraints,
+    load_data,
+    measure,
+    reconstruct_table,
+    run,
+    run_algorithm,
+)
 from dpopt.release.plan import PlannedMeasure, ReleasePlan, plan
 from dpopt.spec import load_spec
 

@@ -184,8 +184,8 @@ def plan(
     try:
         algorithm_plan = algorithm.plan(domain, constraints, spec.budget)
     except DpoptError as exc:
-        raise spec.error(getattr(exc, "spec_path", None) or _section_of(algorithm), _plain(exc),
-                         _error_class(exc)) from None
+        raise spec.error(getattr(exc, "spec_path", None) or _section_of(algorithm), plain(exc),
+                         error_class(exc)) from None
     _check_constraints(spec, constraints, when="before reading any data")
     source, path, fmt, given = _plan_data(spec, data, domain)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
@@ -215,7 +215,7 @@ def _build_domain(spec: ReleaseSpec) -> Domain:
             domain = Domain.from_dict(dict(d.attributes))
         domain.require_dense("a release over the full domain")
     except (DpoptError, OSError, ValueError) as exc:
-        raise spec.error(("domain",), _plain(exc)) from None
+        raise spec.error(("domain",), plain(exc)) from None
     return domain
 
 
@@ -241,7 +241,7 @@ def _public_constraints(spec: ReleaseSpec, domain: Domain):
             else:
                 cs.add(StructuralZeros(z.where, name=z.name or f"rule {i + 1}", reason=z.reason))
         except (DpoptError, ValueError, SyntaxError) as exc:
-            raise spec.error(z.path + (() if z.builtin else ("where",)), _plain(exc), _error_class(exc)) from None
+            raise spec.error(z.path + (() if z.builtin else ("where",)), plain(exc), error_class(exc)) from None
     for h in c.hierarchy:
         try:
             parent_of = h.parent_of
@@ -255,7 +255,7 @@ def _public_constraints(spec: ReleaseSpec, domain: Domain):
                 parent_of = {_value(domain, h.child, k): _value(domain, h.parent, v) for k, v in parent_of.items()}
             cs.add(Hierarchy(h.parent, h.child, parent_of, name=h.name))
         except (DpoptError, ValueError) as exc:
-            raise spec.error(h.path, _plain(exc), _error_class(exc)) from None
+            raise spec.error(h.path, plain(exc), error_class(exc)) from None
     data_invariants = []
     for inv in c.invariants:
         query = _query(spec, inv.query, domain)
@@ -265,7 +265,7 @@ def _public_constraints(spec: ReleaseSpec, domain: Domain):
         try:
             cs.add(Invariant(query, np.asarray(inv.values, dtype=float), name=inv.name))
         except (DpoptError, ValueError) as exc:
-            raise spec.error(inv.path + ("values",), _plain(exc), _error_class(exc)) from None
+            raise spec.error(inv.path + ("values",), plain(exc), error_class(exc)) from None
     for q in c.inequalities:
         query = _query(spec, q.query, domain)
         lower = -np.inf if q.lower is None else np.asarray(q.lower, dtype=float)
@@ -273,7 +273,7 @@ def _public_constraints(spec: ReleaseSpec, domain: Domain):
         try:
             cs.add(LinearInequality(query, lower, upper, name=q.name))
         except (DpoptError, ValueError) as exc:
-            raise spec.error(q.path, _plain(exc), _error_class(exc)) from None
+            raise spec.error(q.path, plain(exc), error_class(exc)) from None
     return cs, data_invariants
 
 
@@ -282,7 +282,7 @@ def check_constraints(spec: ReleaseSpec, constraints: ConstraintSet, when: str) 
     try:
         constraints.check()
     except InconsistentConstraintsError as exc:
-        raise spec.error(("constraints",), f"{_plain(exc)} ({when})", InconsistentConstraintsError) from None
+        raise spec.error(("constraints",), f"{plain(exc)} ({when})", InconsistentConstraintsError) from None
 
 
 _check_constraints = check_constraints
@@ -323,10 +323,10 @@ def _value(domain: Domain, attr: str, value: Any) -> Any:
     return value
 
 
-def _plain(exc: BaseException) -> str:
+def plain(exc: BaseException) -> str:
     return str(exc).strip() or type(exc).__name__
 
 
-def _error_class(exc: BaseException) -> type[DpoptError]:
+def error_class(exc: BaseException) -> type[DpoptError]:
     """Spec content errors are SpecErrors, except contradictions, which keep their own class."""
     return InconsistentConstraintsError if isinstance(exc, InconsistentConstraintsError) else SpecError

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable
 
 from dpopt.errors import SpecError
 from dpopt.spec.model import (

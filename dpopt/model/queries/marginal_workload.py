@@ -128,3 +128,46 @@ class MarginalWorkload(LinearQuery):
 
     def row_labels(self) -> list[str]:
         return [label for m in self.marginals for label in m.row_labels()]
+
+
+class WorkloadEvaluator:
+    """All answers of a list of query blocks on a dense vector, as one concatenated array.
+
+    On a binary domain the marginal blocks are answered together by one
+    :class:`MarginalWorkload` (one Walsh-Hadamard transform of the vector, then ``2^|S|``
+    coefficients per marginal: Barak et al. 2007, Thm 3); every other block by its own
+    ``matvec``. Integer vectors (a data histogram) give exact integer answers.
+    """
+
+    def __init__(self, domain: Domain, blocks: Sequence[LinearQuery]) -> None:
+        self.domain = domain
+        self.blocks = list(blocks)
+        self.sizes = np.array([b.num_rows for b in self.blocks], dtype=np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)])
+        binary = all(s == 2 for s in domain.sizes)
+        grouped = [i for i, b in enumerate(self.blocks) if binary and isinstance(b, Marginal)]
+        self._generic = [i for i in range(len(self.blocks)) if i not in set(grouped)]
+        self._workload = MarginalWorkload(domain, [self.blocks[i].attrs for i in grouped]) if grouped else None
+        # where the workload's rows go in the concatenated answers
+        self._rows = (np.concatenate([np.arange(self.offsets[i], self.offsets[i + 1]) for i in grouped])
+                      if grouped else np.zeros(0, dtype=np.int64))
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.offsets[-1])
+
+    def answers(self, x: np.ndarray) -> np.ndarray:
+        """Every block's answers on ``x``, concatenated in block order."""
+        integer = np.asarray(x).dtype.kind in "iub"
+        out = np.empty(self.num_rows, dtype=np.int64 if integer else np.float64)
+        if self._workload is not None:
+            values = self._workload.matvec(x)
+            out[self._rows] = np.rint(values).astype(np.int64) if integer else values
+        for i in self._generic:
+            out[self.offsets[i]:self.offsets[i + 1]] = self.blocks[i].matvec(x)
+        return out
+
+    def locate(self, flat: int) -> tuple[int, int]:
+        """(block, row) of a position in the concatenated answers."""
+        block = int(np.searchsorted(self.offsets, flat, side="right") - 1)
+        return block, int(flat - self.offsets[block])
