@@ -34,7 +34,7 @@ import pandas as pd
 from dpopt.algorithms.base import Algorithm, AlgorithmParams, PlannedMeasure, Release, make_release, register
 from dpopt.algorithms.topdown.constraints import UnitInvariant, invariants_by_unit, sum_up, zero_rules
 from dpopt.algorithms.topdown.engine import LevelQuery, run_levels
-from dpopt.algorithms.topdown.executors import EXECUTORS, make_executor
+from dpopt.algorithms.topdown.executors import EXECUTORS, Executor, make_executor
 from dpopt.algorithms.topdown.solve import SolveOptions
 from dpopt.errors import DpoptError, InconsistentConstraintsError, ParameterError, SpecError, at_key
 from dpopt.estimate.status import Status
@@ -178,7 +178,7 @@ class TopDownParams(AlgorithmParams):
     geography : GeographySpec
     measures : tuple of LevelMeasure
         At least one per level; shares sum to exactly 1.
-    executor : {"serial", "pool", "spark"}
+    executor : {"serial", "pool", "spark"} or Executor
     workers : int or None
         Processes of the pool (default: the cores), or Spark's ``local[workers]``.
     spark : str
@@ -238,8 +238,8 @@ class TopDownParams(AlgorithmParams):
         if missing:
             raise ParameterError(f"measures: level {missing[0]!r} has no measurement; every level needs at least one "
                                  "(its units' tables are fitted to them)")
-        if self.executor not in EXECUTORS:
-            raise ParameterError(f"executor must be one of {list(EXECUTORS)}, got {self.executor!r}")
+        if not (isinstance(self.executor, Executor) or self.executor in EXECUTORS):
+            raise ParameterError(f"executor must be one of {list(EXECUTORS)} or an Executor, got {self.executor!r}")
         if self.workers is not None and (isinstance(self.workers, bool) or not isinstance(self.workers, int)
                                          or self.workers < 1):
             raise ParameterError(f"workers must be an integer >= 1, got {self.workers!r}")
@@ -253,7 +253,8 @@ class TopDownParams(AlgorithmParams):
 
     def describe(self) -> str:
         names = self.geography.names
-        return (f"{' → '.join(names)}, {len(self.measures)} measurements, executor {self.executor}"
+        executor = self.executor if isinstance(self.executor, str) else self.executor.describe()
+        return (f"{' → '.join(names)}, {len(self.measures)} measurements, executor {executor}"
                 + (f", backend {self.backend}" if self.backend else ""))
 
     def to_dict(self) -> dict:
@@ -261,7 +262,8 @@ class TopDownParams(AlgorithmParams):
         return {"geography": {"levels": list(g.names), "parents": g.parents if g.geography is None else "given"},
                 "measures": [{"label": m.label, "level": m.level, "query": _query_name(m.query),
                               "mechanism": m.mechanism, "share": str(m.share)} for m in self.measures],
-                "executor": self.executor, "workers": self.workers, "spark": self.spark, "backend": self.backend,
+                "executor": self.executor if isinstance(self.executor, str) else self.executor.describe(),
+                "workers": self.workers, "spark": self.spark, "backend": self.backend,
                 "time_limit": self.time_limit, "failsafe": self.failsafe,
                 "invariants": [inv.name for inv in self.invariants]}
 

@@ -204,6 +204,10 @@ def spark_session(master: str = "local[*]", conf: dict | None = None):
         raise ParameterError("executor 'spark' needs pyspark (pip install pyspark) and Java 17 or later") from None
     root = str(Path(__file__).resolve().parents[3])
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
+    # Local workers start the interpreter PYSPARK_PYTHON names (else "python3" on the PATH, which
+    # may lack this environment's packages); read when the context starts.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = (SparkSession.builder.master(master).appName("dpopt-topdown")
                .config("spark.pyspark.python", sys.executable).config("spark.pyspark.driver.python", sys.executable)
                .config("spark.executorEnv.PYTHONPATH", path).config("spark.executorEnv.OPENBLAS_NUM_THREADS", "1")
