@@ -43,7 +43,9 @@ def error_by_unit_size(geography: Geography, leaf_counts: sp.spmatrix, releases:
     -------
     DataFrame
         One row per level and group: ``level, group, units, population_min, population_max``
-        and ``mae_<method>`` per method.
+        and per method ``mae_<method>`` (mean absolute error per cell) and
+        ``error_per_person_<method>`` (the absolute errors summed over the group's cells, per
+        person of the group: what small units suffer from).
     """
     truth = geography.level_histograms(leaf_counts)
     rows = []
@@ -57,10 +59,13 @@ def error_by_unit_size(geography: Geography, leaf_counts: sp.spmatrix, releases:
             members = group == j
             row = {"level": name, "group": j + 1, "units": int(members.sum()),
                    "population_min": int(population[members].min()), "population_max": int(population[members].max())}
+            persons = max(float(population[members].sum()), 1.0)
             for method, tables in releases.items():
                 table = tables.get(name)
                 if table is not None:
-                    row[f"mae_{method}"] = float(np.abs(np.asarray(table)[members] - true[members]).mean())
+                    error = np.abs(np.asarray(table)[members] - true[members])
+                    row[f"mae_{method}"] = float(error.mean())
+                    row[f"error_per_person_{method}"] = float(error.sum() / persons)
             rows.append(row)
     return pd.DataFrame(rows)
 
