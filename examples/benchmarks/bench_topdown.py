@@ -277,6 +277,10 @@ def main(argv=None) -> int:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--plots", type=Path, default=None)
     args = parser.parse_args(argv)
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     out = national(args) if args.command == "national" else scaling(args)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1, default=str))

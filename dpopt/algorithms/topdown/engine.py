@@ -16,6 +16,7 @@ For each level, root first (Abowd et al. 2022, §5–6; design notes §2):
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -47,6 +48,8 @@ __all__ = ["LevelQuery", "LevelOutcome", "TopDownOutcome", "run_levels", "measur
 
 #: Noisy answers drawn per chunk of units (bounds the sampler's memory).
 CHUNK_CELLS = 2**22
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, eq=False)
@@ -142,6 +145,7 @@ def run_levels(
         mine = [q for q in queries if q.level == k]
         noisy = {q.label: measure_level(q, counts[k], chars, accountant, rng, name) for q in mine}
         measure_seconds = time.perf_counter() - tick
+        log.info("level %s: measured %d units in %.1f s", name, geography.sizes[k], measure_seconds)
         counts[k] = None  # the confidential counts of this level are not needed again
         tasks = build_tasks(k, geography, chars, previous, mine, noisy,
                             [inv for inv in invariants if inv.level == k], zeros, options)
@@ -169,6 +173,10 @@ def run_levels(
         report = level_report(k, geography, chars, table, previous, mine, noisy, solutions, events,
                               [inv for inv in invariants if inv.level == k], zeros)
         report["seconds"] = {"measure": measure_seconds, "solve": solve_seconds}
+        t = report["solve_seconds"]
+        log.info("level %s: %d units, %d parents, %d variables; measure %.1f s, solve %.1f s (per parent median "
+                 "%.2f s, max %.1f s, total %.0f s); failsafe %d", name, report["units"], report["parents"],
+                 report["variables"], measure_seconds, solve_seconds, t["median"], t["max"], t["total"], len(events))
         outcome.levels.append(LevelOutcome(name, k, table, noisy if keep_noisy else {}, solutions, report))
         previous = table
     outcome.message = (f"{geography.depth} levels released" +

@@ -31,9 +31,17 @@ import scipy.sparse as sp
 
 from dpopt.errors import InconsistentConstraintsError
 from dpopt.estimate.status import Status
-from dpopt.model.constraints import ConstraintSet, Integrality, Invariant, NonNegativity, StructuralZeros
+from dpopt.model.constraints import (
+    ConstraintSet,
+    Integrality,
+    Invariant,
+    LinearInequality,
+    NonNegativity,
+    StructuralZeros,
+)
 from dpopt.model.domain import Domain
 from dpopt.model.measurement import Measurement
+from dpopt.model.queries.basic import Identity
 from dpopt.model.queries.kronecker import Kronecker
 from dpopt.model.queries.marginal import Marginal
 
@@ -46,6 +54,9 @@ PARENT_CONSTRAINT = "parent = sum of children"
 FALLBACK_BACKENDS = (None, "highs")
 #: The L2 problem is scaled so that its largest count is about this (see :func:`problem_scale`).
 SCALE_TARGET = 1024.0
+#: Above this ratio of the largest count to the smallest noise scale the problem is centred
+#: on the noisy detailed table (see :func:`problem_origin`).
+CENTRE_RATIO = 1e6
 
 
 @dataclass(frozen=True)
@@ -190,12 +201,15 @@ class _Outcome:
     fractional: np.ndarray | None = None
 
 
-def _problem(task: ParentTask, active: np.ndarray, parent_values: np.ndarray | None, scale: float = 1.0):
+def _problem(task: ParentTask, active: np.ndarray, parent_values: np.ndarray | None, scale: float = 1.0,
+             origin: np.ndarray | None = None):
     """The domain, measurements and constraints of the task over its ``active`` cells.
 
-    Every count (noisy answers, their standard deviations, invariant and parent values) is
-    divided by ``scale``, a power of two, so exactly: the L2 minimiser of the scaled problem
-    is the original one divided by ``scale``.
+    With ``origin`` (children × active cells) and ``scale``, the unknowns are
+    ``d = (x - origin) / scale``: every count (noisy answers, invariant and parent values) is
+    moved by what ``origin`` gives it and divided by ``scale`` (a power of two, so exactly), the
+    noise's standard deviations are divided by ``scale`` and ``x >= 0`` becomes
+    ``d >= -origin / scale``. The L2 minimiser in ``d`` maps back to the original one.
     """
     nc, na = int(task.children.size), int(active.sum())
     domain = Domain(("child", "cell"), (nc, na))
@@ -207,10 +221,15 @@ def _problem(task: ParentTask, active: np.ndarray, parent_values: np.ndarray | N
         if rows.size == 0:
             continue
         query = Kronecker([(eye, "child"), (matrix[rows], "cell")], domain=domain)
-        values = np.asarray(q.values, dtype=np.float64)[:, rows] / scale
-        measurements.append(Measurement(query, values.ravel(), q.noise, q.scale / scale, q.variance / scale**2,
-                                        label=q.label))
-    constraints = [NonNegativity()]
+        values = np.asarray(q.values, dtype=np.float64)[:, rows]
+        if origin is not None:
+            values = values - (matrix[rows] @ origin.T).T
+        measurements.append(Measurement(query, (values / scale).ravel(), q.noise, q.scale / scale,
+                                        q.variance / scale**2, label=q.label))
+    if origin is None:
+        constraints = [NonNegativity()]
+    else:
+        constraints = [LinearInequality(Identity(domain), -origin.ravel() / scale, np.inf, name="x >= 0")]
     if task.zeros is not None:
         zeros = np.asarray(task.zeros)[:, active]
         for i, cells in _zero_groups(zeros):
@@ -219,13 +238,40 @@ def _problem(task: ParentTask, active: np.ndarray, parent_values: np.ndarray | N
     for inv in task.invariants:
         select = sp.csr_matrix((np.ones(inv.children.size), (np.arange(inv.children.size), inv.children)),
                                shape=(inv.children.size, nc))
-        query = Kronecker([(select, "child"), (inv.matrix[:, active], "cell")], domain=domain)
-        values = np.asarray(inv.values, dtype=np.float64).ravel() / scale
-        constraints.append(Invariant(query, values, name=inv.name))
+        matrix = inv.matrix[:, active]
+        query = Kronecker([(select, "child"), (matrix, "cell")], domain=domain)
+        values = np.asarray(inv.values, dtype=np.float64)
+        if origin is not None:
+            values = values - (matrix @ origin[inv.children].T).T
+        constraints.append(Invariant(query, values.ravel() / scale, name=inv.name))
     if parent_values is not None:
-        values = np.asarray(parent_values, dtype=np.float64) / scale
-        constraints.append(Invariant(Marginal(domain, ("cell",)), values, name=PARENT_CONSTRAINT))
+        values = np.asarray(parent_values, dtype=np.float64)
+        if origin is not None:
+            values = values - origin.sum(axis=0)
+        constraints.append(Invariant(Marginal(domain, ("cell",)), values / scale, name=PARENT_CONSTRAINT))
     return domain, measurements, constraints
+
+
+def problem_origin(task: ParentTask, active: np.ndarray) -> np.ndarray | None:
+    """Where to centre the problem when its counts dwarf its noise (None: no need, or no detailed query).
+
+    A nation's cells hold up to 10^8 persons measured with noise of standard deviation near 1:
+    an interior-point solver cannot resolve the residuals at that ratio (it reports
+    "optimal_inaccurate" or fails). Solving for the move away from the noisy detailed table
+    (its non-negative integers; exact in floating point) keeps every number near the noise.
+    """
+    largest = max(float(np.abs(q.values).max(initial=0.0)) for q in task.queries)
+    smallest = min(q.scale for q in task.queries)
+    if largest <= CENTRE_RATIO * max(smallest, 1e-300):
+        return None
+    for q in task.queries:
+        n = task.cells.size
+        if q.matrix.shape == (n, n) and (q.matrix != sp.identity(n, format="csr")).nnz == 0:
+            origin = np.maximum(np.rint(np.asarray(q.values, dtype=np.float64)[:, active]), 0.0)
+            if task.zeros is not None:
+                origin[np.asarray(task.zeros)[:, active]] = 0.0
+            return origin
+    return None
 
 
 def problem_scale(task: ParentTask, parent_values: np.ndarray | None) -> float:
@@ -257,9 +303,10 @@ def _solve(task: ParentTask, active: np.ndarray, parent_values, times: dict) -> 
     nc, na = int(task.children.size), int(active.sum())
     if na == 0:  # the parent holds nobody: neither do its children
         return _Outcome(np.zeros((nc, 0), dtype=np.int64), Status.OPTIMAL, "the parent is empty", 0)
-    scale = problem_scale(task, parent_values)
-    domain, measurements, scaled = _problem(task, active, parent_values, scale)
-    constraints = _problem(task, active, parent_values)[2] if scale != 1.0 else scaled
+    origin = problem_origin(task, active)
+    scale = problem_scale(task, parent_values) if origin is None else 1.0
+    domain, measurements, scaled = _problem(task, active, parent_values, scale, origin)
+    constraints = _problem(task, active, parent_values)[2] if scale != 1.0 or origin is not None else scaled
     variables = nc * na
     opts = task.options
     tick = time.perf_counter()
@@ -284,10 +331,11 @@ def _solve(task: ParentTask, active: np.ndarray, parent_values, times: dict) -> 
         return _Outcome(None, status, "L2 solve failed although the constraints are feasible: " + "; ".join(failures),
                         variables)
     note = ("; ".join(failures) + f"; solved by {fit.backend}") if failures else ""
+    x = fit.x * scale if origin is None else origin.ravel() + fit.x * scale
     tick = time.perf_counter()
     integral = ConstraintSet(domain, constraints + [Integrality()])
     try:
-        rounded = round_to_integers(fit.x * scale, integral, time_limit=opts.time_limit)
+        rounded = round_to_integers(x, integral, time_limit=opts.time_limit)
     except InconsistentConstraintsError as exc:
         times["round"] = times.get("round", 0.0) + time.perf_counter() - tick
         return _Outcome(None, Status.INFEASIBLE, f"rounding: {exc}", variables, fit.fun)
@@ -295,7 +343,7 @@ def _solve(task: ParentTask, active: np.ndarray, parent_values, times: dict) -> 
     if not rounded.success or rounded.x is None:
         return _Outcome(None, rounded.status, f"rounding ({rounded.backend}): {rounded.message}", variables, fit.fun)
     table = np.rint(rounded.x).astype(np.int64).reshape(nc, na)
-    fractional = (fit.x * scale).reshape(nc, na) if opts.keep_fractional else None
+    fractional = x.reshape(nc, na) if opts.keep_fractional else None
     return _Outcome(table, Status.OPTIMAL, fit.message, variables, float(fit.fun), float(rounded.fun), note,
                     fractional)
 
