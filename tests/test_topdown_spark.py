@@ -21,7 +21,8 @@ from dpopt.model.geography import Geography  # noqa: E402
 from .test_topdown import run_census  # noqa: E402
 
 # pyspark warns that it does not fully support pandas 3 yet; the RDD and toPandas paths used here work.
-pytestmark = pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning"),
+              pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]
 
 
 @pytest.fixture(scope="module")
