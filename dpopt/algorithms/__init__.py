@@ -27,9 +27,11 @@ from dpopt.algorithms.base import (
     register,
     registered_names,
 )
+from dpopt.algorithms.dualquery import DualQuery, DualQueryParams, dualquery
 from dpopt.algorithms.measure_reconstruct import MeasureReconstruct, MeasureReconstructParams
 from dpopt.algorithms.mwem import MWEM, MWEMParams, MWEMResult, mwem
 from dpopt.algorithms.mwem_factored import FactoredMWEMResult, factored_mwem
+from dpopt.algorithms.polynomial import Polynomial, PolynomialParams, PolynomialRelease
 from dpopt.algorithms.topdown import TopDown, TopDownParams, TopDownRelease
 
 __all__ = [
@@ -40,5 +42,7 @@ __all__ = [
     "measure_fourier",
     "MWEM", "MWEMParams", "MWEMResult", "mwem",
     "FactoredMWEMResult", "factored_mwem",
+    "Polynomial", "PolynomialParams", "PolynomialRelease",
+    "DualQuery", "DualQueryParams", "dualquery",
     "TopDown", "TopDownParams", "TopDownRelease",
 ]

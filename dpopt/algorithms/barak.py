@@ -431,7 +431,7 @@ def fourier_consistency(
             message = f"{message}; the estimate is not finite"
         do_round = True if integer is None else bool(integer)
         if x is not None and do_round:
-            rounding = round_to_integers(x, cs, time_limit=time_limit)
+            rounding = round_to_integers(x, cs, method="cellwise", time_limit=time_limit)
             if not rounding.success:
                 success, status = False, rounding.status
                 message = f"integer rounding failed: {rounding.message}"

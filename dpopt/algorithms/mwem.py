@@ -496,7 +496,7 @@ def round_steps(rounds: int, budget: Budget, workload, select: str, label: str,
 
 def release_mwem_table(algorithm, plan, accountant, x, n, measurements, rounds, *, info, marginals) -> Release:
     """An MWEM table as a release: rounded to integers keeping the public total when integral."""
-    from dpopt.model.constraints import ConstraintSet, Invariant
+    from dpopt.model.constraints import ConstraintSet, Invariant, NonNegativity
     from dpopt.model.queries.basic import Total
 
     constraints = plan.constraints
@@ -510,10 +510,12 @@ def release_mwem_table(algorithm, plan, accountant, x, n, measurements, rounds, 
         if abs(n - round(n)) > 1e-9:
             raise ParameterError(f"the public total {n!r} is not an integer")
         constraints = ConstraintSet(constraints.domain, list(constraints.constraints))
+        if not constraints.nonnegative:
+            constraints.add(NonNegativity())
         constraints.add(Invariant(Total(constraints.domain), np.array([round(n)], dtype=float),
                                   name="total (public in MWEM)"))
         notes.append("The last iterate was rounded to the L1-closest non-negative integer table with the same total.")
-    counts, rounding, failure = round_release(np.asarray(x, dtype=np.float64), constraints)
+    counts, rounding, failure = round_release(np.asarray(x, dtype=np.float64), constraints, method="cellwise")
     if failure is not None:
         return make_release(algorithm, plan, accountant, status=rounding.status, message=failure,
                             measurements=measurements, rounding=rounding, notes=notes,

@@ -78,7 +78,7 @@ from dpopt.algorithms.mwem import (
 )
 from dpopt.errors import DataError, DomainError, DpoptError, ParameterError, QueryError, at_key
 from dpopt.estimate.factored import MAX_GROUP_CELLS, BinaryMarginalCells, FactoredMWState, FactoredTable
-from dpopt.estimate.mw_step import ipf_ready
+from dpopt.estimate.proportional import counting_invariant
 from dpopt.estimate.status import Status
 from dpopt.model.binary_marginals import binary_marginal_counts, check_ways, require_binary
 from dpopt.model.constraints import ConstraintSet
@@ -223,7 +223,7 @@ def factored_mwem(
     table = FactoredTable(domain, n, max_group_cells=max_group_cells)
     for attrs, mask in zeros:
         table.pin_zeros(attrs, mask)
-    for attrs, _, _, _ in invariants:
+    for attrs, _, _ in invariants:
         table.merge(attrs)
     table.fit_invariants(invariants)
     state = FactoredMWState(table, merge=merge)
@@ -358,9 +358,9 @@ def factored_mwem(
 def _factored_constraints(constraints: ConstraintSet | None, domain: Domain, n: float):
     """``(zero patterns, invariants for proportional fitting, total)`` of public constraints.
 
-    Zero patterns are ``(attrs, mask)``; invariants ``(attrs, query over the attrs' domain,
-    values, coverage)`` for counting queries with disjoint 0/1 rows. A single-row invariant
-    covering every cell (a total) replaces the total ``n`` instead.
+    Zero patterns are ``(attrs, mask)``; invariants ``(attrs, query, values)`` for counting
+    queries with disjoint 0/1 rows. An invariant covering every cell fixes the total ``n``
+    (a total invariant does only that).
     """
     if constraints is None:
         return [], [], n
@@ -373,14 +373,12 @@ def _factored_constraints(constraints: ConstraintSet | None, domain: Domain, n: 
     invariants = []
     for inv in constraints.invariants:
         attrs = depends_on(inv.query) or domain.attrs[:1]
-        query = restrict_query(inv.query, attrs)
-        query, values, coverage = ipf_ready(query, inv.values)
-        if query.num_rows == 1 and np.all(coverage == 1):
-            n = float(values[0])
-            continue
-        if np.all(coverage == 1):
-            n = float(values.sum())
-        invariants.append((domain.canonical(attrs), query, values, coverage))
+        fit = counting_invariant(restrict_query(inv.query, attrs), inv.values, inv.name)
+        if np.all(fit.coverage == 1):
+            n = float(fit.values.sum())  # a covering invariant fixes the total
+            if fit.query.num_rows == 1:
+                continue  # a total: nothing left to fit
+        invariants.append((domain.canonical(attrs), inv.query, fit.values))
     return zeros, invariants, n
 
 

@@ -407,6 +407,8 @@ class TopDown(Algorithm):
                  "Science Review (2022), §5-6; design notes §2")
     accountings = ("pure", "approx", "zcdp")
     supports = frozenset({"nonnegative", "integer", "structural_zeros", "hierarchy", "invariants"})
+    # The level tables are the release; the full domain's table is formed only when it fits.
+    dense_domain = False
     sections = {
         "geography": ("levels", "root", "parents", "separator", "code", "widths", "table"),
         "measure": ("label", "level", "query", "attrs", "mechanism", "share"),

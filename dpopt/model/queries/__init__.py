@@ -18,6 +18,7 @@ from dpopt.model.queries._common import (
 from dpopt.model.queries.basic import Identity, Total
 from dpopt.model.queries.binary import BinaryEncoding, binary_encoding
 from dpopt.model.queries.combine import Stack, Weighted
+from dpopt.model.queries.literal_conjunctions import Conjunctions, distinct_records
 from dpopt.model.queries.explicit import SparseQuery
 from dpopt.model.queries.fourier import (
     FourierParity,
@@ -36,6 +37,7 @@ from dpopt.model.queries.selected import SelectedRows
 __all__ = [
     "AllRanges",
     "BinaryEncoding",
+    "Conjunctions",
     "FourierParity",
     "Identity",
     "Kronecker",
@@ -59,6 +61,7 @@ __all__ = [
     "binary_encoding",
     "column_norms_of_matrix",
     "depends_on",
+    "distinct_records",
     "downward_closure",
     "fast_walsh_hadamard",
     "marginal_from_fourier",
