@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
+from threadpoolctl import threadpool_limits
 
 from dpopt.errors import InconsistentConstraintsError
 from dpopt.estimate.status import Status
@@ -156,7 +157,18 @@ class ParentSolution:
 
 
 def solve_parent(task: ParentTask) -> ParentSolution:
-    """Solve one parent's children (see the module notes); never raises for an infeasible problem."""
+    """Solve one parent's children (see the module notes); never raises for an infeasible problem.
+
+    BLAS runs on one thread here: the executors parallelise across parents, and a thread count that
+    differs between the driver and Spark's Python workers (which set ``OMP_NUM_THREADS=1``) changes
+    the floating-point sums enough to move a rounding tie, so every executor would release a
+    slightly different table.
+    """
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _solve_parent(task)
+
+
+def _solve_parent(task: ParentTask) -> ParentSolution:
     start = time.perf_counter()
     times: dict[str, float] = {}
     nc = int(task.children.size)
