@@ -32,6 +32,7 @@ from dpopt.algorithms.measure_reconstruct import MeasureReconstruct, MeasureReco
 from dpopt.algorithms.mwem import MWEM, MWEMParams, MWEMResult, mwem
 from dpopt.algorithms.mwem_factored import FactoredMWEMResult, factored_mwem
 from dpopt.algorithms.polynomial import Polynomial, PolynomialParams, PolynomialRelease
+from dpopt.algorithms.topdown import TopDown, TopDownParams, TopDownRelease
 
 __all__ = [
     "REGISTRY", "Algorithm", "AlgorithmParams", "AlgorithmPlan", "PlannedMeasure", "Release", "get_algorithm",
@@ -43,4 +44,5 @@ __all__ = [
     "FactoredMWEMResult", "factored_mwem",
     "Polynomial", "PolynomialParams", "PolynomialRelease",
     "DualQuery", "DualQueryParams", "dualquery",
+    "TopDown", "TopDownParams", "TopDownRelease",
 ]
