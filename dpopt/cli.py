@@ -134,8 +134,9 @@ def _run_summary(release, seconds: float) -> str:
         f"  privacy: {pr['accounting']} {budget}; ledger "
         + ("sums exactly to the budget" if pr["ledger_sums_to_budget"] else
            "leaves " + ", ".join(f"{k} = {v}" for k, v in pr["unspent"].items()) + " unspent"),
-        f"  reconstruction: {rc['objective']} with {rc['backend']} ({rc['solver']}), {rc['status']} "
-        f"in {rc['time_seconds']:.2f} s" + (f"; rounded ({rc['rounding']['method']})" if "rounding" in rc else ""),
+        (f"  reconstruction: {rc['objective']} with {rc['backend']} ({rc['solver']}), {rc['status']} "
+         if rc["objective"] else f"  algorithm: {rc['backend']} ({rc['solver']}), {rc['status']} ")
+        + f"in {rc['time_seconds']:.2f} s" + (f"; rounded ({rc['rounding']['method']})" if "rounding" in rc else ""),
         f"  constraints: {sum(c['satisfied'] for c in r['constraints'])} of {len(r['constraints'])} hold "
         f"(largest violation {r['max_violation']:.3g})",
     ]
@@ -144,7 +145,9 @@ def _run_summary(release, seconds: float) -> str:
     if r.get("evaluation"):
         s = r["evaluation"]["summary"]
         lines.append(f"  evaluation (NOT private): total variation {s['total_variation']:.4f}, "
-                     f"L1 error of the table {s['l1_full_table']:,.0f}")
+                     f"L1 error of the table {s['l1_full_table']:,.0f}" if "total_variation" in s else
+                     f"  evaluation (NOT private): {s['queries_evaluated']} marginals, mean relative L1 error "
+                     f"{s['mean_relative_l1']:.4f}")
     lines.append(f"  wrote {release.out}/ ({len(r.get('files', []))} files) in {seconds:.1f} s; "
                  f"see {release.out}/summary.{'md' if 'md' in release.spec.output.summary else 'html'}"
                  if release.spec.output.summary else f"  wrote {release.out}/ in {seconds:.1f} s")

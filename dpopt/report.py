@@ -278,8 +278,21 @@ def summary_blocks(report: dict) -> list[tuple]:
         b.append(("h2", "Accuracy against the confidential data"))
         b.append(("warn", f"This section is {NOT_PRIVATE_EVALUATION}."))
         s = ev["summary"]
-        b.append(("p", f"Records: {s['records']:,}. Total variation distance of the released table: "
-                       f"{_fmt(s['total_variation'])}; L1 error of the full table: {_fmt(s['l1_full_table'])}."))
+        if "total_variation" in s:
+            b.append(("p", f"Records: {s['records']:,}. Total variation distance of the released table: "
+                           f"{_fmt(s['total_variation'])}; L1 error of the full table: {_fmt(s['l1_full_table'])}."))
+            worse = s.get("worse_than_noisy") or []
+            b.append(("p", "On every measured query the release is at least as close to the truth as its noisy "
+                           "answers." if not worse else
+                           "The release is further from the truth than its own noisy answers on: "
+                           + "; ".join(f"{w['query']} (L1 error {_fmt(w['released_l1_error'])} against "
+                                       f"{_fmt(w['noisy_l1_error'])}, {_fmt(w['excess'])} more)" for w in worse)
+                           + ". In expectation consistency improves every measured query; one run can lose "
+                             "where the noise happened to be small or a constraint pulls the answers."))
+        else:
+            b.append(("p", f"Records: {s['records']:,}. No table was released: {s['queries_evaluated']} released "
+                           f"marginals compared; mean L1 error relative to the records "
+                           f"{_fmt(s['mean_relative_l1'])}, largest cell error {_fmt(s['max_abs_error'])}."))
         b.append(("table", ["kind", "query", "answers", "L1 error", "L1 error of the noisy answers", "max |error|"],
                   [[q["kind"], q["query"], str(q["answers"]), _fmt(q["l1_error"]), _fmt(q["noisy_l1_error"]),
                     _fmt(q["max_abs_error"])] for q in ev["queries"]]))

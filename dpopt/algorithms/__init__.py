@@ -33,6 +33,7 @@ from dpopt.algorithms.measure_reconstruct import MeasureReconstruct, MeasureReco
 from dpopt.algorithms.mwem import MWEM, MWEMParams, MWEMResult, mwem
 from dpopt.algorithms.mwem_factored import FactoredMWEMResult, factored_mwem
 from dpopt.algorithms.polynomial import Polynomial, PolynomialParams, PolynomialRelease
+from dpopt.algorithms.topdown import TopDown, TopDownParams, TopDownRelease
 
 __all__ = [
     "REGISTRY", "Algorithm", "AlgorithmParams", "AlgorithmPlan", "PlannedMeasure", "Release", "get_algorithm",
@@ -45,4 +46,5 @@ __all__ = [
     "Polynomial", "PolynomialParams", "PolynomialRelease",
     "DualQuery", "DualQueryParams", "dualquery",
     "MatrixMechanism", "MatrixMechanismParams", "WorkloadSpec",
+    "TopDown", "TopDownParams", "TopDownRelease",
 ]

@@ -338,6 +338,9 @@ class Algorithm(abc.ABC):
     supports: ClassVar[frozenset[str]] = frozenset()
     #: Spec tables it reads besides the common ones.
     sections: ClassVar[tuple[str, ...]] = ()
+    #: Whether it needs the whole domain as a dense table (False: it works on domains far too
+    #: large for one, releasing answers or records; the pipeline then never builds the table).
+    dense_domain: ClassVar[bool] = True
     #: Its frozen parameter dataclass.
     Params: ClassVar[type[AlgorithmParams]] = AlgorithmParams
 

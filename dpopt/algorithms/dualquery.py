@@ -228,6 +228,7 @@ class DualQuery(Algorithm):
     name = "dualquery"
     title = "synthetic records from a game between multiplicative weights over queries and an integer-program oracle"
     reference = DUALQUERY_REFERENCE
+    dense_domain = False
     accountings = ("approx",)
     supports = frozenset({"nonnegative", "integer", "structural_zeros", "hierarchy", "invariants"})
     sections = {"dualquery": ("workload", "order", "queries", "workload_seed", "attributes", "eta", "rounds",

@@ -477,6 +477,7 @@ class Polynomial(Algorithm):
                  "ICALP 2012: Theorem 3.1 with Fact 4.2 / Lemma 4.3 (disjunctions, marginals via Section 4.1) "
                  "and Lemma 4.6 (t-of-k)")
     supports = frozenset()
+    dense_domain = False
     sections = {"polynomial": SPEC_KEYS}
     Params = PolynomialParams
 

@@ -28,7 +28,7 @@ from dpopt.algorithms.base import Release
 from dpopt.errors import DataError, DpoptError, SolverError
 from dpopt.model.constraints import ConstraintSet
 from dpopt.model.data import Dataset
-from dpopt.release.evaluate import evaluate_release
+from dpopt.release.evaluate import evaluate_release, evaluate_without_table
 from dpopt.release.outputs import (
     ReleaseResult,
     released_table,
@@ -186,7 +186,10 @@ def run(
                        random_description=release.rng.description, random_is_private=release.rng.is_private)
         if evaluate:
             step("evaluating")
-            evaluation, summary, truths = evaluate_release(p, data_set, counts, release.measurements, constraints)
+            if counts is not None:
+                evaluation, summary, truths = evaluate_release(p, data_set, counts, release.measurements, constraints)
+            else:
+                evaluation, summary, truths = evaluate_without_table(p, data_set, release)
             release.update(evaluation=evaluation, evaluation_summary=summary, evaluation_truth=truths)
             bar.update(1)
             lap("evaluate")

@@ -213,7 +213,8 @@ def _build_domain(spec: ReleaseSpec) -> Domain:
             domain = Domain.from_json(d.json)
         else:
             domain = Domain.from_dict(dict(d.attributes))
-        domain.require_dense("a release over the full domain")
+        if spec.algorithm.dense_domain:
+            domain.require_dense(f"algorithm = {spec.algorithm.name!r}, which releases a table over the full domain")
     except (DpoptError, OSError, ValueError) as exc:
         raise spec.error(("domain",), plain(exc)) from None
     return domain
