@@ -207,7 +207,17 @@ def read_manifest(directory: str | os.PathLike) -> dict | None:
 
 
 # ---- signals ----------------------------------------------------------------------------------------
+# A handled signal that arrives while the signals are held (cleanup, the final renames) waits
+# here and is raised when the hold ends. This is done in Python rather than by masking the
+# signal: another thread (BLAS, a solver) would receive a masked process signal anyway.
+_hold_depth = 0
+_pending: list[int] = []
+
+
 def _raise_interrupted(signum, frame):  # noqa: ARG001 - the signal handler's signature
+    if _hold_depth:
+        _pending.append(int(signum))
+        return
     raise Interrupted(signum)
 
 
@@ -236,15 +246,17 @@ def handle_signals() -> Iterator[None]:
 
 @contextmanager
 def _signals_held() -> Iterator[None]:
-    """Hold the handled signals until the block ends (then a pending one is delivered)."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED_SIGNALS)
+    """Hold the handled signals until the block ends; then the first one held is raised."""
+    global _hold_depth
+    _hold_depth += 1
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        _hold_depth -= 1
+        if _hold_depth == 0 and _pending:
+            signum = _pending[0]
+            _pending.clear()
+            raise Interrupted(signum)
 
 
 # ---- stale temporaries -------------------------------------------------------------------------------

@@ -104,6 +104,13 @@ class Dataset:
         """
         path = _existing(path)
         _check_text_labels(domain, missing_values)
+        header = list(pd.read_csv(path, dtype=str, nrows=0).columns)
+        wanted = list(domain.attrs) + ([kwargs["weight_column"]] if kwargs.get("weight_column") else [])
+        missing = [c for c in wanted if c not in header]
+        if missing:
+            shown = [h if len(h) <= 30 else h[:27] + "..." for h in map(str, header[:8])]
+            raise DataError(f"columns {missing} are missing from the data (its header row holds {shown}"
+                            f"{' and more' if len(header) > 8 else ''})")
         frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""] + list(missing_values),
                             usecols=_usecols(domain, kwargs))
         return cls.from_frame(frame, domain, **kwargs)

@@ -96,7 +96,7 @@ def released_table(p, counts: np.ndarray) -> pd.DataFrame:
 released_marginals = measured_answers
 
 
-def synthesize(domain: Domain, counts: np.ndarray, *, limit: int = MAX_SYNTHETIC_RECORDS) -> pd.DataFrame:
+def synthesize(domain: Domain, counts: np.ndarray, *, limit: int | None = None) -> pd.DataFrame:
     """Integer synthetic microdata: one row per person, ``counts[c]`` rows for cell ``c``.
 
     The number of rows equals ``counts.sum()``; every marginal of the rows equals the
@@ -107,6 +107,7 @@ def synthesize(domain: Domain, counts: np.ndarray, *, limit: int = MAX_SYNTHETIC
     if counts.dtype.kind not in "iu" or (counts < 0).any():
         raise DataError("synthetic microdata need non-negative integer counts")
     total = int(counts.sum(dtype=np.int64))
+    limit = MAX_SYNTHETIC_RECORDS if limit is None else limit
     if total > limit:
         from dpopt.release.resources import format_bytes
 
