@@ -18,7 +18,7 @@ import pandas as pd
 
 from dpopt.algorithms.base import Algorithm, AlgorithmPlan, PlannedMeasure
 from dpopt.atomic import check_output_dir
-from dpopt.errors import DpoptError, InconsistentConstraintsError, SpecError
+from dpopt.errors import DomainError, DpoptError, InconsistentConstraintsError, SpecError
 from dpopt.model.constraints import (
     ConstraintSet,
     Hierarchy,
@@ -29,7 +29,7 @@ from dpopt.model.constraints import (
     StructuralZeros,
 )
 from dpopt.model.data import Dataset
-from dpopt.model.domain import Domain
+from dpopt.model.domain import MAX_DENSE_CELLS, Domain
 from dpopt.model.queries.base import LinearQuery
 from dpopt.privacy.accountant import Accountant
 from dpopt.privacy.budget import Budget
@@ -263,7 +263,9 @@ def _build_domain(spec: ReleaseSpec) -> Domain:
             domain = Domain.from_dict(dict(d.attributes))
         if d.codes:
             domain = domain.with_codes(d.codes)
-        domain.require_dense("a release over the full domain")
+        if domain.size > MAX_DENSE_CELLS:
+            raise DomainError(f"the domain has {domain.size:.3g} cells, above the limit of {MAX_DENSE_CELLS:.0e} "
+                              "for a release, which holds its full table; use fewer or coarser attributes")
     except (DpoptError, OSError, ValueError) as exc:
         raise spec.error(("domain",), _plain(exc)) from None
     return domain

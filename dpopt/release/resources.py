@@ -18,7 +18,8 @@ estimates):
 * an explicit interior-point or simplex solve (cvxpy/Clarabel, HiGHS; the L2 and entropy
   objectives below ``MATRIX_FREE_NNZ`` stacked non-zeros, any L2 problem with invariants
   other than the total or with inequalities, a full L1/L-infinity LP): about 1,500 bytes
-  per non-zero and per row of each measurement's matrix;
+  per non-zero and per row of each measurement's matrix (400 for the LP, 250 for scipy's
+  bounded least squares on an explicit matrix);
 * a working-set solve (non-negative least squares or column generation on large domains):
   a dense Gram matrix and block over the working set, whose size is bounded by the measured
   rows (a non-negative least-squares optimum has at most one positive cell per row),
@@ -26,8 +27,8 @@ estimates):
   row per cell) have a diagonal Gram, a vector, and are solved matrix-free when they are all
   there is.
 
-The limit is ``DPOPT_MEMORY_LIMIT`` (bytes, or with a K/M/G/T suffix) when set, else the
-memory the operating system reports as available (``MemAvailable``).
+The limit is ``DPOPT_MEMORY_LIMIT`` (bytes, or with a K/M/G/T suffix; ``none`` turns the check
+off) when set, else the memory the operating system reports as available (``MemAvailable``).
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ BYTES_PER_ATTRIBUTE_CELL = 16
 EXPLICIT_BYTES_PER_NONZERO = 1500
 #: Bytes per non-zero of an explicit LP (HiGHS simplex) of the L1/L-infinity objectives.
 LP_BYTES_PER_NONZERO = 400
+#: Bytes per non-zero (and per row) of an explicit bounded least-squares solve by scipy.
+LSQ_BYTES_PER_NONZERO = 250
 _ENV = "DPOPT_MEMORY_LIMIT"
 
 
@@ -109,10 +112,13 @@ def format_bytes(value: float) -> str:
 def memory_limit() -> tuple[float | None, str]:
     """``(bytes, where it comes from)``: ``DPOPT_MEMORY_LIMIT`` when set, else the available memory."""
     text = os.environ.get(_ENV)
+    if text and text.strip().lower() == "none":
+        return None, f"{_ENV}=none"
     if text:
         match = re.fullmatch(r"\s*([0-9.]+(?:[eE][0-9]+)?)\s*([KMGTP]?)(?:i?B)?\s*", text, re.IGNORECASE)
         if not match:
-            raise SpecError(f"{_ENV}={text!r}: give a number of bytes, optionally with K, M, G or T (e.g. 8G)")
+            raise SpecError(f"{_ENV}={text!r}: give a number of bytes, optionally with K, M, G or T (e.g. 8G), "
+                            "or none")
         scale = 1024 ** "KMGTP".find(match.group(2).upper()) * 1024 if match.group(2) else 1
         return float(match.group(1)) * scale, f"{_ENV}"
     try:
@@ -142,9 +148,11 @@ def estimate_memory(p) -> MemoryEstimate:
     if rc is None or not measured:
         return estimate
     engine = _engine(p, rc, measured)
-    if engine in ("interior point", "lp"):
-        per = EXPLICIT_BYTES_PER_NONZERO if engine == "interior point" else LP_BYTES_PER_NONZERO
-        name = {"interior point": f"{rc.backend or 'cvxpy'} interior-point", "lp": "HiGHS LP"}[engine]
+    if engine in ("interior point", "lp", "least squares"):
+        per = {"interior point": EXPLICIT_BYTES_PER_NONZERO, "lp": LP_BYTES_PER_NONZERO,
+               "least squares": LSQ_BYTES_PER_NONZERO}[engine]
+        name = {"interior point": f"{rc.backend or 'cvxpy'} interior-point", "lp": "HiGHS LP",
+                "least squares": "scipy least-squares"}[engine]
         advice = ("use [reconstruct] backend = \"scipy\", which solves this objective matrix-free"
                   if rc.objective == "l2" and not _general(p) else
                   "measure queries with fewer cells per row, or drop the invariants and inequalities that "
@@ -182,8 +190,8 @@ def check_resources(p) -> MemoryEstimate:
     head = (f"{item.what} needs about {format_bytes(item.bytes)} ({item.detail}"
             + (f", {item.engine} engine" if item.engine != "table" else "") + ")")
     raise p.spec.error(item.path, f"{head}; the release about {format_bytes(estimate.total)}, above the memory limit "
-                                  f"of {format_bytes(estimate.limit)} ({estimate.limit_source}); {item.advice}",
-                       ResourceLimitError)
+                                  f"of {format_bytes(estimate.limit)} ({estimate.limit_source}); {item.advice} "
+                                  f"(or set {_ENV})", ResourceLimitError)
 
 
 # ---- what each measurement weighs -------------------------------------------------------------------
@@ -228,7 +236,7 @@ def _engine(p, rc, measured) -> str:
     if rc.objective == "l2":
         if _general(p) or rc.backend in ("cvxpy", "highs") or (rc.backend is None and nnz <= MATRIX_FREE_NNZ):
             return "interior point"
-        return "working set"
+        return "least squares" if nnz <= MATRIX_FREE_NNZ else "working set"
     if rc.objective == "entropy":
         return "interior point" if nnz <= MATRIX_FREE_NNZ else "working set"
     if p.domain.size <= FULL_LP_CELLS and nnz <= FULL_LP_NNZ:
