@@ -99,6 +99,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # a file that cannot be read or written: the system's words suffice
         print(f"dpopt: error: {_one_line(exc)}; nothing was written", file=sys.stderr)
         return EXIT_ERROR
+    except MemoryError as exc:  # beyond the plan's estimate (dpopt.release.resources): still one line
+        print(f"dpopt: error: out of memory ({_one_line(exc) or 'MemoryError'}); nothing was written; "
+              "`dpopt check` prints the plan's memory estimate", file=sys.stderr)
+        return EXIT_ERROR
     except KeyboardInterrupt as exc:
         signum = exc.signum if isinstance(exc, Interrupted) else 2
         name = exc.name if isinstance(exc, Interrupted) else "SIGINT"
