@@ -60,41 +60,19 @@ from dpopt.release.pipeline import NotPrivateWarning
 REPO = Path(__file__).resolve().parents[1]
 ROWS: list[dict] = []  # one per case, for the closing note's table
 
-BASE = """\
-name = "small"
-[domain]
-builtin = "census"
-states = 2
-counties_per_state = 2
-[data]
-path = "people.csv"
-[privacy]
-accounting = "pure"
-epsilon = 1
-[[measure]]
-label = "county x sex"
-query = "marginal"
-attrs = ["county", "sex"]
-mechanism = "laplace"
-share = 0.25
-[[measure]]
-label = "household"
-query = "marginal"
-attrs = ["age_group", "relationship", "household_type"]
-mechanism = "laplace"
-share = 0.75
-[constraints]
-nonnegative = true
-integer = true
-structural_zeros = [{ builtin = true }]
-invariants = [{ name = "state totals", query = "marginal", attrs = ["state"], from_data = true }]
-[reconstruct]
-objective = "l2"
-[output]
-formats = ["csv", "parquet"]
-summary = ["md"]
-plots = false
-"""
+def _base() -> str:
+    """test_cli's small census spec, reading the user's file, with labelled measurements and both formats."""
+    from tests.test_cli import SMALL
+
+    text = SMALL.replace('source = "example"\nrows = 800', 'path = "people.csv"')
+    text = text.replace('[[measure]]\nquery = "marginal"\nattrs = ["county", "sex"]',
+                        '[[measure]]\nlabel = "county x sex"\nquery = "marginal"\nattrs = ["county", "sex"]')
+    text = text.replace('[[measure]]\nquery = "marginal"\nattrs = ["age_group"',
+                        '[[measure]]\nlabel = "household"\nquery = "marginal"\nattrs = ["age_group"')
+    return text.replace('formats = ["csv"]', 'formats = ["csv", "parquet"]')
+
+
+BASE = _base()
 
 
 def edit(text: str, old: str, new: str) -> str:
