@@ -22,6 +22,10 @@ from dpopt.release.outputs import read_released
 from dpopt.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Seeded runs here are tests of seeded runs: their NOT-private warning is expected (and tested in
+# tests/test_bad_inputs.py).
+pytestmark = pytest.mark.filterwarnings("ignore::dpopt.release.pipeline.NotPrivateWarning")
 QUICKSTART = REPO / "models" / "quickstart.toml"
 
 
