@@ -6,6 +6,7 @@
     dpopt check SPEC [--data PATH]
     dpopt models
     dpopt example-data --rows N --seed S --out PATH [--format csv|parquet] [--overwrite]
+    dpopt audit SPEC [--runs N] [--domain-limit K] [--out DIR]
 
 ``SPEC`` is a TOML file or the name of a built-in spec (``dpopt models`` lists them).
 Input errors print one line, ``dpopt: error: ...`` naming the file, line and key, and exit
@@ -77,6 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--counties-per-state", metavar="K", type=_positive_int, default=3,
                     help="counties in each state (default 3)")
     ex.add_argument("--overwrite", action="store_true", help="replace PATH if it exists")
+
+    from dpopt.audit.command import add_parser as add_audit_parser
+
+    add_audit_parser(sub)
     return parser
 
 
@@ -92,6 +97,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return _check(args)
             if args.command == "models":
                 return _models()
+            if args.command == "audit":
+                from dpopt.audit.command import main as audit_main
+
+                return audit_main(args)
             return _example_data(args)
     except DpoptError as exc:
         print(f"dpopt: error: {_one_line(exc)}", file=sys.stderr)
@@ -146,14 +155,17 @@ def _run_summary(release, seconds: float) -> str:
     rc = r["reconstruction"]
     rel = r["released"]
     budget = ", ".join(f"{k} = {v}" for k, v in pr["budget"].items())
+    what = (f"{rel['cells']:,} cells, total {rel['total']:,.0f}" if rel["total"] is not None else  # a table, or
+            f"{len(rel['answers']):,} answer tables ({sum(rel['answers'].values()):,} answers), no table")
     lines = [
-        f"dpopt: released {release.spec.name!r}: {rel['cells']:,} cells, total {rel['total']:,.0f}"
+        f"dpopt: released {release.spec.name!r}: {what}"
         + (f", {rel['synthetic_rows']:,} synthetic records" if rel["synthetic_rows"] is not None else ""),
         f"  privacy: {pr['accounting']} {budget}; ledger "
         + ("sums exactly to the budget" if pr["ledger_sums_to_budget"] else
            "leaves " + ", ".join(f"{k} = {v}" for k, v in pr["unspent"].items()) + " unspent"),
-        f"  reconstruction: {rc['objective']} with {rc['backend']} ({rc['solver']}), {rc['status']} "
-        f"in {rc['time_seconds']:.2f} s" + (f"; rounded ({rc['rounding']['method']})" if "rounding" in rc else ""),
+        (f"  reconstruction: {rc['objective']} with {rc['backend']} ({rc['solver']}), {rc['status']} "
+         if rc["objective"] else f"  algorithm: {rc['backend']} ({rc['solver']}), {rc['status']} ")
+        + f"in {rc['time_seconds']:.2f} s" + (f"; rounded ({rc['rounding']['method']})" if "rounding" in rc else ""),
         f"  constraints: {sum(c['satisfied'] for c in r['constraints'])} of {len(r['constraints'])} hold "
         f"(largest violation {r['max_violation']:.3g})",
     ]
@@ -162,7 +174,9 @@ def _run_summary(release, seconds: float) -> str:
     if r.get("evaluation"):
         s = r["evaluation"]["summary"]
         lines.append(f"  evaluation (NOT private): total variation {s['total_variation']:.4f}, "
-                     f"L1 error of the table {s['l1_full_table']:,.0f}")
+                     f"L1 error of the table {s['l1_full_table']:,.0f}" if "total_variation" in s else
+                     f"  evaluation (NOT private): {s['queries_evaluated']} marginals, mean relative L1 error "
+                     f"{s['mean_relative_l1']:.4f}")
     lines.append(f"  wrote {release.out}/ ({len(r.get('files', []))} files) in {seconds:.1f} s; "
                  f"see {release.out}/summary.{'md' if 'md' in release.spec.output.summary else 'html'}"
                  if release.spec.output.summary else f"  wrote {release.out}/ in {seconds:.1f} s")

@@ -105,7 +105,13 @@ def bar_by_query(
 
 
 def release_plots(release: "ReleaseResult", directory: str | Path) -> dict[str, str]:
-    """Draw the release's figures into ``directory``; returns ``{name: file name}``."""
+    """Draw the release's figures into ``directory``; returns ``{name: file name}``.
+
+    The figures compare the released table with the measurements: a release without a table
+    (answers or records only) has none.
+    """
+    if release.counts is None:
+        return {}
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     x = np.asarray(release.counts, dtype=np.float64)

@@ -111,12 +111,16 @@ def build_report(release: "ReleaseResult") -> dict:
         }
     rounding = release.rounding
     if rounding is not None:
+        rinfo = rounding.info or {}
         reconstruction["rounding"] = {
             "status": _status(rounding.status),
             "message": str(rounding.message),
             "l1_change": _num(rounding.fun),
             "time_seconds": _num(rounding.time),
-            "method": (rounding.info or {}).get("method"),
+            "method": rinfo.get("method"),
+            "measured_change": _jsonable(_records(rinfo.get("measured_change"))),
+            **{k: _jsonable(_records(rinfo[k])) for k in ("exceptions", "gap", "fallback", "relaxed")
+               if rinfo.get(k) is not None and not (isinstance(rinfo[k], pd.DataFrame) and rinfo[k].empty)},
         }
     x = None if release.counts is None else np.asarray(release.counts, dtype=np.float64)
     described = {row["constraint"]: row for row in release.constraints.describe()}
@@ -279,6 +283,10 @@ def summary_blocks(report: dict) -> list[tuple]:
         r = rc["rounding"]
         text += (f" Rounded to integers ({r.get('method')}): status {r['status']}, total change "
                  f"{_fmt(r['l1_change'])}.")
+        if r.get("fallback"):
+            text += f" Fallback: {r['fallback']}."
+        if r.get("exceptions"):
+            text += f" {len(r['exceptions'])} measured answers could not stay at the floor or ceiling of their fit."
     b.append(("p", text))
 
     alg = report.get("algorithm")
@@ -309,8 +317,21 @@ def summary_blocks(report: dict) -> list[tuple]:
         b.append(("h2", "Accuracy against the confidential data"))
         b.append(("warn", f"This section is {NOT_PRIVATE_EVALUATION}."))
         s = ev["summary"]
-        b.append(("p", f"Records: {s['records']:,}. Total variation distance of the released table: "
-                       f"{_fmt(s['total_variation'])}; L1 error of the full table: {_fmt(s['l1_full_table'])}."))
+        if "total_variation" in s:
+            b.append(("p", f"Records: {s['records']:,}. Total variation distance of the released table: "
+                           f"{_fmt(s['total_variation'])}; L1 error of the full table: {_fmt(s['l1_full_table'])}."))
+            worse = s.get("worse_than_noisy") or []
+            b.append(("p", "On every measured query the release is at least as close to the truth as its noisy "
+                           "answers." if not worse else
+                           "The release is further from the truth than its own noisy answers on: "
+                           + "; ".join(f"{w['query']} (L1 error {_fmt(w['released_l1_error'])} against "
+                                       f"{_fmt(w['noisy_l1_error'])}, {_fmt(w['excess'])} more)" for w in worse)
+                           + ". In expectation consistency improves every measured query; one run can lose "
+                             "where the noise happened to be small or a constraint pulls the answers."))
+        else:
+            b.append(("p", f"Records: {s['records']:,}. No table was released: {s['queries_evaluated']} released "
+                           f"marginals compared; mean L1 error relative to the records "
+                           f"{_fmt(s['mean_relative_l1'])}, largest cell error {_fmt(s['max_abs_error'])}."))
         b.append(("table", ["kind", "query", "answers", "L1 error", "L1 error of the noisy answers", "max |error|"],
                   [[q["kind"], q["query"], str(q["answers"]), _fmt(q["l1_error"]), _fmt(q["noisy_l1_error"]),
                     _fmt(q["max_abs_error"])] for q in ev["queries"]]))
@@ -393,6 +414,11 @@ def _data_text(p) -> str:
     if p.data_source == "given":
         return "given in Python"
     return str(p.data_path)
+
+
+def _records(value: Any) -> Any:
+    """A DataFrame as a list of row dicts (other values as they are)."""
+    return value.to_dict(orient="records") if isinstance(value, pd.DataFrame) else value
 
 
 def _status(status: Any) -> str | None:

@@ -512,7 +512,14 @@ def test_solver_crash_raises_solver_error_naming_backend(monkeypatch):
 
 
 def test_status_success_only_for_optimal():
+    """Only OPTIMAL is a solve's success; COMPLETED is an iterative algorithm's status (releasable,
+    with OPTIMAL), never a solver's."""
     assert [s for s in Status if s.success] == [Status.OPTIMAL]
+    assert [s for s in Status if s.releasable] == [Status.OPTIMAL, Status.COMPLETED]
+    for name in available_backends():
+        solver_statuses = set(BACKENDS[name].status_map.values())
+        assert Status.COMPLETED not in solver_statuses, name
+        assert [s for s in solver_statuses if s.success] == [Status.OPTIMAL], name
 
 
 # ---- form validation ---------------------------------------------------------------------------------

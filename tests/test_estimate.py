@@ -3,15 +3,11 @@ infeasibility named, error bars against simulation."""
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from dpopt.errors import SolverError
-from dpopt.estimate import Status, reconstruct, round_to_integers, standard_errors
+from dpopt.estimate import Status, reconstruct, standard_errors
 from dpopt.estimate.backends import installed_backends
 from dpopt.model.constraints import (
     ConstraintSet,
@@ -223,50 +219,7 @@ def test_unknown_backend_and_option(binary4):
         reconstruct(m, ConstraintSet(binary4.domain, [NonNegativity()]), "entropy", bogus=1)
 
 
-# ---- integer rounding -----------------------------------------------------------------------
-def brute_force_rounding(target, cs):
-    """Enumerate integer tables within +-1 of floor/ceil: the L1-closest feasible one."""
-    n = target.size
-    choices = [range(max(0, int(np.floor(t)) - 1), int(np.ceil(t)) + 2) for t in target]
-    best = None
-    for cand in itertools.product(*choices):
-        x = np.array(cand, dtype=float)
-        if all(r["max_violation"] < 1e-9 for r in cs.residuals(x)):
-            cost = np.abs(x - target).sum()
-            best = cost if best is None else min(best, cost)
-    return best
-
-
-@settings(max_examples=25, deadline=None)
-@given(st.lists(st.floats(0, 6, allow_nan=False), min_size=6, max_size=6), st.integers(0, 5))
-def test_rounding_is_exact_and_l1_optimal(values, zero_cell):
-    dom = Domain(("g", "v"), (2, 3))
-    target = np.array(values)
-    cs = ConstraintSet(dom, [NonNegativity(), Integrality()])
-    cs.add(StructuralZeros({"g": 0, "v": 2}, name="z"))
-    target[2] = 0.0
-    totals = np.round(Marginal(dom, ["g"]).matvec(target))
-    cs.add(Invariant(Marginal(dom, ["g"]), totals, name="g_totals"))
-    cs.add(Invariant(Total(dom), [totals.sum()], name="total"))
-    res = round_to_integers(target, cs)
-    assert res.success, res.message
-    assert np.array_equal(res.x, np.round(res.x))
-    assert np.array_equal(Marginal(dom, ["g"]).matvec(res.x), totals)
-    assert res.x[2] == 0 and res.x.min() >= 0
-    assert res.fun == pytest.approx(brute_force_rounding(target, cs), abs=1e-9)
-
-
-def test_rounding_large_total_uses_lp_vertex(rng):
-    dom = Domain(tuple(f"b{i}" for i in range(12)), (2,) * 12)
-    x = rng.gamma(0.5, 3.0, dom.size)
-    cs = ConstraintSet(dom, [NonNegativity(), Integrality()])
-    cs.add(Invariant(Total(dom), [np.round(x.sum())], name="total"))
-    res = round_to_integers(x, cs)
-    assert res.success and res.info["method"].startswith("LP vertex") and res.info["totally_unimodular_rows"]
-    assert res.x.sum() == np.round(x.sum()) and np.all(res.x == np.round(res.x))
-    assert np.abs(res.x - x).max() < 1.0 + 1e-9
-
-
+# ---- integer rounding (the rounding itself is tested in tests/test_rounding.py) ------------------
 def test_reconstruct_with_integrality_rounds(geo, rng):
     ms, cs = _noisy_problem(geo, rng)
     cs = ConstraintSet(cs.domain, list(cs.constraints) + [Integrality()])

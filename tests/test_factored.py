@@ -10,7 +10,7 @@ import pytest
 
 from dpopt.algorithms.mwem import mwem
 from dpopt.algorithms.mwem_factored import binary_marginal_counts, factored_mwem
-from dpopt.errors import DataError, DomainError, PrivacyParameterError, QueryError, SolverError
+from dpopt.errors import DataError, DomainError, ParameterError, PrivacyParameterError, QueryError, SolverError
 from dpopt.estimate.factored import (
     BinaryMarginalCells,
     FactoredMWState,
@@ -406,9 +406,9 @@ def test_bad_inputs_raise_named_errors(bits_data):
         factored_mwem(bits_data, 2, 1, rounds=2, selection_share=1)
     for name, value in (("rounds", 0), ("select", "cells"), ("repeat_passes", -1), ("final_passes", 1.5),
                         ("pass_scope", "some"), ("merge", "yes"), ("on_large_group", "skip")):
-        with pytest.raises(SolverError, match=name):
+        with pytest.raises(ParameterError, match=name):
             factored_mwem(bits_data, 2, 1, **{"rounds": 2, name: value})
-    with pytest.raises(SolverError, match="max_group_cells"):
+    with pytest.raises(ParameterError, match="max_group_cells"):
         factored_mwem(bits_data, 2, 1, rounds=2, max_group_cells=0)
     with pytest.raises(DataError, match="Dataset"):
         factored_mwem(bits_data.codes, 2, 1, rounds=2)

@@ -8,7 +8,7 @@ import pytest
 from scipy import stats
 
 from dpopt.algorithms.mwem import SelectedRows, WorkloadEvaluator, mwem
-from dpopt.errors import PrivacyParameterError, QueryError, SolverError
+from dpopt.errors import ParameterError, PrivacyParameterError, QueryError
 from dpopt.estimate.mw_step import MarginalIndex, MWState
 from dpopt.model.constraints import ConstraintSet, Invariant, StructuralZeros
 from dpopt.model.data import Dataset
@@ -204,13 +204,13 @@ def test_bad_inputs_raise_named_errors(small):
         mwem(small, W)
     with pytest.raises(PrivacyParameterError, match="epsilon"):
         mwem(small, W, -1)
-    with pytest.raises(SolverError, match="rounds"):
+    with pytest.raises(ParameterError, match="rounds"):
         mwem(small, W, 1, rounds=0)
-    with pytest.raises(SolverError, match="select"):
+    with pytest.raises(ParameterError, match="select"):
         mwem(small, W, 1, select="cells")
-    with pytest.raises(SolverError, match="iterate"):
+    with pytest.raises(ParameterError, match="iterate"):
         mwem(small, W, 1, iterate="best")
-    with pytest.raises(SolverError, match="repeat_passes"):
+    with pytest.raises(ParameterError, match="repeat_passes"):
         mwem(small, W, 1, repeat_passes=-2)
     with pytest.raises(PrivacyParameterError, match="init_share"):
         mwem(small, W, 1, init_share=1)

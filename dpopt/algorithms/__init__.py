@@ -6,6 +6,16 @@ says what it will measure and with which noise, without data; ``run(plan, data, 
 rng)`` returns one :class:`~dpopt.algorithms.base.Release`.
 """
 
+from dpopt.algorithms.barak import (
+    Barak,
+    BarakParams,
+    BarakRelease,
+    FourierPlan,
+    barak_release,
+    fourier_consistency,
+    fourier_plan,
+    measure_fourier,
+)
 from dpopt.algorithms.base import (
     REGISTRY,
     Algorithm,
@@ -17,19 +27,12 @@ from dpopt.algorithms.base import (
     register,
     registered_names,
 )
+from dpopt.algorithms.dualquery import DualQuery, DualQueryParams, dualquery
 from dpopt.algorithms.measure_reconstruct import MeasureReconstruct, MeasureReconstructParams
-from dpopt.algorithms.barak import (
-    Barak,
-    BarakParams,
-    BarakRelease,
-    FourierPlan,
-    barak_release,
-    fourier_consistency,
-    fourier_plan,
-    measure_fourier,
-)
 from dpopt.algorithms.mwem import MWEM, MWEMParams, MWEMResult, mwem
 from dpopt.algorithms.mwem_factored import FactoredMWEMResult, factored_mwem
+from dpopt.algorithms.polynomial import Polynomial, PolynomialParams, PolynomialRelease
+from dpopt.algorithms.topdown import TopDown, TopDownParams, TopDownRelease
 
 __all__ = [
     "REGISTRY", "Algorithm", "AlgorithmParams", "AlgorithmPlan", "PlannedMeasure", "Release", "get_algorithm",
@@ -39,4 +42,7 @@ __all__ = [
     "measure_fourier",
     "MWEM", "MWEMParams", "MWEMResult", "mwem",
     "FactoredMWEMResult", "factored_mwem",
+    "Polynomial", "PolynomialParams", "PolynomialRelease",
+    "DualQuery", "DualQueryParams", "dualquery",
+    "TopDown", "TopDownParams", "TopDownRelease",
 ]

@@ -58,38 +58,21 @@ import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 from itertools import combinations
-from typing import Any, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
-import scipy.sparse as sp
 
-from dpopt.algorithms.base import (
-    Algorithm,
-    AlgorithmParams,
-    PlannedMeasure,
-    Release,
-    check_marginals,
-    make_release,
-    register,
-)
+from dpopt.algorithms.base import Algorithm, AlgorithmParams, PlannedMeasure
+from dpopt.algorithms.base import Release, check_marginals, make_release, register
 from dpopt.errors import DataError, DpoptError, ParameterError, PrivacyParameterError, QueryError, SolverError, at_key
 from dpopt.estimate.status import Status
-from dpopt.model.constraints import (
-    ConstraintSet,
-    Hierarchy,
-    Integrality,
-    Invariant,
-    LinearInequality,
-    NonNegativity,
-    StructuralZeros,
-)
+from dpopt.model.constraints import ConstraintSet, Integrality, NonNegativity, StructuralZeros
 from dpopt.model.data import Dataset, cells_frame
 from dpopt.model.domain import Domain
 from dpopt.model.measurement import Measurement
-from dpopt.model.queries._common import marginalize
+from dpopt.model.queries import marginalize
 from dpopt.model.queries.binary import BinaryEncoding, binary_encoding
-from dpopt.model.queries.explicit import SparseQuery
 from dpopt.model.queries.fourier import FourierParity, downward_closure, marginal_from_fourier
 from dpopt.privacy.accountant import Accountant, PrivacyCost
 from dpopt.privacy.budget import Budget
@@ -153,18 +136,7 @@ class FourierPlan:
 
     def unused_code_zeros(self) -> list[StructuralZeros]:
         """One structural-zero rule per attribute with unused binary codes (Barak et al. §6)."""
-        rules = []
-        if self.encoding is None:
-            return rules
-        for a in self.source.attrs:
-            codes = self.encoding.unused_codes[a]
-            if codes:
-                width = len(self.bits[a])
-                cells = [[(c >> (width - 1 - j)) & 1 for j in range(width)] for c in codes]
-                rules.append(StructuralZeros(_bits_expression(self.bits[a], np.array(cells)),
-                                             name=f"unused codes of {a}",
-                                             reason="binary encoding: codes beyond the attribute's size"))
-        return rules
+        return [] if self.encoding is None else self.encoding.unused_code_zeros()
 
 
 def fourier_plan(domain: Domain, marginals: Iterable[Sequence[str]] | int) -> FourierPlan:
@@ -213,14 +185,6 @@ def fourier_plan(domain: Domain, marginals: Iterable[Sequence[str]] | int) -> Fo
     closure = downward_closure(plan_bits, binary)
     query = FourierParity(binary, closure, normalized=False)
     return FourierPlan(domain, binary, encoding, tuple(requested), bits, query)
-
-
-def _bits_expression(bit_names: Sequence[str], patterns: np.ndarray) -> str:
-    """A predicate true on the cells whose bits match one of ``patterns`` (rows of 0/1)."""
-    terms = []
-    for row in patterns:
-        terms.append("(" + " and ".join(f"attr({b!r}) == {int(v)}" for b, v in zip(bit_names, row)) + ")")
-    return " or ".join(terms)
 
 
 # ---- measurement ---------------------------------------------------------------------------------
@@ -289,9 +253,9 @@ def shift_amount(measurement: Measurement, t: float, calibration: str = "paper")
     (module notes), which certifies ``1 - e^{-t}``.
     """
     if not (isinstance(t, (int, float, np.integer, np.floating)) and t > 0 and math.isfinite(t)):
-        raise SolverError(f"t must be a positive number, got {t!r}")
+        raise ParameterError(f"t must be a positive number, got {t!r}")
     if calibration not in SHIFT_CALIBRATIONS:
-        raise SolverError(f"calibration must be one of {list(SHIFT_CALIBRATIONS)}, got {calibration!r}")
+        raise ParameterError(f"calibration must be one of {list(SHIFT_CALIBRATIONS)}, got {calibration!r}")
     m = measurement.query.num_rows
     if measurement.noise == "discrete_laplace":
         if calibration == "exact":
@@ -417,7 +381,7 @@ def fourier_consistency(
     from dpopt.estimate import reconstruct, round_to_integers
 
     if method not in METHODS:
-        raise SolverError(f"method must be one of {list(METHODS)}, got {method!r}")
+        raise ParameterError(f"method must be one of {list(METHODS)}, got {method!r}")
     if not isinstance(measurement, Measurement) or measurement.query is not plan.query:
         if not (isinstance(measurement, Measurement) and isinstance(measurement.query, FourierParity)
                 and measurement.query.subsets == plan.query.subsets and not measurement.query.normalized
@@ -435,7 +399,7 @@ def fourier_consistency(
     counts = binary_table = None
     if method == "shift":
         if source_cs.invariants or source_cs.inequalities:
-            raise SolverError("method 'shift' reads marginals straight from the coefficients and cannot keep "
+            raise ParameterError("method 'shift' reads marginals straight from the coefficients and cannot keep "
                               "invariants or inequalities; use method 'linf', 'l1', 'l2' or 'entropy'")
         amount = shift_amount(measurement, t, shift_calibration)
         k = len(plan.domain)
@@ -467,7 +431,7 @@ def fourier_consistency(
             message = f"{message}; the estimate is not finite"
         do_round = True if integer is None else bool(integer)
         if x is not None and do_round:
-            rounding = round_to_integers(x, cs, time_limit=time_limit)
+            rounding = round_to_integers(x, cs, method="cellwise", time_limit=time_limit)
             if not rounding.success:
                 success, status = False, rounding.status
                 message = f"integer rounding failed: {rounding.message}"
@@ -531,7 +495,7 @@ def barak_release(
     if not isinstance(data, Dataset):
         raise DataError(f"data must be a Dataset, got {type(data).__name__}")
     if method not in METHODS:
-        raise SolverError(f"method must be one of {list(METHODS)}, got {method!r}")
+        raise ParameterError(f"method must be one of {list(METHODS)}, got {method!r}")
     plan = fourier_plan(data.domain, marginals)
     budget = _budget(epsilon, rho, delta)
     if accountant is None:
@@ -561,47 +525,18 @@ def _binary_constraints(plan: FourierPlan, source_cs: ConstraintSet) -> Constrai
     if plan.encoding is None:
         cs = ConstraintSet(plan.domain, [c for c in source_cs if not isinstance(c, Integrality)])
     else:
-        cs = ConstraintSet(plan.domain)
-        lift = _lift_matrix(plan)
-        for c in source_cs:
-            if isinstance(c, (StructuralZeros, Hierarchy)):
-                attrs, mask = c.pattern(plan.source)
-                zero = np.flatnonzero(mask)
-                if zero.size:
-                    codes = plan.source.project(attrs).unravel(zero)
-                    bit_rows = np.concatenate(
-                        [(codes[:, [j]] >> np.arange(len(plan.bits[a]) - 1, -1, -1)) & 1 for j, a in enumerate(attrs)],
-                        axis=1)
-                    names = [b for a in attrs for b in plan.bits[a]]
-                    cs.add(StructuralZeros(_bits_expression(names, bit_rows), name=c.name,
-                                           reason=getattr(c, "reason", "")))
-            elif isinstance(c, Invariant):
-                q = SparseQuery(plan.domain, c.query.to_sparse() @ lift)
-                cs.add(Invariant(q, c.values, name=c.name, from_data=c.from_data))
-            elif isinstance(c, LinearInequality):
-                q = SparseQuery(plan.domain, c.query.to_sparse() @ lift)
-                cs.add(LinearInequality(q, c.lower, c.upper, name=c.name))
-        for rule in plan.unused_code_zeros():
-            cs.add(rule)
+        cs = plan.encoding.lift_constraints(
+            ConstraintSet(plan.source, [c for c in source_cs if not isinstance(c, Integrality)]))
     if not cs.nonnegative:
         cs.add(NonNegativity())
     return cs
-
-
-def _lift_matrix(plan: FourierPlan) -> sp.csr_matrix:
-    """``P`` with ``P[s, cell_map[s]] = 1``: a source query ``Q`` becomes ``Q P`` on binary cells."""
-    cell_map = plan.encoding.cell_map()
-    n = cell_map.size
-    return sp.csr_matrix((np.ones(n, dtype=np.int64), (np.arange(n), cell_map)), shape=(n, plan.domain.size))
 
 
 def _drop_unused(plan: FourierPlan, attrs: tuple[str, ...], binary_marginal: np.ndarray) -> np.ndarray:
     """A marginal over the bits of ``attrs`` as a marginal over ``attrs`` (unused codes dropped)."""
     if plan.encoding is None:
         return np.asarray(binary_marginal)
-    padded = tuple(2 ** len(plan.bits[a]) for a in attrs)
-    sizes = tuple(plan.source.size_of(a) for a in attrs)
-    return np.asarray(binary_marginal).reshape(padded)[tuple(slice(0, s) for s in sizes)].reshape(-1)
+    return plan.encoding.source_marginal(attrs, binary_marginal)
 
 
 def _zero_forbidden(cs: ConstraintSet, attrs: tuple[str, ...], values: np.ndarray) -> np.ndarray:
@@ -775,8 +710,7 @@ class Barak(Algorithm):
             # The parities live on the binary encoding; as a query of the source cells they are
             # Q P (P maps each source cell to its code), so reports and evaluation can compare
             # them with the released table over the source domain.
-            lifted = SparseQuery(plan.domain, fplan.query.to_sparse().tocsc()[:, fplan.encoding.cell_map()].tocsr())
-            m = Measurement(lifted, m.values, m.noise, m.scale, m.variance, m.cost, m.label, dict(m.info))
+            m = Measurement(fplan.encoding.lower_query(fplan.query), m.values, m.noise, m.scale, m.variance, m.cost, m.label, dict(m.info))
         counts = rel.counts
         if counts is not None and not plan.constraints.integral:
             counts = np.asarray(counts, dtype=np.float64)

@@ -338,6 +338,9 @@ class Algorithm(abc.ABC):
     supports: ClassVar[frozenset[str]] = frozenset()
     #: Spec tables it reads besides the common ones.
     sections: ClassVar[tuple[str, ...]] = ()
+    #: Whether it needs the whole domain as a dense table (False: it works on domains far too
+    #: large for one, releasing answers or records; the pipeline then never builds the table).
+    dense_domain: ClassVar[bool] = True
     #: Its frozen parameter dataclass.
     Params: ClassVar[type[AlgorithmParams]] = AlgorithmParams
 
@@ -534,7 +537,7 @@ def get_algorithm(name: str) -> type[Algorithm]:
     if key in REGISTRY:
         return REGISTRY[key]
     known = list(REGISTRY) + list(_ALIASES)
-    raise ParameterError(f"unknown algorithm {name!r}{_close(name, known)}; registered: {', '.join(REGISTRY)}")
+    raise ParameterError(f"unknown algorithm {name!r}{_close(name, known)}; registered: {', '.join(sorted(REGISTRY))}")
 
 
 def _load_builtin() -> None:
@@ -563,7 +566,7 @@ def measured_answers(measurements, counts: np.ndarray) -> dict[str, pd.DataFrame
 def marginal_answers(domain: Domain, counts: np.ndarray, marginals) -> dict[str, pd.DataFrame]:
     """Marginal tables read off a released table, keyed ``"a, b"`` (no ``noisy`` column: not measured)."""
     from dpopt.model.data import cells_frame
-    from dpopt.model.queries._common import marginalize
+    from dpopt.model.queries import marginalize
 
     out = {}
     for attrs in marginals:
@@ -572,18 +575,23 @@ def marginal_answers(domain: Domain, counts: np.ndarray, marginals) -> dict[str,
     return out
 
 
-def round_release(x: np.ndarray, constraints: ConstraintSet, measurements=(), time_limit: float | None = None):
+def round_release(x: np.ndarray, constraints: ConstraintSet, measurements=(), time_limit: float | None = None,
+                  method: str = "auto"):
     """Round a fitted table when the constraints declare integrality: ``(counts, rounding, failure)``.
 
-    ``counts`` is int64 when rounded (float otherwise); ``rounding`` the
-    :func:`~dpopt.estimate.round_to_integers` result (None when not integral); ``failure`` a
-    message when no integer table keeps the constraints (then ``counts`` is None).
+    By default controlled rounding (:func:`~dpopt.estimate.round_to_integers`): every measured
+    answer stays at the floor or ceiling of its fitted value, so the release keeps the accuracy
+    of the fit on the marginals people read (``method="cellwise"``: the per-cell L1 optimum).
+    ``counts`` is int64 when rounded (float otherwise); ``rounding`` the rounding's result (None
+    when not integral); ``failure`` a message when no integer table keeps the constraints (then
+    ``counts`` is None).
     """
     from dpopt.estimate import round_to_integers
 
     if not constraints.integral:
         return np.asarray(x, dtype=np.float64), None, None
-    rounding = round_to_integers(x, constraints, time_limit=time_limit)
+    measured = [m for m in measurements if m.query.is_integer] or None
+    rounding = round_to_integers(x, constraints, measured=measured, method=method, time_limit=time_limit)
     if not rounding.success or rounding.x is None:
         status = getattr(rounding.status, "name", rounding.status)
         return None, rounding, f"integer rounding ended with status {status}: {rounding.message}"

@@ -35,7 +35,7 @@ from dpopt.model.queries.base import LinearQuery
 from dpopt.privacy.budget import MECHANISMS
 from dpopt.privacy.mechanisms import calibrate, measure
 from dpopt.spec.model import MeasureSpec, ReconstructSpec
-from dpopt.spec.queries import QUERY_KINDS, QuerySpec, build_query
+from dpopt.spec.queries import QUERY_KINDS, build_query
 
 if TYPE_CHECKING:  # pragma: no cover
     from dpopt.spec.table import SpecReader

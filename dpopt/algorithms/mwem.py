@@ -39,43 +39,23 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
-from dpopt.algorithms.base import (
-    Algorithm,
-    AlgorithmParams,
-    PlannedMeasure,
-    Release,
-    check_marginals,
-    make_release,
-    marginal_answers,
-    register,
-    round_release,
-)
-from dpopt.errors import DpoptError, ParameterError, PrivacyParameterError, QueryError, SolverError, at_key
+from dpopt.algorithms.base import Algorithm, AlgorithmParams, PlannedMeasure, Release
+from dpopt.algorithms.base import check_marginals, make_release, marginal_answers, register, round_release
+from dpopt.errors import DpoptError, ParameterError, PrivacyParameterError, QueryError, at_key
 from dpopt.estimate.mw_step import MWState
 from dpopt.estimate.status import Status
 from dpopt.model.constraints import ConstraintSet
 from dpopt.model.data import Dataset
 from dpopt.model.domain import Domain
 from dpopt.model.measurement import Measurement
-from dpopt.model.queries._common import (
-    SupportArray,
-    StructuredQuery,
-    abs_power_rmatvec,
-    depends_on,
-    restrict_query,
-    support_norm_powers,
-)
-from dpopt.model.queries.base import LinearQuery
-from dpopt.model.queries.basic import Identity
-from dpopt.model.queries.fourier import fast_walsh_hadamard
-from dpopt.model.queries.marginal import Marginal
+from dpopt.model.queries import Identity, LinearQuery, Marginal, SelectedRows, WorkloadEvaluator, support_norm_powers
 from dpopt.privacy.accountant import Accountant, PrivacyCost, as_fraction
 from dpopt.privacy.budget import Budget
 from dpopt.privacy.mechanisms import calibrate, exponential_mechanism, measure
@@ -88,120 +68,6 @@ MWEM_REFERENCE = "Hardt, Ligett, McSherry, NIPS 2012, Fig. 1 and Section 3"
 
 SELECT_MODES = ("query", "block")
 ITERATES = ("last", "average")
-
-
-# ---- a few rows of a query --------------------------------------------------------------------
-class SelectedRows(StructuredQuery):
-    """Rows ``rows`` of ``parent``: what MWEM measures when it selects single queries.
-
-    Column norms (hence sensitivities) are those of the selected rows only, computed from
-    the parent's operator.
-    """
-
-    def __init__(self, parent: LinearQuery, rows: Sequence[int]) -> None:
-        self.parent = parent
-        self.domain = parent.domain
-        self.rows = np.asarray(rows, dtype=np.int64).ravel()
-        if self.rows.size == 0 or self.rows.min() < 0 or self.rows.max() >= parent.num_rows:
-            raise QueryError(f"SelectedRows: rows must lie in 0..{parent.num_rows - 1}, got {self.rows[:5]}")
-        self.is_integer = parent.is_integer
-
-    @property
-    def name(self) -> str:
-        rows = ",".join(str(int(r)) for r in self.rows[:4]) + (",..." if self.rows.size > 4 else "")
-        return f"{self.parent.name}[{rows}]"
-
-    @property
-    def num_rows(self) -> int:
-        return int(self.rows.size)
-
-    @property
-    def depends_on(self) -> tuple[str, ...]:
-        return depends_on(self.parent)
-
-    def _restrict_to(self, attrs: tuple[str, ...]) -> "SelectedRows":
-        return SelectedRows(restrict_query(self.parent, attrs), self.rows)
-
-    def _scatter(self, y: np.ndarray) -> np.ndarray:
-        full = np.zeros(self.parent.num_rows)
-        np.add.at(full, self.rows, np.asarray(y, dtype=np.float64))
-        return full
-
-    def _matvec(self, x: np.ndarray) -> np.ndarray:
-        return self.parent.matvec(x)[self.rows]
-
-    def _rmatvec(self, y: np.ndarray) -> np.ndarray:
-        return self.parent.rmatvec(self._scatter(y))
-
-    def to_sparse(self) -> sp.csr_matrix:
-        return sp.csr_matrix(self.parent.to_sparse())[self.rows]
-
-    def _abs_power_rmatvec(self, v: np.ndarray, p: float) -> SupportArray:
-        return abs_power_rmatvec(self.parent, self._scatter(v), p)
-
-    def row_labels(self) -> list[str]:
-        labels = self.parent.row_labels()
-        return [labels[int(r)] for r in self.rows]
-
-
-# ---- evaluating the whole workload at once -----------------------------------------------------
-class WorkloadEvaluator:
-    """All answers of a list of query blocks on a dense vector, as one concatenated array.
-
-    Marginals of a binary domain are answered together from one Walsh-Hadamard transform:
-    with ``u = H x`` (unnormalised coefficients), the marginal on ``beta`` is
-    ``H_|beta| u[alpha ⪯ beta] / 2^|beta|`` (Barak et al. 2007, Thm 3), so each marginal
-    costs ``2^|beta|`` gathered coefficients and one small matrix product. Every other
-    block is answered by its own ``matvec``.
-    """
-
-    def __init__(self, domain: Domain, blocks: Sequence[LinearQuery]) -> None:
-        self.domain = domain
-        self.blocks = list(blocks)
-        self.sizes = np.array([b.num_rows for b in self.blocks], dtype=np.int64)
-        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)])
-        binary = all(s == 2 for s in domain.sizes)
-        self._fourier: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        self._generic: list[int] = []
-        groups: dict[int, list[int]] = {}
-        for i, b in enumerate(self.blocks):
-            if binary and isinstance(b, Marginal):
-                groups.setdefault(len(b.attrs), []).append(i)
-            else:
-                self._generic.append(i)
-        k = len(domain)
-        for size, members in groups.items():
-            # masks[i, gamma]: the full-domain parity index of the sub-parity gamma of marginal i;
-            # attribute j of the domain is bit k-1-j (C order, first attribute most significant).
-            bits = np.array([[k - 1 - domain.axis(a) for a in self.blocks[i].attrs] for i in members], dtype=np.int64)
-            gammas = np.arange(2**size)
-            sub = (gammas[:, None] >> np.arange(size - 1, -1, -1)[None, :]) & 1  # (2^size, size), C order
-            masks = (sub[None, :, :] << bits[:, None, :]).sum(axis=2)
-            hadamard = fast_walsh_hadamard(np.eye(2**size, dtype=np.int64))
-            self._fourier[size] = (np.asarray(members), masks, hadamard)
-
-    @property
-    def num_rows(self) -> int:
-        return int(self.offsets[-1])
-
-    def answers(self, x: np.ndarray) -> np.ndarray:
-        """Every block's answers on ``x``, concatenated in block order."""
-        out = np.empty(self.num_rows, dtype=np.float64 if x.dtype.kind == "f" else np.int64)
-        if self._fourier:
-            u = fast_walsh_hadamard(x)
-            for size, (members, masks, hadamard) in self._fourier.items():
-                vals = u[masks] @ hadamard  # (len(members), 2^size), H symmetric
-                vals = vals // 2**size if vals.dtype.kind == "i" else vals / 2**size
-                starts = self.offsets[members]
-                out[(starts[:, None] + np.arange(2**size)[None, :]).ravel()] = vals.ravel()
-        for i in self._generic:
-            out[self.offsets[i]:self.offsets[i + 1]] = self.blocks[i].matvec(x)
-        return out
-
-    def locate(self, flat: int) -> tuple[int, int]:
-        """(block, row) of a position in the concatenated answers."""
-        block = int(np.searchsorted(self.offsets, flat, side="right") - 1)
-        return block, int(flat - self.offsets[block])
 
 
 # ---- result --------------------------------------------------------------------------------------
@@ -308,13 +174,7 @@ def mwem(
     init = as_fraction(init_share, "init_share")
     if not 0 <= init < 1:
         raise PrivacyParameterError(f"init_share must be in [0, 1), got {init_share!r}")
-    sel_share = as_fraction(selection_share, "selection_share")
-    if not 0 < sel_share < 1:
-        raise PrivacyParameterError(f"selection_share must be in (0, 1), got {selection_share!r}")
-    rng = rng or make_random()
-    n = float(data.total if total is None else total)
-    if not n > 0:
-        raise SolverError(f"total must be positive, got {n!r}")
+    sel_share, rng, n = run_setup(data, selection_share, rng, total)
     constraints = constraints if constraints is not None else ConstraintSet(domain)
     if constraints.domain != domain:
         raise QueryError(f"constraints are over {constraints.domain}, not the data's {domain}")
@@ -456,6 +316,17 @@ def run_budget(epsilon, rho, accountant: Accountant | None, who: str) -> tuple[A
     return accountant if accountant is not None else budget.accountant(), budget.accounting, amount
 
 
+def run_setup(data: Dataset, selection_share, rng: RandomSource | None, total) -> tuple[Fraction, RandomSource, float]:
+    """The selection's share of each round, the random source and the public ``n`` of a run."""
+    sel_share = as_fraction(selection_share, "selection_share")
+    if not 0 < sel_share < 1:
+        raise PrivacyParameterError(f"selection_share must be in (0, 1), got {selection_share!r}")
+    n = float(data.total if total is None else total)
+    if not n > 0:
+        raise ParameterError(f"total must be positive, got {n!r}")
+    return sel_share, rng or make_random(), n
+
+
 def _check_workload(workload, domain: Domain) -> list[LinearQuery]:
     blocks = [workload] if isinstance(workload, LinearQuery) else list(workload)
     if not blocks:
@@ -469,20 +340,25 @@ def _check_workload(workload, domain: Domain) -> list[LinearQuery]:
     return blocks
 
 
-def _check_options(rounds, select, iterate, repeat_passes, final_passes, boost, tol) -> None:
+def check_round_options(rounds, select, repeat_passes, final_passes) -> None:
+    """The options every MWEM form shares: ``T``, the selection mode and the passes."""
     if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)) or rounds < 1:
-        raise SolverError(f"rounds must be a positive integer, got rounds={rounds!r}")
+        raise ParameterError(f"rounds must be a positive integer, got rounds={rounds!r}")
     if select not in SELECT_MODES:
-        raise SolverError(f"select must be one of {SELECT_MODES}, got select={select!r}")
-    if iterate not in ITERATES:
-        raise SolverError(f"iterate must be one of {ITERATES}, got iterate={iterate!r}")
+        raise ParameterError(f"select must be one of {SELECT_MODES}, got select={select!r}")
     for name, value in (("repeat_passes", repeat_passes), ("final_passes", final_passes)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-            raise SolverError(f"{name} must be a non-negative integer, got {name}={value!r}")
+            raise ParameterError(f"{name} must be a non-negative integer, got {name}={value!r}")
+
+
+def _check_options(rounds, select, iterate, repeat_passes, final_passes, boost, tol) -> None:
+    check_round_options(rounds, select, repeat_passes, final_passes)
+    if iterate not in ITERATES:
+        raise ParameterError(f"iterate must be one of {ITERATES}, got iterate={iterate!r}")
     if not (isinstance(boost, (int, float)) and boost >= 1):
-        raise SolverError(f"boost must be a number >= 1, got boost={boost!r}")
+        raise ParameterError(f"boost must be a number >= 1, got boost={boost!r}")
     if not (isinstance(tol, (int, float)) and tol >= 0):
-        raise SolverError(f"tol must be a number >= 0, got tol={tol!r}")
+        raise ParameterError(f"tol must be a number >= 0, got tol={tol!r}")
 
 
 def _score_sensitivity(blocks: Sequence[LinearQuery], select: str) -> float:
@@ -620,7 +496,7 @@ def round_steps(rounds: int, budget: Budget, workload, select: str, label: str,
 
 def release_mwem_table(algorithm, plan, accountant, x, n, measurements, rounds, *, info, marginals) -> Release:
     """An MWEM table as a release: rounded to integers keeping the public total when integral."""
-    from dpopt.model.constraints import ConstraintSet, Invariant
+    from dpopt.model.constraints import ConstraintSet, Invariant, NonNegativity
     from dpopt.model.queries.basic import Total
 
     constraints = plan.constraints
@@ -634,10 +510,12 @@ def release_mwem_table(algorithm, plan, accountant, x, n, measurements, rounds, 
         if abs(n - round(n)) > 1e-9:
             raise ParameterError(f"the public total {n!r} is not an integer")
         constraints = ConstraintSet(constraints.domain, list(constraints.constraints))
+        if not constraints.nonnegative:
+            constraints.add(NonNegativity())
         constraints.add(Invariant(Total(constraints.domain), np.array([round(n)], dtype=float),
                                   name="total (public in MWEM)"))
         notes.append("The last iterate was rounded to the L1-closest non-negative integer table with the same total.")
-    counts, rounding, failure = round_release(np.asarray(x, dtype=np.float64), constraints)
+    counts, rounding, failure = round_release(np.asarray(x, dtype=np.float64), constraints, method="cellwise")
     if failure is not None:
         return make_release(algorithm, plan, accountant, status=rounding.status, message=failure,
                             measurements=measurements, rounding=rounding, notes=notes,

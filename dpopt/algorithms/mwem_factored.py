@@ -60,67 +60,50 @@ would need a larger merge (after charging that selection, before its measurement
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from fractions import Fraction
-from itertools import combinations
+from dataclasses import dataclass
 
 import numpy as np
 
 from dpopt.algorithms.base import Algorithm, AlgorithmParams, Release, register
 from dpopt.algorithms.mwem import (
+    SELECT_MODES,
     SelectedRows,
+    check_round_options,
     measure_round,
     release_mwem_table,
     round_steps,
     run_budget,
+    run_setup,
     split_round_budget,
 )
-from dpopt.errors import (
-    DataError,
-    DomainError,
-    DpoptError,
-    ParameterError,
-    PrivacyParameterError,
-    QueryError,
-    SolverError,
-    at_key,
-)
+from dpopt.errors import DataError, DomainError, DpoptError, ParameterError, QueryError, at_key
+from dpopt.estimate.factored import MAX_GROUP_CELLS, BinaryMarginalCells, FactoredMWState, FactoredTable
+from dpopt.estimate.proportional import counting_invariant
 from dpopt.estimate.status import Status
-from dpopt.estimate.mw_step import ipf_ready
-from dpopt.estimate.factored import (
-    MAX_GROUP_CELLS,
-    BinaryMarginalCells,
-    FactoredMWState,
-    FactoredTable,
-    attribute_combinations,
-    cells_from_subset_moments,
-)
+from dpopt.model.binary_marginals import binary_marginal_counts, check_ways, require_binary
+from dpopt.model.constraints import ConstraintSet
 from dpopt.model.data import Dataset
 from dpopt.model.domain import Domain
 from dpopt.model.measurement import Measurement
-from dpopt.model.constraints import ConstraintSet
-from dpopt.model.queries._common import depends_on, restrict_query
+from dpopt.model.queries import depends_on, restrict_query
 from dpopt.model.queries.base import LinearQuery
 from dpopt.model.queries.marginal import Marginal, all_marginals
-from dpopt.privacy.accountant import Accountant, as_fraction
+from dpopt.privacy.accountant import Accountant
 from dpopt.privacy.mechanisms import exponential_mechanism
-from dpopt.privacy.randomness import RandomSource, make_random
+from dpopt.privacy.randomness import RandomSource
 
 __all__ = ["FactoredMWEM", "FactoredMWEMParams", "factored_mwem", "FactoredMWEMResult", "binary_marginal_counts",
            "require_binary"]
 
-SELECT_MODES = ("query", "block")
 PASS_SCOPES = ("all", "group")
 LARGE_GROUP_POLICIES = ("exclude", "error")
-#: Bytes of one chunk of the 0/1 record matrix when the data's answers are computed.
-CHUNK_BYTES = 2**26
 
 
 class FactoredMWEMResult(Release):
-    """What a factored MWEM run releases and how it got there (a :class:`~dpopt.algorithms.base.Release`).
+    """The last iterate of :func:`factored_mwem`, kept factored, and the record of its rounds.
 
-    Attributes (besides those of :class:`~dpopt.algorithms.base.Release`)
-    -----------------------------------------------------------------------
+    A :class:`~dpopt.algorithms.base.Release` whose ``counts`` is None; its own fields:
+
     table : FactoredTable
         The last iterate ``A_T`` (``table.marginal(attrs)`` answers any marginal).
     selected : list of (marginal, cell)
@@ -170,20 +153,11 @@ def factored_mwem(
         The private records; every attribute must be binary (any number of attributes).
     ways : {1, 2, 3}
         The workload: every cell of every ``ways``-way marginal.
-    epsilon : number
-        Pure-DP budget of the run (exact rational; ``0.1`` means 1/10).
-    rounds : int
-        ``T``.
-    rho : number
-        zCDP budget instead of ``epsilon``.
-    accountant : Accountant, optional
-        Charged for every step; default a new one holding exactly the budget.
-    rng : RandomSource, optional
-        Default a fresh secure source.
+    epsilon, rho, accountant, rng, rounds, repeat_passes, total, selection_share
+        As for the dense :func:`dpopt.algorithms.mwem.mwem` (the budget, where it is charged,
+        the random source, ``T``, the passes, the public ``n``, the selection's share).
     select : {"query", "block"}
-        Single cells (Fig. 1) or whole marginals ("cuboids").
-    repeat_passes : int
-        Passes over past measurements after each round (0: the plain update of Fig. 1).
+        Single marginal cells (Fig. 1) or whole marginals ("cuboids").
     pass_scope : {"all", "group"}
         ``"all"``: the passes go over every past measurement (the dense ``mwem``'s
         semantics); ``"group"``: only over the measurements held by the group of the new
@@ -209,10 +183,6 @@ def factored_mwem(
         :class:`DomainError` after its selection was charged and before its measurement.
         In both cases the error's ``round`` attribute is the failing round and the budget
         of the rounds so far stays charged.
-    total : float, optional
-        ``n``; default the data's record count, treated as public as in the paper.
-    selection_share : number in (0, 1)
-        Share of each round's budget for the selection (the paper: 1/2).
     constraints : ConstraintSet, optional
         Public constraints: structural zeros (and hierarchies) are pinned at zero in the
         groups that hold their attributes; invariants on totals and marginals are imposed by
@@ -233,23 +203,19 @@ def factored_mwem(
     if not isinstance(data, Dataset):
         raise DataError(f"factored_mwem: data must be a Dataset, got {type(data).__name__}")
     domain = data.domain
-    k = _check_ways(ways, domain)
+    k = check_ways(ways, domain)
     require_binary(domain, "factored_mwem")
     _check_options(rounds, select, repeat_passes, final_passes, merge, pass_scope, on_large_group)
+    if isinstance(max_group_cells, bool) or not isinstance(max_group_cells, (int, np.integer)) or max_group_cells < 2:
+        raise ParameterError(f"max_group_cells must be an integer >= 2, got max_group_cells={max_group_cells!r}")
     accountant, kind, budget = run_budget(epsilon, rho, accountant, "factored_mwem")
-    sel_share = as_fraction(selection_share, "selection_share")
-    if not 0 < sel_share < 1:
-        raise PrivacyParameterError(f"selection_share must be in (0, 1), got {selection_share!r}")
-    rng = rng or make_random()
-    n = float(data.total if total is None else total)
-    if not n > 0:
-        raise SolverError(f"total must be positive, got {n!r}")
+    sel_share, rng, n = run_setup(data, selection_share, rng, total)
 
     timings = dict.fromkeys(
         ("time_data", "time_score", "time_mask", "time_select", "time_measure", "time_update"), 0.0
     )
     tick = time.perf_counter()
-    true = binary_marginal_counts(data, k)  # the data's answers, once
+    true = data.binary_marginal_counts(k)  # the data's answers, once
     timings["time_data"] = time.perf_counter() - tick
 
     zeros, invariants, n = _factored_constraints(constraints, domain, n)
@@ -257,7 +223,7 @@ def factored_mwem(
     table = FactoredTable(domain, n, max_group_cells=max_group_cells)
     for attrs, mask in zeros:
         table.pin_zeros(attrs, mask)
-    for attrs, _, _, _ in invariants:
+    for attrs, _, _ in invariants:
         table.merge(attrs)
     table.fit_invariants(invariants)
     state = FactoredMWState(table, merge=merge)
@@ -392,9 +358,9 @@ def factored_mwem(
 def _factored_constraints(constraints: ConstraintSet | None, domain: Domain, n: float):
     """``(zero patterns, invariants for proportional fitting, total)`` of public constraints.
 
-    Zero patterns are ``(attrs, mask)``; invariants ``(attrs, query over the attrs' domain,
-    values, coverage)`` for counting queries with disjoint 0/1 rows. A single-row invariant
-    covering every cell (a total) replaces the total ``n`` instead.
+    Zero patterns are ``(attrs, mask)``; invariants ``(attrs, query, values)`` for counting
+    queries with disjoint 0/1 rows. An invariant covering every cell fixes the total ``n``
+    (a total invariant does only that).
     """
     if constraints is None:
         return [], [], n
@@ -402,111 +368,32 @@ def _factored_constraints(constraints: ConstraintSet | None, domain: Domain, n: 
         raise QueryError(f"constraints are over {constraints.domain}, not the data's {domain}")
     constraints.check()
     if constraints.inequalities:
-        raise SolverError("factored MWEM keeps structural zeros, hierarchies and invariants, not inequalities")
+        raise ParameterError("factored MWEM keeps structural zeros, hierarchies and invariants, not inequalities")
     zeros = [(attrs, mask) for _, attrs, mask in constraints.zero_patterns()]
     invariants = []
     for inv in constraints.invariants:
         attrs = depends_on(inv.query) or domain.attrs[:1]
-        query = restrict_query(inv.query, attrs)
-        query, values, coverage = ipf_ready(query, inv.values)
-        if query.num_rows == 1 and np.all(coverage == 1):
-            n = float(values[0])
-            continue
-        if np.all(coverage == 1):
-            n = float(values.sum())
-        invariants.append((domain.canonical(attrs), query, values, coverage))
+        fit = counting_invariant(restrict_query(inv.query, attrs), inv.values, inv.name)
+        if np.all(fit.coverage == 1):
+            n = float(fit.values.sum())  # a covering invariant fixes the total
+            if fit.query.num_rows == 1:
+                continue  # a total: nothing left to fit
+        invariants.append((domain.canonical(attrs), inv.query, fit.values))
     return zeros, invariants, n
 
 
 # ---- the data's answers, once -------------------------------------------------------------------
-def binary_marginal_counts(data: Dataset, k: int, *, chunk_rows: int | None = None) -> np.ndarray:
-    """Counts of every cell of every ``k``-way marginal of binary data, shape ``(M, 2^k)``.
-
-    Rows follow :func:`~dpopt.estimate.factored.attribute_combinations` (the order of
-    ``all_marginals``), cells C order. The subset counts ``sum_r w_r prod_{l in T} x_rl``
-    come from matrix products of the 0/1 record matrix ``X`` (``1^T X``, ``X^T W X``, and
-    for triples ``X_i^T W X_i`` over the records with ``x_i = 1``), taken in row chunks;
-    inclusion-exclusion turns them into cells. Unweighted chunks use float32 BLAS, exact
-    for counts below ``2^24`` per chunk; weighted data uses float64 (exact below ``2^53``).
-
-    Parameters
-    ----------
-    data : Dataset
-        Binary attributes only.
-    k : {1, 2, 3}
-    chunk_rows : int, optional
-        Records per chunk (default: chunks of about 64 MB).
-    """
-    require_binary(data.domain, "binary_marginal_counts")
-    k = _check_ways(k, data.domain)
-    codes, weights = data.codes, data.weights
-    rows_total, d = codes.shape
-    if chunk_rows is None:
-        chunk_rows = max(1, CHUNK_BYTES // (8 * d))
-    chunk_rows = int(min(chunk_rows, 2**24 - 1))
-    dtype = np.float32 if weights is None else np.float64
-    first = np.zeros(d)
-    second = np.zeros((d, d)) if k >= 2 else None
-    third = [np.zeros((d - i - 1) * (d - i - 2) // 2) for i in range(d - 2)] if k == 3 else []
-    upper = [np.triu_indices(d - i - 1, 1) for i in range(d - 2)] if k == 3 else []
-    for start in range(0, rows_total, chunk_rows):
-        x = codes[start:start + chunk_rows].astype(dtype)
-        w = None if weights is None else weights[start:start + chunk_rows].astype(np.float64)
-        xw = x if w is None else x * w[:, None]
-        first += xw.sum(axis=0, dtype=np.float64)
-        if second is not None:
-            second += (xw.T @ x).astype(np.float64)
-        on = np.ascontiguousarray(x.T) > 0 if k == 3 else None  # on[i]: the records with x_i = 1
-        for i in range(d - 2 if k == 3 else 0):
-            # Pair counts among the records with x_i = 1 are the triple counts (i, j, l), j, l > i.
-            sub = x[on[i], i + 1:]
-            subw = sub if w is None else sub * w[on[i]][:, None]
-            third[i] += (subw.T @ sub).astype(np.float64)[upper[i]]
-    combos = attribute_combinations(d, k)
-    moments = np.empty((len(combos), 2**k))
-    moments[:, 0] = float(data.total)
-    for l in range(k):
-        moments[:, 1 << (k - 1 - l)] = first[combos[:, l]]
-    if k >= 2:
-        for l, m in combinations(range(k), 2):
-            moments[:, (1 << (k - 1 - l)) | (1 << (k - 1 - m))] = second[combos[:, l], combos[:, m]]
-    if k == 3:
-        moments[:, 7] = np.concatenate(third) if third else np.zeros(0)
-    return cells_from_subset_moments(moments)
-
-
 # ---- validation ----------------------------------------------------------------------------------
-def require_binary(domain: Domain, who: str) -> None:
-    """DomainError naming the first attribute without exactly two values."""
-    for a, s in zip(domain.attrs, domain.sizes):
-        if s != 2:
-            raise DomainError(f"{who} needs binary attributes; attribute {a!r} has {s} values")
-
-
-def _check_ways(ways, domain: Domain) -> int:
-    if isinstance(ways, bool) or not isinstance(ways, (int, np.integer)) or ways not in (1, 2, 3):
-        raise QueryError(f"ways must be 1, 2 or 3, got ways={ways!r}")
-    if ways > len(domain):
-        raise QueryError(f"ways={ways} exceeds the {len(domain)} attributes of the domain")
-    return int(ways)
-
-
 def _check_options(rounds, select, repeat_passes, final_passes, merge, pass_scope, on_large_group) -> None:
-    if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)) or rounds < 1:
-        raise SolverError(f"rounds must be a positive integer, got rounds={rounds!r}")
-    if select not in SELECT_MODES:
-        raise SolverError(f"select must be one of {SELECT_MODES}, got select={select!r}")
-    for name, value in (("repeat_passes", repeat_passes), ("final_passes", final_passes)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
-            raise SolverError(f"{name} must be a non-negative integer, got {name}={value!r}")
+    check_round_options(rounds, select, repeat_passes, final_passes)
     if pass_scope not in PASS_SCOPES:
-        raise SolverError(f"pass_scope must be one of {PASS_SCOPES}, got pass_scope={pass_scope!r}")
+        raise ParameterError(f"pass_scope must be one of {PASS_SCOPES}, got pass_scope={pass_scope!r}")
     if on_large_group not in LARGE_GROUP_POLICIES:
-        raise SolverError(
+        raise ParameterError(
             f"on_large_group must be one of {LARGE_GROUP_POLICIES}, got on_large_group={on_large_group!r}"
         )
     if not isinstance(merge, bool):
-        raise SolverError(f"merge must be True or False, got merge={merge!r}")
+        raise ParameterError(f"merge must be True or False, got merge={merge!r}")
 
 
 # ---- the registered algorithm -------------------------------------------------------------------
@@ -534,11 +421,8 @@ class FactoredMWEMParams(AlgorithmParams):
     def validate(self) -> None:
         if isinstance(self.ways, bool) or self.ways not in (1, 2, 3):
             raise ParameterError(f"ways must be 1, 2 or 3, got {self.ways!r}")
-        try:
-            _check_options(self.rounds, self.select, self.repeat_passes, self.final_passes, True,
-                           self.pass_scope, self.on_large_group)
-        except SolverError as exc:
-            raise ParameterError(str(exc)) from None
+        _check_options(self.rounds, self.select, self.repeat_passes, self.final_passes, True,
+                       self.pass_scope, self.on_large_group)
         if isinstance(self.max_group_cells, bool) or not isinstance(self.max_group_cells, int) \
                 or self.max_group_cells < 2:
             raise ParameterError(f"max_group_cells must be an integer >= 2, got {self.max_group_cells!r}")
@@ -571,7 +455,7 @@ class FactoredMWEM(Algorithm):
     def plan(self, domain, constraints, budget):
         try:
             require_binary(domain, "algorithm = 'mwem_factored'")
-            k = _check_ways(self.params.ways, domain)
+            k = check_ways(self.params.ways, domain)
         except DpoptError as exc:
             raise at_key(exc, ("mwem_factored", "ways")) from None
         workload = list(all_marginals(domain, k))

@@ -3,9 +3,11 @@
 This package never sees the private data nor a random source. Entry points:
 
 - :func:`reconstruct` — the table that fits the measurements best under the constraints,
-  for the L2, L1, L-infinity and entropy objectives, with any installed backend;
-- :func:`round_to_integers` — the L1-closest integer table keeping every equality;
-- :func:`standard_errors` — GLS error bars for least-squares estimates.
+  for the L2, L1, L-infinity, entropy and smooth objectives, with any installed backend;
+- :func:`round_to_integers` — integer tables keeping every equality: controlled rounding of the
+  measured answers, the per-cell L1 optimum, or unbiased randomised rounding;
+- :func:`standard_errors` — error bars: exact GLS, given the active set, or a parametric
+  bootstrap through the same solve.
 """
 
 from __future__ import annotations
@@ -15,29 +17,30 @@ from typing import Sequence
 from dpopt.errors import SolverError
 from dpopt.estimate.backends import available_backends, get_backend, installed_backends
 from dpopt.estimate.entropy import solve_entropy
-from dpopt.estimate.errorbars import gls_covariance
-from dpopt.estimate.errorbars import standard_errors as _standard_errors
+from dpopt.estimate.errorbars import bootstrap_replicates, gls_covariance, standard_errors
+from dpopt.estimate.finalize import in_original_units
 from dpopt.estimate.least_squares import solve_l2
 from dpopt.estimate.linear import solve_linear
+from dpopt.estimate.policy import BACKENDS_FOR, backends_for, check_backend, installed_backends_for
 from dpopt.estimate.problem import OBJECTIVES, ConsistencyProblem
 from dpopt.estimate.result import Result
 from dpopt.estimate.rounding import round_to_integers
+from dpopt.estimate.scaling import prepare
+from dpopt.estimate.separable import separable_applies, solve_separable
+from dpopt.estimate.smooth import solve_smooth
 from dpopt.estimate.status import Status
 from dpopt.model.constraints import ConstraintSet
 from dpopt.model.measurement import Measurement
 
 __all__ = [
     "reconstruct", "round_to_integers", "standard_errors", "gls_covariance", "ConsistencyProblem",
-    "Result", "Status", "OBJECTIVES", "installed_backends", "available_backends", "get_backend",
+    "bootstrap_replicates",
+    "Result", "Status", "OBJECTIVES", "BACKENDS_FOR", "backends_for", "installed_backends_for",
+    "installed_backends", "available_backends", "get_backend",
 ]
 
-#: Which backends serve which objective (the first one is the default; see each engine).
-BACKENDS_FOR = {
-    "l2": ("cvxpy", "scipy", "highs"),  # default: cvxpy, or scipy when too large for a matrix
-    "l1": ("highs", "scipy", "cvxpy", "pulp"),
-    "linf": ("highs", "scipy", "cvxpy", "pulp"),
-    "entropy": ("exact", "mw"),
-}
+#: The engine of each objective (see each module's notes).
+ENGINES = {"l2": solve_l2, "l1": solve_linear, "linf": solve_linear, "entropy": solve_entropy, "smooth": solve_smooth}
 
 
 def reconstruct(
@@ -48,6 +51,7 @@ def reconstruct(
     backend: str | None = None,
     time_limit: float | None = None,
     integer: bool | None = None,
+    verbose: bool = False,
     **options,
 ) -> Result:
     """Find the table that fits the measurements best and obeys every constraint.
@@ -58,18 +62,25 @@ def reconstruct(
         Noisy answers; noise-free ones (variance 0) act as invariants.
     constraints : ConstraintSet, optional
         Checked for consistency first (:meth:`ConstraintSet.check`).
-    objective : {"l2", "l1", "linf", "entropy"}
+    objective : {"l2", "l1", "linf", "entropy", "smooth"}
         Weighted least squares (weights ``1/sigma^2``), weighted L1 (``1/sigma``),
-        weighted L-infinity (the Barak et al. LP) or entropy projection (multiplicative
-        weights).
+        weighted L-infinity (the Barak et al. LP), entropy projection (the maximum-entropy
+        best fit) or ``"smooth"``: least squares plus a relative-entropy penalty whose weight
+        follows the noise (:mod:`dpopt.estimate.smooth`; every free cell positive).
     backend : str, optional
         Any installed adapter that fits the objective (see :data:`BACKENDS_FOR`); default:
-        the first. ``installed_backends()`` lists what this machine has.
+        the first. ``installed_backends()`` lists what this machine has. Problems whose
+        measurements are all diagonal (the identity) are solved exactly cell by cell
+        (:mod:`dpopt.estimate.separable`) unless a backend or an engine option is named.
     time_limit : float, optional
         Seconds; a solve that hits it returns status TIME_LIMIT, not an estimate.
     integer : bool, optional
         Round the estimate exactly to integers afterwards (default: when the constraint set
-        declares integrality). The rounding's own result is in ``info["rounding"]``.
+        declares integrality): controlled rounding that keeps every measured answer at the floor
+        or ceiling of its fitted value (:func:`round_to_integers`). The rounding's own result is
+        in ``info["rounding"]``.
+    verbose : bool
+        Let the solvers print their logs (default: silent, banners included).
     **options
         Passed to the engine / backend; unknown names raise :class:`SolverError` listing
         the accepted ones.
@@ -77,27 +88,30 @@ def reconstruct(
     Returns
     -------
     Result
+        Before any solver sees it, the problem is scaled (:mod:`dpopt.estimate.scaling`):
+        counts in units of a power of two near the largest (``info["count_scale"]``), and
+        measurements whose noise is below a solver's resolution imposed as exact equalities
+        (``info["exact_by_resolution"]``, also named in the message). A status OPTIMAL means
+        dpopt has checked the point itself: optimality certificate of the solve
+        (:mod:`dpopt.estimate.verify`) and every constraint to
+        :func:`~dpopt.estimate.verify.feasibility_tolerance` in the original units
+        (:mod:`dpopt.estimate.finalize`). A failed check is status NUMERICAL_ERROR with the
+        solver's message, never a success.
     """
     problem = ConsistencyProblem(measurements, constraints, objective)
-    allowed = BACKENDS_FOR[objective]
-    if backend is not None and backend not in allowed:
-        raise SolverError(
-            f"backend {backend!r} does not solve the {objective!r} objective; use one of {list(allowed)} "
-            f"(installed: {installed_backends()})"
-        )
-    if backend is not None and backend not in ("exact", "mw"):
-        get_backend(backend)  # raises, listing what is installed, when it is missing
+    check_backend(objective, backend)
     problem.constraints.check()
-    if objective == "l2":
-        result = solve_l2(problem, backend, time_limit, **options)
-    elif objective == "entropy":
-        result = solve_entropy(problem, backend, time_limit, **options)
+    prepared = prepare(problem)
+    if backend is None and not options and separable_applies(prepared.problem):
+        result = solve_separable(prepared.problem, time_limit)
     else:
-        result = solve_linear(problem, backend, time_limit, **options)
+        result = ENGINES[objective](prepared.problem, backend, time_limit, verbose=verbose, **options)
+    result = in_original_units(result, problem, prepared)
     result.problem = problem
     do_round = problem.constraints.integral if integer is None else integer
     if do_round and result.success:
-        rounding = round_to_integers(result.x, problem.constraints, time_limit=time_limit)
+        rounding = round_to_integers(result.x, problem.constraints, measured=problem.noisy or None,
+                                     time_limit=time_limit)
         result.info["rounding"] = {k: rounding[k] for k in ("status", "message", "fun", "time", "info")}
         result.info["fractional_x"] = result.x
         if not rounding.success:
@@ -109,12 +123,3 @@ def reconstruct(
             result.max_violation = rounding.max_violation
     return result
 
-
-def standard_errors(result_or_problem, query=None):
-    """GLS standard errors of every cell (or of ``query``'s answers) of an L2 estimate."""
-    problem = getattr(result_or_problem, "problem", result_or_problem)
-    if not isinstance(problem, ConsistencyProblem):
-        raise SolverError("standard_errors needs a reconstruct() result or a ConsistencyProblem")
-    if problem.objective != "l2":
-        raise SolverError(f"error bars are defined for the l2 objective, not {problem.objective!r}")
-    return _standard_errors(problem, query)

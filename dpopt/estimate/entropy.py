@@ -29,8 +29,10 @@ import numpy as np
 from dpopt.errors import SolverError
 from dpopt.estimate.max_entropy import exact_entropy_applies, simplex_gap, solve_max_entropy
 from dpopt.estimate.problem import ConsistencyProblem
+from dpopt.estimate.proportional import BoostSchedule, counting_invariant, proportional_fit
 from dpopt.estimate.result import Result, make_result
 from dpopt.estimate.status import Status
+from dpopt.estimate.verify import largest_eigenvalue, project_rows
 
 ENTROPY_OPTIONS = ("max_passes", "tol", "ipf_sweeps", "initial", "simultaneous")
 #: The entropy objective's solvers: the exact two-stage method (:mod:`dpopt.estimate.max_entropy`)
@@ -38,6 +40,11 @@ ENTROPY_OPTIONS = ("max_passes", "tol", "ipf_sweeps", "initial", "simultaneous")
 ENTROPY_BACKENDS = ("exact", "mw")
 #: Largest multiple of the paper's step the adaptive schedule may reach.
 MAX_BOOST = 64.0
+#: A converged multiplicative-weights run is OPTIMAL only when its projected-gradient step is below
+#: this share of the largest cell. Mirror descent converges sublinearly near the boundary, so this
+#: is looser than the solvers' 1e-6 (CERTIFICATE_TOL); the figure is in info["natural_residual"].
+MW_CERTIFICATE_TOL = 1e-3
+
 
 
 def solve_entropy(
@@ -46,6 +53,7 @@ def solve_entropy(
     time_limit: float | None = None,
     *,
     initial: np.ndarray | None = None,
+    verbose: bool = False,
     **options,
 ) -> Result:
     """The entropy objective: the maximum-entropy table among the best fits with total ``N``.
@@ -97,7 +105,7 @@ def solve_entropy(
     else:
         x[free] = np.maximum(np.asarray(initial, dtype=np.float64)[free], 0) + 1e-12
         x *= total / x.sum()
-    invariants = [_ipf_ready(inv) for inv in problem.constraints.invariants]
+    invariants = [counting_invariant(inv.query, inv.values, repr(inv.name)) for inv in problem.constraints.invariants]
     if problem.constraints.inequalities:
         raise SolverError("the 'mw' backend does not support linear inequalities; use objective 'l2' or 'l1'")
     min_var = min((m.variance for m in problem.noisy), default=1.0)
@@ -113,36 +121,33 @@ def solve_entropy(
         row_eta = np.concatenate([np.full(m.query.num_rows, eta) for m, eta in steps]) / len(steps)
         max_boost = MAX_BOOST * len(steps)
         inv_var = 1.0 / problem.sigmas() ** 2
-    x = _project(x, invariants, ipf_sweeps)
-    loss = _loss(problem, x)
+    x = proportional_fit(x, invariants, ipf_sweeps)
+    schedule = BoostSchedule(max_boost, _loss(problem, x))
     answers = op.matvec(x) if simultaneous else None
-    boost = 1.0
     status, message, passes = Status.ITERATION_LIMIT, f"stopped after {max_passes} passes", max_passes
     for sweep in range(1, max_passes + 1):
         previous, previous_answers = x, answers
         if simultaneous:
-            x = _multiply(x, boost * op.rmatvec(row_eta * (targets - answers)), rescaled=not invariants)
+            x = _multiply(x, schedule.boost * op.rmatvec(row_eta * (targets - answers)), rescaled=not invariants)
             if not invariants:
                 x *= total / x.sum()
-            x = _project(x, invariants, ipf_sweeps)
+            x = proportional_fit(x, invariants, ipf_sweeps)
         for m, eta in steps if not simultaneous else ():
             residual = m.values - m.query.matvec(x)
-            x = _multiply(x, boost * eta * m.query.rmatvec(residual), rescaled=not invariants)
+            x = _multiply(x, schedule.boost * eta * m.query.rmatvec(residual), rescaled=not invariants)
             if not invariants:
                 x *= total / x.sum()
-            x = _project(x, invariants, ipf_sweeps)
+            x = proportional_fit(x, invariants, ipf_sweeps)
         if simultaneous:
             answers = op.matvec(x)
             new_loss = float(np.sum((answers - targets) ** 2 * inv_var))
         else:
             new_loss = _loss(problem, x)
-        if new_loss > loss * (1 + 1e-12) and boost > 1.0:
+        if not schedule.accept(new_loss):
             # The enlarged step overshot: undo the pass and fall back towards the paper's step.
-            x, boost = previous, max(1.0, boost / 4)
-            answers = previous_answers
+            x, answers = previous, previous_answers
             continue
         change = np.abs(x - previous).sum() / total
-        loss, boost = new_loss, min(boost * 1.5, max_boost)
         if change < tol:
             status, message, passes = Status.OPTIMAL, f"converged after {sweep} passes (L1 change {change:.2e} of the total)", sweep
             break
@@ -156,8 +161,18 @@ def solve_entropy(
                            problem=problem, info={"total": total, "passes": passes})
     fun = _loss(problem, x)
     info = {"total": total, "passes": passes}
-    if not invariants:
-        info["duality_gap"] = simplex_gap(problem, x, free)
+    gap = _frank_wolfe_gap(problem, x, free, invariants)
+    if gap is not None:
+        info["duality_gap"] = gap
+    if status is Status.OPTIMAL:
+        # A small last step is not a certificate: the projected-gradient step must vanish too.
+        residual = _natural_residual(problem, x, free, invariants, total)
+        info["natural_residual"] = residual
+        if residual is None or residual > MW_CERTIFICATE_TOL:
+            status = Status.ITERATION_LIMIT
+            message += ("; not certified optimal: no projection onto these invariants" if residual is None else
+                        f"; not certified optimal: projected-gradient step {residual:.2e} of the largest cell "
+                        f"(tolerance {MW_CERTIFICATE_TOL:g})")
     return make_result(
         status, x, message=message, fun=fun, objective="entropy", backend="mw",
         solver="multiplicative weights", time=time.perf_counter() - start, nit=passes, problem=problem,
@@ -192,25 +207,58 @@ def _max_column_l1(query) -> float:
     return float(np.max(powers)) if np.ndim(powers) else float(powers)
 
 
-def _ipf_ready(inv):
-    """An invariant usable by proportional fitting: 0/1 entries, each cell in at most one row."""
-    q = inv.query
-    coverage = q.rmatvec(np.ones(q.num_rows))
-    l1, l2 = q.column_norm_powers(1), q.column_norm_powers(2)
-    zero_one = q.is_integer and np.allclose(coverage, l1) and np.allclose(l1, l2) and np.all(coverage <= 1 + 1e-12)
-    if not zero_one:
-        raise SolverError(
-            f"invariant {inv.name!r}: the 'mw' backend imposes invariants by proportional fitting, which "
-            "needs counting queries with disjoint rows (totals, marginals); use objective 'l2' or 'l1'"
-        )
-    return inv, coverage
+def _frank_wolfe_gap(problem: ConsistencyProblem, x: np.ndarray, free: np.ndarray, invariants) -> float | None:
+    """The Frank–Wolfe gap ``<g, x> − min_{z feasible} <g, z>`` of the weighted squared loss,
+    an upper bound on ``loss(x) − min loss`` (convexity), over the scaled simplex (no invariants)
+    or, when the invariants' rows are disjoint and cover every free cell, over the product of the
+    rows' scaled simplices; None otherwise."""
+    if not problem.noisy:
+        return 0.0  # no loss: every feasible table is a best fit
+    if not invariants:
+        return simplex_gap(problem, x, free)
+    from dpopt.estimate.separable import row_groups
+
+    groups = row_groups(problem)
+    if groups is None or (groups[0][free] < 0).any():
+        return None
+    group, targets = groups
+    op = problem.stacked_operator()
+    gradient = op.rmatvec(2.0 * (op.matvec(x) - problem.targets()) / problem.sigmas() ** 2)
+    g, grad = group[free], gradient[free]
+    order = np.lexsort((grad, g))
+    first = np.concatenate([[True], np.diff(g[order]) != 0])
+    lowest = np.zeros(targets.size)
+    lowest[g[order][first]] = grad[order][first]
+    return float(gradient @ x - lowest @ targets)
 
 
-def _project(x: np.ndarray, invariants, sweeps: int) -> np.ndarray:
-    """Iterative proportional fitting to every invariant (KL projection)."""
-    for _ in range(sweeps if len(invariants) > 1 else 1):
-        for inv, coverage in invariants:
-            current = inv.query.matvec(x)
-            ratio = np.divide(inv.values, current, out=np.zeros_like(current), where=current > 0)
-            x = x * (inv.query.rmatvec(ratio) + (1.0 - coverage))
-    return x
+def _natural_residual(problem: ConsistencyProblem, x: np.ndarray, free: np.ndarray, invariants,
+                      total: float) -> float | None:
+    """``|x − P(x − ∇loss(x) / L)|`` over the largest cell, ``P`` the projection onto the feasible
+    set (the scaled simplex, or the invariants' disjoint rows when they cover every free cell)
+    and ``L`` the gradient's Lipschitz constant: 0 exactly at the best fits; None when the
+    invariants overlap (no cheap projection)."""
+    from dpopt.estimate.separable import row_groups
+
+    if not problem.noisy:
+        return 0.0
+
+    if invariants:
+        groups = row_groups(problem)
+        if groups is None or (groups[0][free] < 0).any():
+            return None
+        group, targets = groups[0][free], groups[1]
+    else:
+        group, targets = np.zeros(free.size, dtype=np.int64), np.array([total])
+    op = problem.stacked_operator()
+    w = 1.0 / problem.sigmas() ** 2
+    gradient = op.rmatvec(2.0 * w * (op.matvec(x) - problem.targets()))[free]
+
+    def gram(u):
+        full = np.zeros(x.size)
+        full[free] = u
+        return op.rmatvec(2.0 * w * op.matvec(full))[free]
+
+    lipschitz = largest_eigenvalue(gram, free.size)
+    step = project_rows(x[free] - gradient / max(lipschitz, 1e-300), group, targets)
+    return float(np.abs(x[free] - step).max(initial=0.0)) / max(float(x[free].max(initial=0.0)), 1e-300)

@@ -46,7 +46,15 @@ from typing import Hashable, Iterable, Mapping, Sequence
 import numpy as np
 
 from dpopt.errors import DomainError, QueryError, SolverError
+from dpopt.estimate.proportional import counting_invariant, proportional_fit
+from dpopt.model.binary_marginals import (
+    attribute_combinations,
+    cells_from_subset_moments,
+    inclusion_exclusion_matrix,
+    superset_sums,
+)
 from dpopt.model.domain import Domain
+from dpopt.model.queries import restrict_query
 
 __all__ = [
     "FactoredTable", "FactoredTerm", "FactoredMWState", "BinaryMarginalCells",
@@ -341,28 +349,39 @@ class FactoredTable:
         self.multiply(attrs, (~np.asarray(mask, dtype=bool)).astype(np.float64).ravel())
 
     def fit_invariants(self, invariants: Sequence[tuple], *, tol: float = 1e-10, max_sweeps: int = 500) -> int:
-        """Iterative proportional fitting to invariants ``(attrs, query, values, coverage)``.
+        """Proportional fitting of the groups that carry invariants ``(attrs, query, values)``.
 
-        ``query`` is a counting query over ``domain.project(attrs)`` with 0/1 entries and
-        disjoint rows (a total or a marginal of ``attrs``), ``coverage`` its column sums.
-        Every invariant's attributes must lie in one group (:meth:`merge` them first). Sweeps
-        until every invariant holds within ``tol`` times ``1 + max |value|``; returns the sweeps
-        done, or raises :class:`SolverError` when ``max_sweeps`` do not get there (the
-        invariants then contradict the zeros or each other).
+        ``query`` is a counting query of the domain with 0/1 entries and disjoint rows (a total
+        or a marginal) depending only on ``attrs``, which must lie in one group (:meth:`merge`
+        them first). Each such group's table is fitted by
+        :func:`~dpopt.estimate.proportional.proportional_fit` (the KL projection), kept at the
+        table's total, until every invariant holds within ``tol`` times ``1 + max |value|``.
+        Returns the most sweeps a group needed; raises :class:`SolverError` when ``max_sweeps``
+        do not get there (the invariants then contradict the structural zeros or each other).
         """
-        if not invariants:
-            return 0
-        scale = 1.0 + max(float(np.abs(v).max(initial=0.0)) for _, _, v, _ in invariants)
-        for sweep in range(1, max_sweeps + 1):
-            for attrs, query, values, coverage in invariants:
-                current = query.matvec(self.marginal(attrs))
-                ratio = np.divide(values, current, out=np.zeros_like(current), where=current > 0)
-                self.multiply(attrs, query.rmatvec(ratio) + (1.0 - coverage))
-            worst = max(float(np.abs(q.matvec(self.marginal(a)) - v).max(initial=0.0)) for a, q, v, _ in invariants)
-            if worst <= tol * scale:
-                return sweep
-        raise SolverError(f"proportional fitting did not reach the invariants within {max_sweeps} sweeps "
-                          f"(largest violation {worst:.3g}); they may contradict the structural zeros")
+        by_group: dict[int, list] = {}
+        for attrs, query, values in invariants:
+            by_group.setdefault(self.key_of(attrs), []).append((query, values))
+        most = 0
+        for key, members in by_group.items():
+            group = self._groups[key]
+            names = tuple(self.domain.attrs[a] for a in group.axes)
+            fits = [counting_invariant(restrict_query(q, names), v, q.name) for q, v in members]
+            scale = 1.0 + max(float(np.abs(f.values).max(initial=0.0)) for f in fits)
+            x = group.table.reshape(-1) * self.total
+            for sweep in range(1, max_sweeps + 1):
+                x = proportional_fit(x, fits, sweeps=1)
+                x *= self.total / x.sum()
+                worst = max(float(np.abs(f.query.matvec(x) - f.values).max(initial=0.0)) for f in fits)
+                if worst <= tol * scale:
+                    break
+            else:
+                raise SolverError(f"proportional fitting did not reach the invariants within {max_sweeps} sweeps "
+                                  f"(largest violation {worst:.3g}); they may contradict the structural zeros")
+            group.table = (x / self.total).reshape(group.table.shape)
+            self._touch(key)
+            most = max(most, sweep)
+        return most
 
 
 def _preview_groups(groups: list[list[str]], k: int = 4) -> str:
@@ -498,57 +517,6 @@ class FactoredMWState:
 
 
 # ---- every cell of every k-way marginal of a binary table ------------------------------------
-def attribute_combinations(d: int, k: int) -> np.ndarray:
-    """All ``k``-subsets of ``range(d)`` as rows, in lexicographic order (``itertools.combinations``)."""
-    if k == 1:
-        return np.arange(d, dtype=np.int64)[:, None]
-    if k == 2:
-        i, j = np.triu_indices(d, 1)
-        return np.stack([i, j], axis=1).astype(np.int64)
-    if k == 3:
-        parts = []
-        for i in range(d - 2):
-            j, l = np.triu_indices(d - i - 1, 1)
-            parts.append(np.stack([np.full(j.size, i), j + i + 1, l + i + 1], axis=1))
-        return np.concatenate(parts).astype(np.int64) if parts else np.zeros((0, 3), dtype=np.int64)
-    return np.array(list(combinations(range(d), k)), dtype=np.int64).reshape(-1, k)
-
-
-def inclusion_exclusion_matrix(k: int) -> np.ndarray:
-    """``E`` with ``cells = subset_moments @ E.T`` for a ``k``-way binary marginal.
-
-    Cell ``a`` and subset ``T`` are ``k``-bit masks, bit ``k-1-l`` for the ``l``-th attribute
-    (C order: the first attribute most significant). ``P(x = a) = sum_{T ⊇ a} (-1)^{|T \\ a|}
-    E[prod_{l in T} x_l]`` (inclusion-exclusion over the attributes set to 0).
-    """
-    masks = np.arange(2**k)
-    a, t = masks[:, None], masks[None, :]
-    sign = 1 - 2 * (np.vectorize(lambda v: bin(v).count("1"))(a ^ t) % 2)
-    return np.where((a & t) == a, sign, 0).astype(np.float64)
-
-
-def cells_from_subset_moments(moments: np.ndarray) -> np.ndarray:
-    """All cells of binary marginals from their subset moments (rows: marginals, columns: masks)."""
-    moments = np.asarray(moments, dtype=np.float64)
-    k = int(round(math.log2(moments.shape[1])))
-    return moments @ inclusion_exclusion_matrix(k).T
-
-
-def superset_sums(table: np.ndarray) -> np.ndarray:
-    """All moments of a binary probability table at once: ``Z[T] = E[prod_{l in T} x_l]``.
-
-    ``T`` is a flat C-order index read as a bit mask (bit ``s-1-l`` for axis ``l``); ``Z`` is
-    the superset-sum (zeta) transform ``Z[T] = sum_{x ⊇ T} P(x)``, ``s`` butterfly passes of
-    ``2^(s-1)`` additions each.
-    """
-    s = table.ndim
-    z = np.array(table, dtype=np.float64).reshape(-1)
-    for l in range(s):
-        view = z.reshape(2**l, 2, -1)
-        view[:, 0, :] += view[:, 1, :]
-    return z
-
-
 class BinaryMarginalCells:
     """Probabilities of every cell of every ``k``-way marginal of a binary :class:`FactoredTable`.
 

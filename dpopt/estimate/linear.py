@@ -27,12 +27,11 @@ import numpy as np
 import scipy.sparse as sp
 
 from dpopt.errors import SolverError
-from dpopt.estimate.backends import get_backend
-from dpopt.estimate.backends.highs import IncrementalLP
 from dpopt.estimate.form import ProgramForm
 from dpopt.estimate.exact_fit import certified_exact_fit, exact_fit_result
 from dpopt.estimate.interior_point import l1_interior_columns
-from dpopt.estimate.least_squares import nnls_by_column_generation
+from dpopt.estimate.least_squares import nnls_by_column_generation, normalised_sigmas
+from dpopt.estimate.policy import choose_backend
 from dpopt.estimate.problem import ConsistencyProblem
 from dpopt.estimate.result import Result, from_outcome, make_result
 from dpopt.estimate.status import Status
@@ -71,6 +70,7 @@ def solve_linear(
     nnls_rounds: int = 50,
     first_method: str | None = None,
     exact_fit: str | None = "basic",
+    verbose: bool = False,
     **options,
 ) -> Result:
     """Solve the L1 or L-infinity problem; see the module notes.
@@ -93,15 +93,17 @@ def solve_linear(
     maximum-entropy exact fit (every free cell positive), None not at all.
     """
     start = time.perf_counter()
-    engine = get_backend(backend or "highs")
+    engine = choose_backend("LP", backend)
     free = problem.free_cells()
     lower, upper = problem.cell_bounds()
     big = problem.num_cells > FULL_LP_CELLS or problem.nnz_estimate() > FULL_LP_NNZ
-    use_cg = big if column_generation is None else bool(column_generation)
+    # With a diagonal measurement (the identity) every cell has a measured row of its own and a
+    # basic optimum uses most cells: pricing them in by batches costs far more than one LP.
+    use_cg = (big and not problem.observes_every_cell()) if column_generation is None else bool(column_generation)
     lp = _LinearProgram(problem)
     if not use_cg:
         form = lp.form(free, lower[free], upper[free], elastic=False)
-        outcome = engine.solve(form, time_limit=time_limit, **options)
+        outcome = engine.solve(form, time_limit=time_limit, verbose=verbose, **options)
         x = lp.cells(outcome.x, free) if outcome.x is not None else None
         return from_outcome(outcome, x, objective=problem.objective, problem=problem,
                             time=time.perf_counter() - start, info=lp.info(free.size, rounds=1))
@@ -140,20 +142,21 @@ def solve_linear(
     is_free_cell = np.zeros(problem.num_cells, dtype=bool)
     is_free_cell[free] = True
     session = None
-    if warm_start and engine.name == "highs" and not options:
-        # The master stays loaded in HiGHS; each round continues from the last basis.
+    if warm_start and engine.incremental and not options:
+        # The master stays loaded in the solver; each round continues from the last basis.
         # HiGHS's dual tolerance is absolute (1e-7); costs here are weights 1/sigma, often
         # far below 1, so it is set relative to the largest weight, as the pricing is.
-        session = IncrementalLP(lp.form(cols, lower[cols], upper[cols], elastic=True),
-                                first_method=first_method or "ipm",
-                                dual_tolerance=min(1e-7, max(1e-10, 1e-7 * lp.cost_scale)))
+        session = engine.incremental_lp(lp.form(cols, lower[cols], upper[cols], elastic=True),
+                                        first_method=first_method or "ipm",
+                                        dual_tolerance=min(1e-7, max(1e-10, 1e-7 * lp.cost_scale)), verbose=verbose)
     positions = np.arange(cols.size)  # where each cell column sits among the session's variables
     total_iterations = 0
     stalled = None  # the largest relative pricing violation when the pricing stalls
     for rounds in range(1, max_rounds + 1):
         remaining = None if time_limit is None else max(1e-3, time_limit - (time.perf_counter() - start))
         if session is None:
-            outcome = engine.solve(lp.form(cols, lower[cols], upper[cols], elastic=True), time_limit=remaining, **options)
+            outcome = engine.solve(lp.form(cols, lower[cols], upper[cols], elastic=True), time_limit=remaining,
+                                   verbose=verbose, **options)
             values = outcome.x
         else:
             outcome = session.solve(remaining)
@@ -200,7 +203,7 @@ def solve_linear(
     if slack > 1e-7 * max(1.0, lp.rhs_scale):
         # The constraints themselves cannot hold: solve in full to have the conflicts named.
         form = lp.form(free, lower[free], upper[free], elastic=False)
-        full = engine.solve(form, time_limit=time_limit, **options)
+        full = engine.solve(form, time_limit=time_limit, verbose=verbose, **options)
         x = lp.cells(full.x, free) if full.x is not None else None
         return from_outcome(full, x, objective=problem.objective, problem=problem,
                             time=time.perf_counter() - start, info=lp.info(free.size, rounds=rounds))
@@ -246,7 +249,7 @@ class _LinearProgram:
         self.problem = problem
         self.objective = problem.objective
         cs = problem.constraints
-        self.weights = 1.0 / problem.sigmas()
+        self.weights = 1.0 / normalised_sigmas(problem)  # at most 1: same minimiser, well-scaled costs
         self.y = problem.targets()
         self.k = self.y.size
         # Row blocks in order: measurement rows (twice for L-inf), invariants, inequalities.

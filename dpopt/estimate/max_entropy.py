@@ -108,6 +108,17 @@ def solve_max_entropy(
                            time=time.perf_counter() - start, nit=fit.nit, problem=problem, info={"fit": fit_info})
     x_fit = np.zeros(problem.num_cells)
     x_fit[free] = np.maximum(fit.x[free], 0.0)
+    if problem.observes_every_cell():
+        # A measurement observes every free cell: the loss is strictly convex, the best fit is
+        # unique, and it is the answer (no exponential-cone stage, no matrix over the cells).
+        residual = problem.stacked_operator().matvec(x_fit) - problem.targets()
+        return make_result(Status.OPTIMAL, x_fit, fun=float(np.sum(residual**2 / problem.sigmas() ** 2)),
+                           objective="entropy", backend="exact", solver=f"fit: {fit.solver}",
+                           time=time.perf_counter() - start, nit=fit.nit, problem=problem,
+                           info={"total": total, "face_cells": int((x_fit > 0).sum()), "fit": fit_info,
+                                 "kl_to_prior": _kl(x_fit, free, prior)},
+                           message=("a measurement observes every free cell, so the least-squares fit with the "
+                                    f"total is unique and is the maximum-entropy best fit ({fit.message})"))
     face, reduced = _optimal_face(stage1, x_fit, free, face_tol)
     remaining = None if time_limit is None else max(1e-3, time_limit - (time.perf_counter() - start))
     x, status, message, solver = _entropy_on_face(stage1, x_fit, face, prior, remaining)

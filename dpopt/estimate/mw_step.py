@@ -21,7 +21,8 @@ code is reproduced exactly.
 Marginal blocks on dense domains take a fast path (:class:`MarginalIndex`): the table is
 viewed as a matrix and ``Q x``, ``Q^T r`` are two thin matrix products each.
 
-Repeated passes follow the entropy engine's schedule: the step grows by half after a pass
+Repeated passes follow the boost schedule shared with the entropy engine
+(:class:`~dpopt.estimate.proportional.BoostSchedule`): the step grows by half after a pass
 that lowered the squared residual (up to ``max_boost`` times the paper's) and a pass that
 raised it is undone with a smaller step. Structural zeros are cells held at zero from the
 start; invariants (totals, marginals: counting queries with disjoint rows) are restored by
@@ -35,8 +36,9 @@ from typing import Hashable, Sequence
 import numpy as np
 
 from dpopt.errors import SolverError
+from dpopt.estimate.proportional import BoostSchedule, counting_invariant, proportional_fit
 from dpopt.model.domain import Domain
-from dpopt.model.queries._common import abs_power_rmatvec
+from dpopt.model.queries import abs_power_rmatvec
 from dpopt.model.queries.base import LinearQuery
 from dpopt.model.queries.marginal import Marginal
 
@@ -177,8 +179,8 @@ class MWState:
                 raise SolverError(f"initial must be a finite vector of length {n}, got shape {init.shape}")
             x[self.free] = np.maximum(init[self.free], 0.0) + 1e-9 * self.total / n
         self.x = x * (self.total / x.sum())
-        self.invariants = [ipf_ready(q, v) for q, v in invariants]
-        self.x = self._project(self.x)
+        self.invariants = [counting_invariant(q, v, q.name) for q, v in invariants]
+        self.x = proportional_fit(self.x, self.invariants)
         self.terms: list[MWTerm] = []
         self._by_key: dict[Hashable, MWTerm] = {}
         self._indices: dict[tuple[str, ...], MarginalIndex] = {}
@@ -221,7 +223,7 @@ class MWState:
         """One multiplicative-weights step on ``term`` (the paper's step 3, times ``boost``)."""
         eta = boost / (2.0 * self.total * term.scale)
         x = term.multiplied(self.x, term.answers(self.x), eta, self.total)
-        self.x = self._project(x)
+        self.x = proportional_fit(x, self.invariants)
         self.updates += 1
 
     def update_once(self, query: LinearQuery, rows: np.ndarray, values: np.ndarray) -> None:
@@ -241,33 +243,19 @@ class MWState:
         grow (by 1.5 per successful pass) while the squared residual falls. Stops early
         when a pass moves less than ``tol * n`` in L1. Returns the passes done.
         """
-        boost = 1.0
-        loss = self.loss() if max_boost > 1.0 else 0.0
+        schedule = BoostSchedule(max_boost, self.loss() if max_boost > 1.0 else 0.0)
         done = 0
         while done < max_passes:
             previous = self.x
             for term in self.terms:
-                self.update(term, boost)
+                self.update(term, schedule.boost)
             done += 1
-            if max_boost > 1.0:
-                new_loss = self.loss()
-                if new_loss > loss + 1e-12 * abs(loss) and boost > 1.0:
-                    self.x, boost = previous, max(1.0, boost / 4)
-                    continue
-                loss, boost = new_loss, min(boost * 1.5, max_boost)
+            if max_boost > 1.0 and not schedule.accept(self.loss()):
+                self.x = previous
+                continue
             if tol > 0 and np.abs(self.x - previous).sum() < tol * self.total:
                 break
         return done
-
-    # ---- invariants -----------------------------------------------------------------
-    def _project(self, x: np.ndarray) -> np.ndarray:
-        """Iterative proportional fitting to every invariant (the KL projection)."""
-        for _ in range(10 if len(self.invariants) > 1 else 1):
-            for query, values, coverage in self.invariants:
-                current = query.matvec(x)
-                ratio = np.divide(values, current, out=np.zeros_like(current), where=current > 0)
-                x = x * (query.rmatvec(ratio) + (1.0 - coverage))
-        return x
 
 
 def _max_column_l1(query: LinearQuery, rows: np.ndarray, is_marginal: bool) -> float:
@@ -279,16 +267,3 @@ def _max_column_l1(query: LinearQuery, rows: np.ndarray, is_marginal: bool) -> f
     # (|Q|^1)^T 1_R: every column's L1 norm over the measured rows, as a support array.
     worst = float(np.max(abs_power_rmatvec(query, indicator, 1.0)[1]))
     return worst if worst > 0 else 1.0
-
-
-def ipf_ready(query: LinearQuery, values: np.ndarray):
-    """An invariant usable by proportional fitting: 0/1 entries, each cell in at most one row."""
-    coverage = query.rmatvec(np.ones(query.num_rows))
-    l1, l2 = query.column_norm_powers(1), query.column_norm_powers(2)
-    if not (query.is_integer and np.allclose(coverage, l1) and np.allclose(l1, l2) and np.all(coverage <= 1 + 1e-12)):
-        raise SolverError(
-            f"invariant {query.name}: MW imposes invariants by proportional fitting, which needs "
-            "counting queries with disjoint rows (totals, marginals)"
-        )
-    values = np.asarray(values, dtype=np.float64)
-    return query, values, coverage

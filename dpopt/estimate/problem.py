@@ -4,7 +4,8 @@
 
 with ``loss`` weighted by each measurement's noise: ``sum (r/sigma)^2`` (L2, generalised
 least squares), ``sum |r|/sigma`` (L1), ``max |r|/sigma`` (L-infinity, Barak et al. 2007)
-or the entropy projection (multiplicative weights). This module holds the meaning; the
+the entropy projection (multiplicative weights) or least squares plus a relative-entropy
+penalty that follows the noise (``smooth``). This module holds the meaning; the
 engines in this package compile it for the solver adapters in :mod:`dpopt.estimate.backends`.
 """
 
@@ -20,9 +21,29 @@ from scipy.sparse.linalg import LinearOperator
 from dpopt.errors import QueryError, SolverError
 from dpopt.model.constraints import ConstraintSet, Invariant, require_domain
 from dpopt.model.measurement import Measurement
-from dpopt.model.queries import Marginal, MarginalWorkload
+from dpopt.model.queries import Identity, Marginal, MarginalWorkload, Weighted
 
-OBJECTIVES = ("l2", "l1", "linf", "entropy")
+OBJECTIVES = ("l2", "l1", "linf", "entropy", "smooth")
+
+
+def diagonal_of(query) -> np.ndarray | None:
+    """The diagonal of a diagonal query (the identity, possibly with weighted rows), else None."""
+    if isinstance(query, Identity):
+        return np.ones(query.num_rows)
+    if isinstance(query, Weighted) and isinstance(query.query, Identity):
+        return np.broadcast_to(np.asarray(query.weights, dtype=np.float64), (query.num_rows,)).copy()
+    return None
+
+
+def unique_invariant_name(name: str, constraints: ConstraintSet) -> str:
+    """``name``, or ``name`` with a suffix when the set already has an invariant of that name
+    (a noise-free measurement labelled like a declared invariant)."""
+    taken = {c.key for c in constraints.constraints}
+    candidate, i = name, 1
+    while f"invariant:{candidate}" in taken:
+        i += 1
+        candidate = f"{name} (measurement #{i})" if i > 2 else f"{name} (measurement)"
+    return candidate
 
 
 @dataclass
@@ -55,7 +76,7 @@ class ConsistencyProblem:
         if exact:
             cs = ConstraintSet(domain, list(cs.constraints))
             for m in exact:
-                cs.add(Invariant(m.query, m.values, name=m.label))
+                cs.add(Invariant(m.query, m.values, name=unique_invariant_name(m.label, cs)))
         self.constraints = cs
         self.measurements = ms
         self.noisy = [m for m in ms if m.variance > 0]
@@ -80,6 +101,18 @@ class ConsistencyProblem:
             lower[zero] = 0.0
             upper[zero] = 0.0
         return lower, upper
+
+    def observes_every_cell(self) -> bool:
+        """True when one noisy diagonal measurement (the identity) observes every free cell: the
+        least-squares fit is then unique and every cell has a measured row of its own."""
+        free = None
+        for m in self.noisy:
+            d = diagonal_of(m.query)
+            if d is not None:
+                free = self.free_cells() if free is None else free
+                if np.all(d[free] != 0):
+                    return True
+        return False
 
     def free_cells(self) -> np.ndarray:
         """Indices of cells not pinned to zero."""
@@ -149,10 +182,14 @@ class ConsistencyProblem:
     def total_estimate(self) -> float:
         """The table's total: an invariant if one fixes it, else an inverse-variance
         combination of the totals implied by measurements whose rows partition the cells."""
+        return self.total_estimate_with_error()[0]
+
+    def total_estimate_with_error(self) -> tuple[float, float]:
+        """:meth:`total_estimate` and its standard error (0 when an invariant fixes the total)."""
         for inv in self.constraints.invariants:
             coverage = inv.query.rmatvec(np.ones(inv.query.num_rows))
             if np.allclose(coverage, 1.0):
-                return float(inv.values.sum())
+                return float(inv.values.sum()), 0.0
         estimates, weights = [], []
         for m in self.noisy:
             coverage = m.query.rmatvec(np.ones(m.query.num_rows))
@@ -161,7 +198,7 @@ class ConsistencyProblem:
                 weights.append(1.0 / (m.variance * m.query.num_rows / coverage[0] ** 2))
         if not estimates:
             raise SolverError(
-                "the entropy objective needs the table's total: declare an invariant on the total "
+                "this objective needs the table's total: declare an invariant on the total "
                 "or measure a query whose rows cover every cell equally (a marginal or the total)"
             )
-        return float(np.average(estimates, weights=weights))
+        return float(np.average(estimates, weights=weights)), float(1.0 / np.sqrt(np.sum(weights)))

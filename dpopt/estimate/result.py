@@ -88,8 +88,15 @@ def make_result(
         incumbent=incumbent,
         info=dict(info or {}),
     )
+    if x is not None and problem is not None and getattr(problem, "objective", None) == objective \
+            and objective in OWN_OBJECTIVE_VALUES:
+        # The objective is always dpopt's own figure at x (a solver's may be in its scaling,
+        # or off by its tolerance); the solver's figure is kept beside it.
+        res.fun = objective_value(problem, res.x)
+        if fun is not None and fun != res.fun:
+            res.info.setdefault("solver_objective", fun)
     if x is not None and problem is not None:
-        rows = problem.constraints.residuals(res.x)
+        rows = problem.constraints.residuals(res.x, tol=constraint_tolerance(problem))
         res.constraint_residuals = pd.DataFrame(rows, columns=["constraint", "max_violation", "satisfied"])
         res.max_violation = float(res.constraint_residuals["max_violation"].max()) if rows else 0.0
         res.measurement_residuals = measurement_residual_frame(problem.measurements, res.x, problem)
@@ -98,6 +105,33 @@ def make_result(
         res.max_violation = None
         res.measurement_residuals = pd.DataFrame(columns=["measurement", "rows", "rms_z", "max_abs_z"])
     return res
+
+
+#: Objectives whose value :func:`objective_value` computes from the problem alone.
+OWN_OBJECTIVE_VALUES = ("l2", "l1", "linf", "entropy")
+
+
+def objective_value(problem, x: np.ndarray) -> float:
+    """The objective of ``problem`` at ``x``, from the standardised residuals ``(Q x − y)/σ``:
+    their sum of squares (``l2``, and ``entropy``, whose fit is least squares), of absolute
+    values (``l1``) or their largest absolute value (``linf``); 0 without noisy measurements."""
+    if not problem.noisy:
+        return 0.0
+    z = (problem.stacked_operator().matvec(x) - problem.targets()) / problem.sigmas()
+    if problem.objective == "l1":
+        return float(np.abs(z).sum())
+    if problem.objective == "linf":
+        return float(np.abs(z).max())
+    return float(z @ z)
+
+
+def constraint_tolerance(problem) -> float:
+    """Largest violation that counts as satisfied in the residual table: 1e-6 persons, or 1e-9 of
+    the problem's count scale when counts are so large that double precision cannot do better."""
+    from dpopt.estimate.scaling import count_scale
+    from dpopt.estimate.verify import feasibility_tolerance
+
+    return feasibility_tolerance(count_scale(problem))
 
 
 def from_outcome(outcome: SolveOutcome, x, *, objective: str, problem, time: float, nit=None, info=None) -> Result:

@@ -1,139 +1,300 @@
-"""Exact integer rounding: the L1-closest integer table that keeps every equality exactly.
+"""Integer rounding of a consistent table: dpopt's one rounding home.
 
-Given a fractional table ``x~``, find an integer table ``x`` minimising ``sum |x - x~|``
-subject to the invariants (and hierarchy equalities), inequalities, structural zeros and
-non-negativity. Writing ``x = floor(x~) + a + b - c`` with ``a in [0, 1]`` (cost
-``1 - 2 frac(x~)``), ``b, c >= 0`` (cost 1) makes the cost linear and exact at integers
-(the L1 rounding step of the 2020 Census TopDown algorithm, generalised beyond
-floor-or-ceiling). When the equality rows are totally unimodular (a total, one or two
-families of disjoint counting rows such as nested marginals) every vertex of the LP is
-integral, so the LP is solved and its integrality verified; otherwise, or if the vertex is
-not integral, the same model is solved as a MIP.
+:func:`round_to_integers` turns a fractional estimate ``x~`` into whole persons while keeping
+every invariant, inequality, structural zero and the hierarchy exactly. Three questions can be
+asked of it (``method``):
+
+- ``"cellwise"`` — the integer table closest to ``x~`` in L1 *per cell*
+  (:mod:`~dpopt.estimate.rounding_cellwise`: nearest integer, largest remainder, LP vertex or
+  MIP, whichever is exact for the constraints at hand);
+- ``"controlled"`` — every cell at its floor or ceiling and every *measured* answer at the
+  floor or ceiling of its fractional value, with the least L1 change on those answers
+  (:mod:`~dpopt.estimate.controlled_rounding`, the 2020 Census's controlled rounding);
+- ``"randomized"`` — unbiased (``E[x] = x~``) systematic sampling keeping nested totals, from
+  uniforms the caller draws (:mod:`~dpopt.estimate.rounding_random`).
+
+``method="auto"`` is ``"controlled"`` when ``measured`` is given, else ``"cellwise"``. With
+``failsafe=True`` invariants that admit no integer table are relaxed with the least weighted L1
+slack first (:mod:`~dpopt.estimate.rounding_failsafe`) and the relaxation is reported.
+
+Every result states which method and which step produced it, how far each measured query moved
+(``info["measured_change"]``), which answers left their floor/ceil interval
+(``info["exceptions"]``) and, for a MIP, the certified gap to the LP bound.
 """
 
 from __future__ import annotations
 
 import time
+import warnings
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
-import scipy.sparse as sp
+import pandas as pd
 
 from dpopt.errors import QueryError
 from dpopt.estimate.backends import get_backend
-from dpopt.estimate.form import ProgramForm
-from dpopt.estimate.result import Result, from_outcome, make_result
+from dpopt.estimate.controlled_rounding import CELL_WEIGHT, MeasuredQuery, round_controlled
+from dpopt.estimate.result import Result, make_result
+from dpopt.estimate.rounding_cellwise import round_cellwise
+from dpopt.estimate.rounding_failsafe import fractional_invariant_rows, relax_invariants
+from dpopt.estimate.rounding_model import RoundingTable
+from dpopt.estimate.rounding_random import round_randomized
+from dpopt.estimate.rounding_solve import Deadline
 from dpopt.estimate.status import Status
 from dpopt.model.constraints import ConstraintSet
+from dpopt.model.measurement import Measurement
+from dpopt.model.queries.base import LinearQuery
 
-INTEGRAL_TOL = 1e-6
+__all__ = ["round_to_integers", "METHODS", "measured_change"]
+
+METHODS = ("auto", "cellwise", "controlled", "randomized")
+
+#: Largest violation of a constraint, or of an answer's floor/ceil interval, accepted as met.
+CHECK_TOL = 1e-6
 
 
 def round_to_integers(
     x: np.ndarray,
     constraints: ConstraintSet,
     *,
+    measured: Sequence[LinearQuery | Measurement] | None = None,
+    method: str = "auto",
+    failsafe: bool = False,
     backend: str | None = None,
     time_limit: float | None = None,
+    uniforms: np.ndarray | None = None,
+    weights: Sequence[float] | None = None,
+    cell_weight: float = CELL_WEIGHT,
+    passes: str | Sequence[Sequence[int]] = "auto",
+    mip_gap: float | None = None,
+    relax: Iterable[str] | None = None,
+    slack_weights: Mapping[str, float] | None = None,
     **options,
 ) -> Result:
-    """Round a table to integers exactly under the constraints (see the module notes).
+    """Round a table to integers, keeping every constraint exactly (see the module notes).
 
     Parameters
     ----------
     x : ndarray, shape (domain.size,)
-        The fractional estimate (e.g. ``reconstruct(...).x``).
+        The fractional estimate ``x~`` (e.g. ``reconstruct(..., integer=False).x``); it should
+        meet the constraints (the cells of structural zeros are read as 0).
     constraints : ConstraintSet
-        Invariant values must be integers on integer queries, else no integer table exists.
-    backend : str
-        ``"highs"`` (default), ``"pulp"``, ``"cvxpy"`` or ``"scipy"``: any with LP and MILP.
+        Invariant values must be integers on integer queries, else no integer table exists
+        (``failsafe=True`` relaxes them).
+    measured : sequence of LinearQuery or Measurement, optional
+        Queries whose answers the rounding should keep: the measured marginals and any
+        declared query to publish. Controlled rounding holds each answer at the floor or
+        ceiling of its value on ``x~`` and minimises their L1 change; every method reports
+        their change in ``info["measured_change"]``. Integer-valued queries only.
+    method : {"auto", "cellwise", "controlled", "randomized"}
+        ``"auto"``: ``"controlled"`` when ``measured`` is given, else ``"cellwise"``.
+    failsafe : bool
+        When the invariants admit no integer table (a non-integer value, or a contradiction
+        the solver proves), relax the invariant rows named in ``relax`` with the least
+        weighted L1 slack, round under the relaxed values, and report every relaxed row in
+        ``info["relaxed"]`` (also a ``UserWarning``). Default False: such a problem ends with
+        status INFEASIBLE.
+    backend : str, optional
+        Any installed backend with LP and MILP; default ``"highs"``.
+    time_limit : float, optional
+        Seconds for the whole rounding. A MIP stopped by it returns its incumbent with status
+        TIME_LIMIT (``success`` False, ``incumbent`` True).
+    uniforms : ndarray, shape (domain.size + 1,), optional
+        Required by ``"randomized"`` and used by nothing else: independent uniforms on [0, 1)
+        drawn by the caller (``dpopt.estimate`` never draws random numbers).
+    weights : sequence of float, optional
+        Weight of each measured query's L1 change in the controlled objective (default 1).
+    cell_weight : float
+        Weight of the per-cell L1 change in the controlled objective (a tie-break).
+    passes : "auto", "single" or list of lists of int
+        Controlled rounding in passes: each list holds indices into ``measured``; pass ``p``
+        keeps the answers of earlier passes exactly. ``"auto"``: one pass up to
+        :data:`~dpopt.estimate.controlled_rounding.MAX_PASS_ROWS` measured answers, else
+        coarse (fewest rows) first.
+    mip_gap : float, optional
+        Relative gap to the LP bound at which a MIP point counts as optimal (cell-wise:
+        1e-9, the exact optimum; controlled: 2e-2, see
+        :data:`~dpopt.estimate.controlled_rounding.CONTROLLED_MIP_GAP`).
+    relax : iterable of str, optional
+        Names of the invariants the failsafe may relax (default: all of them).
+    slack_weights : mapping of str to float, optional
+        Weight of each invariant's slack in the failsafe (default 1).
+    **options
+        Passed to the backend (e.g. ``presolve``, ``method`` for HiGHS).
 
     Returns
     -------
     Result
-        ``x`` integer-valued; ``fun`` = ``sum |x - x~|``; ``info["method"]`` says whether
-        the LP vertex was integral or a MIP was needed.
+        ``objective="round"``; ``x`` integer-valued; ``fun`` the minimised objective (cell-wise
+        and randomized: ``Σ|x − x~|``; controlled: ``Σ_k w_k ‖Q_k x − Q_k x~‖₁ + cell_weight·Σ|x − x~|``).
+        ``info`` holds ``method``, ``measured_change`` (DataFrame: per measured query its L1,
+        largest and mean change and how many answers left their floor/ceil interval),
+        ``exceptions`` (those answers), ``cell_l1_change``, ``gap`` and ``lower_bound`` for a
+        MIP, ``fallback`` when controlled rounding fell back to cell-wise, ``relaxed`` when the
+        failsafe relaxed invariants, and ``stages`` (every solver call).
     """
     start = time.perf_counter()
-    domain = constraints.domain
-    n = domain.require_dense("integer rounding over the full domain")
-    target = np.asarray(x, dtype=np.float64)
-    if target.shape != (n,) or not np.isfinite(target).all():
-        raise QueryError(f"the table to round must be {n} finite values, got shape {target.shape}")
+    if method not in METHODS:
+        raise QueryError(f"unknown rounding method {method!r}; choose one of {list(METHODS)}")
+    table = RoundingTable(x, constraints)
+    specs = _measured_specs(measured, weights, constraints)
+    if method == "auto":
+        method = "controlled" if specs else "cellwise"
+    if method == "controlled" and not specs:
+        raise QueryError("method 'controlled' needs the measured queries (measured=[...]) whose answers it keeps")
+    if uniforms is not None and method != "randomized":
+        raise QueryError(f"uniforms are used by method 'randomized' only, not {method!r}")
+    if method == "randomized" and uniforms is None:
+        raise QueryError("method 'randomized' needs uniforms: an array of domain.size + 1 uniforms on [0, 1) drawn by "
+                         "the caller (dpopt.estimate draws no random numbers)")
+    if method == "randomized" and failsafe:
+        raise QueryError("failsafe relaxes invariants for methods 'cellwise' and 'controlled', not 'randomized'")
+    if not (np.isfinite(cell_weight) and cell_weight >= 0):
+        raise QueryError(f"cell_weight must be a finite number >= 0, got {cell_weight!r}")
+    if mip_gap is not None and not (np.isfinite(mip_gap) and 0 <= mip_gap < 1):
+        raise QueryError(f"mip_gap must be in [0, 1), got {mip_gap!r}")
     engine = get_backend(backend or "highs")
-    pinned = constraints.zero_mask() if constraints.zero_rules else np.zeros(n, dtype=bool)
-    free = np.flatnonzero(~pinned)
-    base = np.floor(target[free])
-    frac = target[free] - base
-    cost_offset = 0.0
-    c_upper = np.full(free.size, np.inf)
-    if constraints.nonnegative:
-        negative = base < 0
-        cost_offset = float(-target[free][negative].sum())
-        base[negative], frac[negative] = 0.0, 0.0
-        c_upper = base.copy()  # c > floor would make a cell negative (see module notes)
-    k = free.size
-    cost = np.concatenate([1.0 - 2.0 * frac, np.ones(k), np.ones(k)])
-    lower = np.zeros(3 * k)
-    upper = np.concatenate([np.ones(k), np.full(k, np.inf), c_upper])
-    A_eq, b_eq, eq_names = constraints.equality_rows()
-    A_in, l_in, u_in, in_names = constraints.inequality_rows()
-    A_rows = sp.vstack([A_eq, A_in]).tocsr()[:, free]
-    shift = A_rows @ base
-    lift = sp.hstack([A_rows, A_rows, -A_rows]).tocsr()
-    row_lo = np.concatenate([b_eq, l_in]) - shift
-    row_hi = np.concatenate([b_eq, u_in]) - shift
-    names = [f"invariant:{nm}" for nm in eq_names] + [f"inequality:{nm}" for nm in in_names]
-    constant = float(frac.sum()) + cost_offset
+    deadline = Deadline(time_limit)
+    info: dict = {}
 
-    def build(integral: bool) -> ProgramForm:
-        return ProgramForm(c=cost, A=lift, row_lower=row_lo, row_upper=row_hi, row_names=names,
-                           lower=lower, upper=upper, c0=constant,
-                           integrality=np.ones(3 * k, dtype=bool) if integral else None)
+    def run(tab: RoundingTable):
+        if method == "randomized":
+            return round_randomized(tab, uniforms)
+        if method == "cellwise":
+            return round_cellwise(tab, engine, deadline, mip_gap, options)
+        values, solve, inf = round_controlled(tab, specs, engine, deadline, mip_gap=mip_gap,
+                                              cell_weight=cell_weight, passes=passes, options=options)
+        if values is None and not (solve.status is Status.TIME_LIMIT and solve.x is not None):
+            # Last fallback: the per-cell optimum, reported.
+            fallback = {"from": "controlled", "status": solve.status.name, "reason": solve.message,
+                        "passes": inf["passes"]}
+            values, solve, inf = round_cellwise(tab, engine, deadline, None, options)
+            inf["fallback"] = fallback
+        return values, solve, inf
 
-    tu = _looks_totally_unimodular(constraints)
-    method = "LP vertex (integral)"
-    outcome = engine.solve(build(False), time_limit=time_limit, **options)
-    v = outcome.x
-    if outcome.success and not _integral(v):
-        method = "MIP (LP vertex was fractional)"
-        outcome = engine.solve(build(True), time_limit=time_limit, **options)
-        v = outcome.x
-    info = {"method": method, "totally_unimodular_rows": tu, "variables": 3 * k}
-    if v is None:
-        return from_outcome(outcome, None, objective="round", problem=None, time=time.perf_counter() - start, info=info)
-    steps = np.round(v[:k] + v[k : 2 * k] - v[2 * k :])
-    rounded = np.zeros(n)
-    rounded[free] = base + steps
-    if outcome.success and not _integral(v):
-        return make_result(Status.NUMERICAL_ERROR, None, message=f"{outcome.solver} returned a non-integral point",
-                           fun=None, objective="round", backend=outcome.backend, solver=outcome.solver,
-                           time=time.perf_counter() - start, nit=outcome.iterations, info=info)
-    result = from_outcome(outcome, rounded, objective="round", problem=_Holder(constraints),
-                          time=time.perf_counter() - start, info=info)
-    result.fun = float(np.abs(rounded - target).sum())
-    return result
+    bad_rows = fractional_invariant_rows(constraints)
+    if bad_rows and not failsafe:
+        return _failed(Status.INFEASIBLE, f"no integer table meets the invariants: rows {bad_rows} have non-integer "
+                       "values (failsafe=True relaxes them)", start, {"method": method})
+    rounding_table = table
+    if bad_rows:
+        values, solve = None, None
+    else:
+        values, solve, info = run(table)
+    if values is None and failsafe and (solve is None or solve.status is Status.INFEASIBLE):
+        relaxed_cs, relaxed, relax_solve = relax_invariants(table, engine, deadline, relax=relax,
+                                                            slack_weights=slack_weights, options=options)
+        if relaxed_cs is None:
+            return _failed(relax_solve.status, f"failsafe: no integer table even with the invariants "
+                           f"{sorted(relax) if relax is not None else 'all'} relaxed: {relax_solve.message}",
+                           start, {"method": method, "stages": relax_solve.stages})
+        rounding_table = RoundingTable(x, relaxed_cs)
+        values, solve, info = run(rounding_table)
+        info["relaxed"] = relaxed
+        warnings.warn(f"integer rounding relaxed {len(relaxed)} invariant row(s) "
+                      f"(total |slack| {relaxed['slack'].abs().sum():g}); see info['relaxed']", UserWarning,
+                      stacklevel=2)
+    if values is None:
+        return _failed(solve.status, f"{info.get('method', method)}: {solve.message}", start, info,
+                       backend=solve.backend, solver=solve.solver)
+    return _finish(values, solve, info, table, rounding_table, specs, measured, cell_weight, method, start)
+
+
+def _measured_specs(measured, weights, constraints: ConstraintSet) -> list[MeasuredQuery]:
+    if measured is None:
+        if weights is not None:
+            raise QueryError("weights are given but measured is not")
+        return []
+    if isinstance(measured, (LinearQuery, Measurement)):
+        measured = [measured]
+    items = list(measured)
+    if weights is None:
+        weights = [1.0] * len(items)
+    weights = list(weights)
+    if len(weights) != len(items):
+        raise QueryError(f"weights has {len(weights)} values for {len(items)} measured queries")
+    specs = []
+    for i, (item, w) in enumerate(zip(items, weights)):
+        if isinstance(item, Measurement):
+            query, label = item.query, item.label
+        elif isinstance(item, LinearQuery):
+            query, label = item, item.name
+        else:
+            raise QueryError(f"measured[{i}] must be a LinearQuery or a Measurement, got {type(item).__name__}")
+        if query.domain != constraints.domain:
+            raise QueryError(f"measured[{i}] ({label!r}) is over {query.domain}, not {constraints.domain}")
+        if not (np.isfinite(w) and w > 0):
+            raise QueryError(f"weights[{i}] must be a positive number, got {w!r}")
+        specs.append(MeasuredQuery(label, query, float(w)))
+    return specs
+
+
+def measured_change(x_rounded: np.ndarray, x_fractional: np.ndarray, measured: Sequence[MeasuredQuery]
+                    ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """How far each measured query moved, and the answers outside their floor/ceil interval.
+
+    Returns ``(summary, exceptions)``: one summary row per query (``query``, ``rows``,
+    ``l1_change``, ``max_change``, ``mean_change``, ``outside_floor_ceil``) and one exception
+    row per answer outside ``[floor, ceil]`` of its fractional value (``query``, ``row``,
+    ``fractional``, ``released``, ``outside_by``).
+    """
+    summary, exceptions = [], []
+    for spec in measured:
+        before = spec.query.matvec(x_fractional)
+        after = spec.query.matvec(x_rounded)
+        change = np.abs(after - before)
+        outside_by = np.maximum(np.floor(before + 1e-9) - after, 0) + np.maximum(after - np.ceil(before - 1e-9), 0)
+        bad = np.flatnonzero(outside_by > CHECK_TOL)
+        summary.append({"query": spec.label, "rows": int(before.size), "l1_change": float(change.sum()),
+                        "max_change": float(change.max(initial=0.0)),
+                        "mean_change": float(change.mean()) if change.size else 0.0,
+                        "outside_floor_ceil": int(bad.size)})
+        exceptions += [{"query": spec.label, "row": int(r), "fractional": float(before[r]),
+                        "released": float(after[r]), "outside_by": float(outside_by[r])} for r in bad]
+    return (pd.DataFrame(summary, columns=["query", "rows", "l1_change", "max_change", "mean_change",
+                                           "outside_floor_ceil"]),
+            pd.DataFrame(exceptions, columns=["query", "row", "fractional", "released", "outside_by"]))
 
 
 class _Holder:
     """Just enough of a problem for the residual tables of a rounding result."""
 
-    def __init__(self, constraints):
+    def __init__(self, constraints, measured):
         self.constraints = constraints
-        self.measurements = []
+        items = [measured] if isinstance(measured, Measurement) else list(measured or [])
+        self.measurements = [m for m in items if isinstance(m, Measurement)]
 
 
-def _integral(v: np.ndarray) -> bool:
-    return bool(np.all(np.abs(v - np.round(v)) <= INTEGRAL_TOL))
+def _finish(values, solve, info, table, rounding_table, specs, measured, cell_weight, method, start) -> Result:
+    """Check the point ourselves, then build the result with every report."""
+    x = rounding_table.table(np.round(values))
+    original = np.asarray(table.x, dtype=np.float64)
+    summary, exceptions = measured_change(x, table.target, specs)
+    cell_l1 = float(np.abs(x - original).sum())
+    fun = cell_l1
+    if method == "controlled" and "fallback" not in info:
+        fun = sum(s.weight * row for s, row in zip(specs, summary["l1_change"])) + cell_weight * cell_l1
+    info.update(measured_change=summary, exceptions=exceptions, cell_l1_change=cell_l1,
+                stages=getattr(solve, "stages", []))
+    if solve.bound is not None and "gap" not in info:
+        info["lower_bound"], info["gap"] = solve.bound, solve.gap
+    violations = [r for r in rounding_table.constraints.residuals(x, tol=CHECK_TOL) if not r["satisfied"]]
+    status, message = solve.status, solve.message
+    if violations:
+        status = Status.NUMERICAL_ERROR
+        message = (f"{solve.solver} returned a table that violates {[v['constraint'] for v in violations]} "
+                   f"(largest {max(v['max_violation'] for v in violations):.3g}); not released as optimal")
+    elif "fallback" in info:
+        message = (f"controlled rounding failed ({info['fallback']['status']}: {info['fallback']['reason']}); "
+                   f"fell back to the per-cell L1 optimum: {message}")
+    result = make_result(status, x, message=f"{info.get('method', method)}: {message}", fun=fun, objective="round",
+                         backend=solve.backend, solver=solve.solver, time=time.perf_counter() - start,
+                         nit=solve.iterations or None, problem=_Holder(table.constraints, measured),
+                         info=info, incumbent=bool(solve.incumbent))
+    return result
 
 
-def _looks_totally_unimodular(constraints: ConstraintSet) -> bool:
-    """Sufficient test: at most two families of disjoint 0/1 rows (two laminar families)."""
-    queries = [c.query for c in constraints.invariants] + [c.query for c in constraints.inequalities]
-    if len(queries) > 2:
-        return False
-    for q in queries:
-        coverage = q.rmatvec(np.ones(q.num_rows))
-        l1, l2 = q.column_norm_powers(1), q.column_norm_powers(2)
-        if not (q.is_integer and np.allclose(coverage, l1) and np.allclose(l1, l2) and np.all(coverage <= 1)):
-            return False
-    return True
+def _failed(status: Status, message: str, start: float, info: dict, backend: str = "none", solver: str = "none"):
+    return make_result(status, None, message=message, fun=None, objective="round", backend=backend, solver=solver,
+                       time=time.perf_counter() - start, nit=None, info=info)
+

@@ -333,6 +333,8 @@ class ConstraintSet:
         of conflicting constraints. Runs on public information only, before any noise.
         """
         self._check_pairwise()
+        if not self.inequalities and self._disjoint_counting_rows():
+            return  # rows that share no cell: the pairwise checks above decide feasibility
         if self.domain.size <= MAX_CHECK_CELLS and (self.invariants or self.inequalities):
             groups = [c for c in self.constraints if not isinstance(c, Integrality)]
             if not self._feasible(groups):
@@ -341,6 +343,24 @@ class ConstraintSet:
                 raise InconsistentConstraintsError(
                     f"the constraints {names} cannot all hold at once (no table satisfies them)"
                 )
+
+    def _disjoint_counting_rows(self) -> bool:
+        """True when every invariant has 0/1 rows and no cell lies in two rows of any invariants:
+        each row then holds or fails on its own (value, sign, reachable cells), which
+        :meth:`_check_pairwise` checks."""
+        if self.domain.size > MAX_CHECK_CELLS:
+            return False
+        coverage = np.zeros(self.domain.size)
+        for inv in self.invariants:
+            q = inv.query
+            if not q.is_integer:
+                return False
+            l1, l2 = q.column_norm_powers(1), q.column_norm_powers(2)
+            cover = q.rmatvec(np.ones(q.num_rows))
+            if not (np.allclose(cover, l1) and np.allclose(l1, l2)):
+                return False
+            coverage += cover
+        return bool(np.all(coverage <= 1 + 1e-12))
 
     def _check_pairwise(self) -> None:
         zero_rules = self.zero_rules

@@ -163,6 +163,13 @@ class Dataset:
         n = self.domain.require_dense("the full histogram")
         return self._bincount(self.codes, self.domain.sizes, n)
 
+    def binary_marginal_counts(self, k: int, *, chunk_rows: int | None = None) -> np.ndarray:
+        """Every cell of every ``k``-way marginal of binary data, shape ``(M, 2^k)``, without the
+        full histogram (:func:`dpopt.model.binary_marginals.binary_marginal_counts`)."""
+        from dpopt.model.binary_marginals import binary_marginal_counts
+
+        return binary_marginal_counts(self, k, chunk_rows=chunk_rows)
+
     def marginal(self, attrs: Sequence[str]) -> np.ndarray:
         """Counts over the cells of ``domain.project(attrs)``, flattened in C order."""
         sub = self.domain.project(attrs)

@@ -21,6 +21,7 @@ NOISE_FAMILIES = (
     "discrete_gaussian",
     "laplace",
     "gaussian",
+    "derived",
     "none",
 )
 
@@ -36,7 +37,10 @@ class Measurement:
     values : ndarray, shape (m,)
         The noisy answers ``y``, in the units of ``query``.
     noise : str
-        One of :data:`NOISE_FAMILIES`; ``"none"`` for exact public values and for tests.
+        One of :data:`NOISE_FAMILIES`; ``"none"`` for exact public values and for tests;
+        ``"derived"`` for answers post-processed from other measurements (a linear
+        combination of independent noisy answers: only its ``variance`` is meaningful, and
+        ``scale`` is its standard deviation).
     scale : float
         Laplace scale ``b`` or Gaussian ``sigma``, in the units of ``query``.
     variance : float

@@ -28,15 +28,18 @@ import warnings
 from pathlib import Path
 from typing import Any, Mapping
 
-import numpy as np
-
 from dpopt.algorithms.base import Release
 from dpopt.errors import DataError, DpoptError, SolverError
 from dpopt.model.constraints import ConstraintSet
 from dpopt.model.data import Dataset
-from dpopt.release.evaluate import evaluate_release
-from dpopt.release.outputs import ReleaseResult, released_table, synthesize, write_release
-from dpopt.release.plan import ReleasePlan, _error_class, _plain, check_constraints, plan
+from dpopt.release.evaluate import evaluate_release, evaluate_without_table
+from dpopt.release.outputs import (
+    ReleaseResult,
+    released_table,
+    synthesize,
+    write_release,
+)
+from dpopt.release.plan import ReleasePlan, check_constraints, error_class, plain, plan
 from dpopt.spec import ReleaseSpec
 
 __all__ = ["load_data", "build_constraints", "run_algorithm", "run", "measure", "reconstruct_table",
@@ -95,7 +98,7 @@ def _wrap_data(read, what: str) -> Dataset:
     try:
         return read()
     except DpoptError as exc:
-        raise type(exc)(f"data {what}: {_plain(exc)}") from None
+        raise type(exc)(f"data {what}: {plain(exc)}") from None
     except (OSError, ValueError) as exc:
         raise DataError(f"data {what}: cannot be read: {exc}") from None
 
@@ -112,7 +115,7 @@ def build_constraints(p: ReleasePlan, data: Dataset) -> ConstraintSet:
         try:
             cs.invariant_from_data(query, data, name)
         except DpoptError as exc:
-            raise p.spec.error(path, _plain(exc), _error_class(exc)) from None
+            raise p.spec.error(path, plain(exc), error_class(exc)) from None
     check_constraints(p.spec, cs, when="with the invariants computed from the data, before any noise")
     return cs
 
@@ -136,7 +139,7 @@ def run_algorithm(p: ReleasePlan, data: Dataset, constraints: ConstraintSet, *, 
             release = algorithm.run(p.algorithm_plan.with_constraints(constraints), data, accountant, rng)
     except DpoptError as exc:
         key = getattr(exc, "spec_path", None) or (next(iter(algorithm.sections), "algorithm"),)
-        raise p.spec.error(key, _plain(exc), type(exc)) from None
+        raise p.spec.error(key, plain(exc), type(exc)) from None
     if not release.success:
         key = release.info.get("spec_key") or (next(iter(algorithm.sections), "algorithm"),)
         raise p.spec.error(key, release.message, SolverError)
@@ -268,7 +271,7 @@ def run(
             try:
                 release["synthetic"] = synthesize(p.domain, counts)
             except DataError as exc:
-                raise p.spec.error(("output", "synthetic"), _plain(exc), DataError) from None
+                raise p.spec.error(("output", "synthetic"), plain(exc), DataError) from None
         else:
             release["synthetic"] = release.records
         bar.update(1)
@@ -277,7 +280,10 @@ def run(
                        random_description=release.rng.description, random_is_private=release.rng.is_private)
         if evaluate:
             step("evaluating")
-            evaluation, summary, truths = evaluate_release(p, data_set, counts, release.measurements, constraints)
+            if counts is not None:
+                evaluation, summary, truths = evaluate_release(p, data_set, counts, release.measurements, constraints)
+            else:
+                evaluation, summary, truths = evaluate_without_table(p, data_set, release)
             release.update(evaluation=evaluation, evaluation_summary=summary, evaluation_truth=truths)
             bar.update(1)
             lap("evaluate")
@@ -331,7 +337,7 @@ def reconstruct_table(p: ReleasePlan, measurements, constraints: ConstraintSet):
     try:
         result = reconstruct(measurements, constraints, rc.objective, backend=rc.backend, time_limit=rc.time_limit)
     except DpoptError as exc:
-        raise p.spec.error(("reconstruct",), _plain(exc), type(exc)) from None
+        raise p.spec.error(("reconstruct",), plain(exc), type(exc)) from None
     if not result.success or result.x is None:
         status = getattr(result.status, "name", result.status)
         raise p.spec.error(("reconstruct",), f"the {rc.objective} solve ({result.backend}) ended with status "

@@ -190,8 +190,8 @@ def plan(
     try:
         algorithm_plan = algorithm.plan(domain, constraints, spec.budget)
     except DpoptError as exc:
-        raise spec.error(getattr(exc, "spec_path", None) or _section_of(algorithm), _plain(exc),
-                         _error_class(exc)) from None
+        raise spec.error(getattr(exc, "spec_path", None) or _section_of(algorithm), plain(exc),
+                         error_class(exc)) from None
     check_noise(spec, algorithm_plan)
     _check_constraints(spec, constraints, when="before reading any data")
     source, path, fmt, given = _plan_data(spec, data, domain)
@@ -263,11 +263,12 @@ def _build_domain(spec: ReleaseSpec) -> Domain:
             domain = Domain.from_dict(dict(d.attributes))
         if d.codes:
             domain = domain.with_codes(d.codes)
-        if domain.size > MAX_DENSE_CELLS:
+        if spec.algorithm.dense_domain and domain.size > MAX_DENSE_CELLS:
             raise DomainError(f"the domain has {domain.size:.3g} cells, above the limit of {MAX_DENSE_CELLS:.0e} "
-                              "for a release, which holds its full table; use fewer or coarser attributes")
+                              f"for algorithm = {spec.algorithm.name!r}, which releases a table over the full "
+                              "domain; use fewer or coarser attributes")
     except (DpoptError, OSError, ValueError) as exc:
-        raise spec.error(("domain",), _plain(exc)) from None
+        raise spec.error(("domain",), plain(exc)) from None
     return domain
 
 
@@ -293,7 +294,7 @@ def _public_constraints(spec: ReleaseSpec, domain: Domain):
             else:
                 cs.add(StructuralZeros(z.where, name=z.name or f"rule {i + 1}", reason=z.reason))
         except (DpoptError, ValueError, SyntaxError) as exc:
-            raise spec.error(z.path + (() if z.builtin else ("where",)), _plain(exc), _error_class(exc)) from None
+            raise spec.error(z.path + (() if z.builtin else ("where",)), plain(exc), error_class(exc)) from None
     for h in c.hierarchy:
         try:
             parent_of = h.parent_of
@@ -307,7 +308,7 @@ def _public_constraints(spec: ReleaseSpec, domain: Domain):
                 parent_of = {_value(domain, h.child, k): _value(domain, h.parent, v) for k, v in parent_of.items()}
             cs.add(Hierarchy(h.parent, h.child, parent_of, name=h.name))
         except (DpoptError, ValueError) as exc:
-            raise spec.error(h.path, _plain(exc), _error_class(exc)) from None
+            raise spec.error(h.path, plain(exc), error_class(exc)) from None
     data_invariants = []
     for inv in c.invariants:
         query = _query(spec, inv.query, domain)
@@ -317,7 +318,7 @@ def _public_constraints(spec: ReleaseSpec, domain: Domain):
         try:
             cs.add(Invariant(query, np.asarray(inv.values, dtype=float), name=inv.name))
         except (DpoptError, ValueError) as exc:
-            raise spec.error(inv.path + ("values",), _plain(exc), _error_class(exc)) from None
+            raise spec.error(inv.path + ("values",), plain(exc), error_class(exc)) from None
     for q in c.inequalities:
         query = _query(spec, q.query, domain)
         lower = -np.inf if q.lower is None else np.asarray(q.lower, dtype=float)
@@ -325,7 +326,7 @@ def _public_constraints(spec: ReleaseSpec, domain: Domain):
         try:
             cs.add(LinearInequality(query, lower, upper, name=q.name))
         except (DpoptError, ValueError) as exc:
-            raise spec.error(q.path, _plain(exc), _error_class(exc)) from None
+            raise spec.error(q.path, plain(exc), error_class(exc)) from None
     return cs, data_invariants
 
 
@@ -334,7 +335,7 @@ def check_constraints(spec: ReleaseSpec, constraints: ConstraintSet, when: str) 
     try:
         constraints.check()
     except InconsistentConstraintsError as exc:
-        raise spec.error(("constraints",), f"{_plain(exc)} ({when})", InconsistentConstraintsError) from None
+        raise spec.error(("constraints",), f"{plain(exc)} ({when})", InconsistentConstraintsError) from None
 
 
 _check_constraints = check_constraints
@@ -375,10 +376,10 @@ def _value(domain: Domain, attr: str, value: Any) -> Any:
     return value
 
 
-def _plain(exc: BaseException) -> str:
+def plain(exc: BaseException) -> str:
     return str(exc).strip() or type(exc).__name__
 
 
-def _error_class(exc: BaseException) -> type[DpoptError]:
+def error_class(exc: BaseException) -> type[DpoptError]:
     """Spec content errors are SpecErrors, except contradictions, which keep their own class."""
     return InconsistentConstraintsError if isinstance(exc, InconsistentConstraintsError) else SpecError

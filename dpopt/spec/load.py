@@ -124,7 +124,7 @@ def parse_spec_text(text: str, source: Path | None = None) -> ReleaseSpec:
 def parse_spec(raw: dict, *, source: Path | None = None, base_dir: Path | None = None,
                lines: Mapping[tuple, int] | None = None) -> ReleaseSpec:
     """Validate the structure of a spec given as a dict (what ``tomllib`` returns)."""
-    from dpopt.algorithms.base import REGISTRY, _ALIASES, get_algorithm
+    from dpopt.algorithms.base import _ALIASES, REGISTRY, get_algorithm
 
     ctx = SpecContext(source, dict(lines or {}), base_dir or Path.cwd())
     keys = all_section_keys()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable
 
-from dpopt.errors import DpoptError, SpecError
+from dpopt.errors import DpoptError
 
 if TYPE_CHECKING:  # pragma: no cover
     from dpopt.model.domain import Domain

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable
 
 from dpopt.errors import SpecError
 from dpopt.spec.model import (
@@ -24,11 +23,10 @@ from dpopt.spec.model import (
 from dpopt.spec.queries import QUERY_PARAMS, parse_query
 from dpopt.spec.table import SpecTable
 
-__all__ = ["COMMON_KEYS", "ACCOUNTING", "OBJECTIVES", "parse_domain", "parse_data", "data_format",
+__all__ = ["COMMON_KEYS", "ACCOUNTING", "parse_domain", "parse_data", "data_format",
            "parse_privacy", "parse_constraints", "parse_output", "parse_reconstruct"]
 
 ACCOUNTING = ("pure", "approx", "zcdp")
-OBJECTIVES = ("l2", "l1", "linf", "entropy")
 BUILTIN_DOMAINS = ("census",)
 DATA_SOURCES = ("example", "file")
 CELL_CHOICES = ("all", "nonzero")
@@ -266,17 +264,17 @@ def parse_output(t: SpecTable, constraints: ConstraintsSpec) -> OutputSpec:
 
 def parse_reconstruct(t: SpecTable, objective: str | None = None) -> ReconstructSpec:
     """``[reconstruct]``: the objective (unless fixed by ``objective``), an installed backend for
-    it, and a time limit."""
-    from dpopt.estimate import BACKENDS_FOR, installed_backends
+    it (the estimate layer's one backend policy), and a time limit."""
+    from dpopt.estimate import OBJECTIVES as ENGINE_OBJECTIVES
+    from dpopt.estimate import backends_for, installed_backends, installed_backends_for
 
     if objective is None:
-        objective = t.str("objective", default="l2", choices=OBJECTIVES)
+        objective = t.str("objective", default="l2", choices=ENGINE_OBJECTIVES)
     backend = t.str("backend", default=None)
     if backend is not None:
-        fits = BACKENDS_FOR[objective]
-        installed = [b for b in fits if b in ("exact", "mw") or b in installed_backends()]
+        installed = installed_backends_for(objective)
         if backend not in installed:
-            why = "is not installed" if backend in fits else f"is not a backend for objective {objective!r}"
+            why = "is not installed" if backend in backends_for(objective) else f"is not a backend for objective {objective!r}"
             raise t.error(("backend",), f"backend {backend!r} {why}; installed backends for {objective!r}: "
                           f"{installed} (all installed: {installed_backends()})")
     time_limit = t.float("time_limit", default=None, positive=True)

@@ -81,7 +81,7 @@ class SpecTable:
     keys : iterable of str, optional
         The allowed keys (None: anything goes).
     name : str
-        The table's name in messages (``"mwem"``, ``"constraints.invariants"``; ``""`` at the top).
+        The table's name in messages (``"constraints.invariants"``, an algorithm's own table; ``""`` at the top).
     array : bool
         Whether it is one table of an array (``[[name]]`` in messages).
     """

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import resource
 import sys
 import time
@@ -14,7 +15,8 @@ import pandas as pd
 from dpopt.model.data import Dataset
 from dpopt.model.domain import Domain
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
+#: ../shared/data beside the repository; DPOPT_SHARED_DATA overrides it (e.g. from a git worktree).
+SHARED = Path(os.environ.get("DPOPT_SHARED_DATA", Path(__file__).resolve().parents[3] / "shared" / "data"))
 
 
 def shared_file(name: str) -> Path:

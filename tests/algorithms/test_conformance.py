@@ -23,7 +23,12 @@ import pytest
 from dpopt.algorithms import REGISTRY, Release
 from dpopt.errors import BudgetExceededError
 from dpopt.estimate.status import Status
-from dpopt.model.constraints import ConstraintSet, Integrality, Invariant, NonNegativity, StructuralZeros
+from dpopt.model.constraints import (
+    ConstraintSet,
+    Integrality,
+    NonNegativity,
+    StructuralZeros,
+)
 from dpopt.model.data import Dataset
 from dpopt.model.domain import Domain
 from dpopt.model.queries.marginal import Marginal

@@ -11,8 +11,20 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpopt.algorithms import REGISTRY, Algorithm, AlgorithmParams, PlannedMeasure, get_algorithm, register
-from dpopt.algorithms.base import make_release, measured_answers, round_release, unregister
+from dpopt.algorithms import (
+    REGISTRY,
+    Algorithm,
+    AlgorithmParams,
+    PlannedMeasure,
+    get_algorithm,
+    register,
+)
+from dpopt.algorithms.base import (
+    make_release,
+    measured_answers,
+    round_release,
+    unregister,
+)
 from dpopt.errors import ParameterError, SpecError
 from dpopt.estimate.status import Status
 from dpopt.model.queries.basic import Identity
@@ -100,8 +112,10 @@ def test_its_own_spec_keys_are_checked_with_the_line_and_key(toy):
 
 
 def test_unknown_names_list_the_registered_algorithms():
-    with pytest.raises(ParameterError, match="registered: measure_reconstruct, barak, mwem"):
+    with pytest.raises(ParameterError) as info:
         get_algorithm("nonesuch")
+    assert f"registered: {', '.join(sorted(REGISTRY))}" in str(info.value)
+    assert {"barak", "measure_reconstruct", "mwem", "mwem_factored"} <= set(REGISTRY)
     with pytest.raises(ParameterError, match="already taken"):
         @register
         class Clash(IdentityHistogram):

@@ -91,6 +91,8 @@ class Backend(ABC):
     options: ClassVar[dict[str, str]] = {}
     #: The solver's own statuses mapped to :class:`Status`.
     status_map: ClassVar[Mapping[Any, Status]] = {}
+    #: True when :meth:`incremental_lp` keeps an LP loaded between solves (column generation).
+    incremental: ClassVar[bool] = False
 
     # ---- capabilities ------------------------------------------------------------------
     @classmethod
@@ -109,6 +111,14 @@ class Backend(ABC):
         if isinstance(form, ProgramForm):
             return form.kind in self.kinds
         return False
+
+    def incremental_lp(self, form: ProgramForm, *, first_method: str = "ipm", dual_tolerance: float | None = None,
+                       verbose: bool = False):
+        """An LP held in the solver between solves, to which columns can be added (column
+        generation: each solve continues from the previous basis), or None when the backend
+        cannot (see :attr:`incremental`). The object has ``add_columns(cost, lower, upper,
+        columns)``, ``solve(time_limit) -> SolveOutcome`` and ``num_vars``."""
+        return None
 
     @classmethod
     def accepted_options(cls) -> dict[str, str]:
@@ -198,6 +208,8 @@ class Backend(ABC):
             raise SolverError(
                 f"backend {self.name!r} crashed: {type(exc).__name__}: {exc}"
             ) from exc
+        if outcome.status is Status.OPTIMAL and outcome.x is not None:
+            outcome = self._certified(form, outcome, settings)
         if (
             outcome.status is Status.INFEASIBLE
             and isinstance(form, ProgramForm)
@@ -211,6 +223,25 @@ class Backend(ABC):
                 outcome, conflicting_rows=find_conflicting_rows(form, self, time_limit=settings.time_limit)
             )
         return dataclasses.replace(outcome, wall_time=time.perf_counter() - start)
+
+    def _certified(self, form: ProgramForm | LeastSquaresForm, outcome: SolveOutcome,
+                   settings: SolveSettings) -> SolveOutcome:
+        """The outcome with dpopt's own check of its point (:mod:`dpopt.estimate.verify`): an
+        "optimal" point that fails it becomes NUMERICAL_ERROR, kept only as an incumbent."""
+        from dpopt.estimate.verify import CERTIFICATE_TOL, certify_least_squares, certify_program
+
+        tol = max(CERTIFICATE_TOL, 10.0 * settings.tolerance) if settings.tolerance else CERTIFICATE_TOL
+        if isinstance(form, LeastSquaresForm):
+            cert = certify_least_squares(form, outcome.x, tol)
+        else:
+            cert = certify_program(form, outcome.x, outcome.row_duals, tol)
+        extra = {**outcome.extra, "certificate": cert.as_dict()}
+        if cert.ok:
+            return dataclasses.replace(outcome, extra=extra)
+        return dataclasses.replace(
+            outcome, status=Status.NUMERICAL_ERROR, row_duals=None, incumbent=True, extra=extra,
+            message=f"{outcome.message}; the solver called its point optimal but dpopt's check failed: "
+                    f"{cert.describe()}")
 
     def _check_options(self, form: ProgramForm | LeastSquaresForm, settings: SolveSettings) -> None:
         """Validate option values (names are already known to be accepted)."""

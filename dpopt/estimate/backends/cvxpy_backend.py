@@ -182,6 +182,10 @@ class CvxpyBackend(Backend):
 
         problem = cp.Problem(cp.Minimize(objective), constraints)
         kwargs = self._solver_kwargs(solver, form, settings)
+        if solver == "HIGHS" and not settings.verbose:
+            from dpopt.estimate.backends.highs import silence_banner
+
+            silence_banner()  # cvxpy's HIGHS interface would print HiGHS's banner
         try:
             with warnings.catch_warnings():
                 # cvxpy warns on "infeasible or unbounded"; the adapter resolves it below.

@@ -13,7 +13,10 @@ prices ``∂ objective / ∂ row bound``, the convention of
 
 from __future__ import annotations
 
+import os
+import sys
 import time
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import numpy as np
@@ -24,7 +27,7 @@ from dpopt.estimate.backends.base import DEFAULT_MIP_GAP, Backend, SolveSettings
 from dpopt.estimate.form import ProgramForm
 from dpopt.estimate.status import SolveOutcome, Status
 
-__all__ = ["HighsBackend"]
+__all__ = ["HighsBackend", "IncrementalLP", "new_highs", "silence_banner"]
 
 # HiGHS enum values of the C API used by Highs.passModel (documented in HConst.h).
 _MATRIX_COLWISE = 1
@@ -63,6 +66,52 @@ def _status_map() -> dict[str, Status]:
     }
 
 
+_BANNER_SILENCED = False
+
+
+@contextmanager
+def _stdout_to_devnull():
+    """Send the process's file descriptor 1 to /dev/null for the duration (C-level prints)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 1)
+            yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def silence_banner() -> None:
+    """Keep HiGHS's banner off standard output.
+
+    HiGHS writes "Running HiGHS ..." to the C standard output when the first ``Highs``
+    object of a process is constructed, before any option can be set (cvxpy's HIGHS
+    interface constructs one too). Constructing that first object here, with file
+    descriptor 1 sent to /dev/null, keeps every later construction quiet.
+    """
+    global _BANNER_SILENCED
+    if _BANNER_SILENCED:
+        return
+    import highspy
+
+    with _stdout_to_devnull():
+        highspy.Highs()
+    _BANNER_SILENCED = True
+
+
+def new_highs(verbose: bool = False):
+    """A ``highspy.Highs`` object whose output (banner included) appears only when ``verbose``."""
+    import highspy
+
+    if not verbose:
+        silence_banner()
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", bool(verbose))
+    return h
+
+
 class HighsBackend(Backend):
     """HiGHS via highspy (LP, convex QP, MILP).
 
@@ -73,6 +122,7 @@ class HighsBackend(Backend):
 
     name: ClassVar[str] = "highs"
     kinds: ClassVar[frozenset[str]] = frozenset({"LP", "QP", "MILP"})
+    incremental: ClassVar[bool] = True
     options: ClassVar[dict[str, str]] = {
         "mip_gap": f"relative MIP gap at which to stop (default {DEFAULT_MIP_GAP})",
         "presolve": "bool: run HiGHS presolve (default True)",
@@ -94,6 +144,10 @@ class HighsBackend(Backend):
         if not isinstance(settings.option("highs_options", {}), dict):
             raise SolverError("backend 'highs': highs_options must be a dict of HiGHS option names to values")
 
+    def incremental_lp(self, form: ProgramForm, *, first_method: str = "ipm", dual_tolerance: float | None = None,
+                       verbose: bool = False) -> "IncrementalLP":
+        return IncrementalLP(form, first_method=first_method, dual_tolerance=dual_tolerance, verbose=verbose)
+
     @staticmethod
     def _set(h: Any, option: str, value: Any) -> None:
         import highspy
@@ -104,8 +158,7 @@ class HighsBackend(Backend):
     def _solve(self, form: ProgramForm, settings: SolveSettings) -> SolveOutcome:
         import highspy
 
-        h = highspy.Highs()
-        self._set(h, "output_flag", settings.verbose)
+        h = new_highs(settings.verbose)
         if settings.time_limit is not None:
             self._set(h, "time_limit", settings.time_limit)
         if settings.tolerance is not None:
@@ -195,8 +248,7 @@ class IncrementalLP:
 
         if form.is_integer or form.P is not None:
             raise SolverError("backend 'highs': incremental solves are for continuous LPs")
-        self._h = h = highspy.Highs()
-        h.setOptionValue("output_flag", bool(verbose))
+        self._h = h = new_highs(verbose)
         h.setOptionValue("solver", first_method)
         if dual_tolerance is not None:
             h.setOptionValue("dual_feasibility_tolerance", float(dual_tolerance))

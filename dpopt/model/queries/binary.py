@@ -132,6 +132,98 @@ class BinaryEncoding:
         return out
 
 
+    # ---- lifting queries and constraints to the binary domain --------------------------------
+    def lift_matrix(self):
+        """``P`` with ``P[s, cell_map[s]] = 1``: a source query ``Q`` is ``Q P`` on the binary cells."""
+        import scipy.sparse as sp
+
+        cell_map = self.cell_map()
+        n = cell_map.size
+        return sp.csr_matrix((np.ones(n, dtype=np.int64), (np.arange(n), cell_map)), shape=(n, self.domain.size))
+
+    def lift_query(self, query):
+        """A query of the source cells as the same query of the binary cells (zero on unused codes)."""
+        from dpopt.model.queries.explicit import SparseQuery
+
+        return SparseQuery(self.domain, query.to_sparse() @ self.lift_matrix())
+
+    def lower_query(self, query):
+        """A query of the binary cells as a query of the source cells (its columns at the used codes)."""
+        from dpopt.model.queries.explicit import SparseQuery
+
+        return SparseQuery(self.source, query.to_sparse().tocsc()[:, self.cell_map()].tocsr())
+
+    def unused_code_zeros(self) -> list:
+        """One structural-zero rule per attribute with unused codes (Barak et al. §6)."""
+        from dpopt.model.constraints import StructuralZeros
+
+        rules = []
+        for a in self.source.attrs:
+            codes = self.unused_codes[a]
+            if codes:
+                width = len(self.bits[a])
+                cells = np.array([[(c >> (width - 1 - j)) & 1 for j in range(width)] for c in codes])
+                rules.append(StructuralZeros(bits_predicate(self.bits[a], cells), name=f"unused codes of {a}",
+                                             reason="binary encoding: codes beyond the attribute's size"))
+        return rules
+
+    def lift_constraints(self, constraints):
+        """The constraints of the source domain over the binary domain, plus the unused-code zeros.
+
+        Structural zeros and hierarchies become zero patterns of the bits; invariants and
+        inequalities become the same rows on the binary cells (:meth:`lift_query`).
+        Non-negativity and integrality are cell-wise and carry over as they are.
+        """
+        from dpopt.model.constraints import (
+            ConstraintSet,
+            Hierarchy,
+            Integrality,
+            Invariant,
+            LinearInequality,
+            NonNegativity,
+            StructuralZeros,
+        )
+
+        if constraints.domain != self.source:
+            raise DomainError(f"lift_constraints: the constraints are over {constraints.domain}, not {self.source}")
+        cs = ConstraintSet(self.domain)
+        for c in constraints:
+            if isinstance(c, (StructuralZeros, Hierarchy)):
+                attrs, mask = c.pattern(self.source)
+                zero = np.flatnonzero(mask)
+                if zero.size:
+                    codes = self.source.project(attrs).unravel(zero)
+                    bit_rows = np.concatenate(
+                        [(codes[:, [j]] >> np.arange(len(self.bits[a]) - 1, -1, -1)) & 1 for j, a in enumerate(attrs)],
+                        axis=1)
+                    names = [b for a in attrs for b in self.bits[a]]
+                    cs.add(StructuralZeros(bits_predicate(names, bit_rows), name=c.name, reason=getattr(c, "reason", "")))
+            elif isinstance(c, Invariant):
+                cs.add(Invariant(self.lift_query(c.query), c.values, name=c.name, from_data=c.from_data))
+            elif isinstance(c, LinearInequality):
+                cs.add(LinearInequality(self.lift_query(c.query), c.lower, c.upper, name=c.name))
+            elif isinstance(c, (NonNegativity, Integrality)):
+                cs.add(c)
+        for rule in self.unused_code_zeros():
+            cs.add(rule)
+        return cs
+
+    def source_marginal(self, attrs, binary_marginal: np.ndarray) -> np.ndarray:
+        """A marginal over the bits of source ``attrs`` as a marginal over ``attrs`` (unused codes dropped)."""
+        attrs = self.source.canonical(attrs)
+        padded = tuple(2 ** len(self.bits[a]) for a in attrs)
+        sizes = tuple(self.source.size_of(a) for a in attrs)
+        return np.asarray(binary_marginal).reshape(padded)[tuple(slice(0, s) for s in sizes)].reshape(-1)
+
+
+def bits_predicate(bit_names, patterns: np.ndarray) -> str:
+    """A predicate true on the cells whose bits match one of ``patterns`` (rows of 0/1)."""
+    terms = []
+    for row in patterns:
+        terms.append("(" + " and ".join(f"attr({b!r}) == {int(v)}" for b, v in zip(bit_names, row)) + ")")
+    return " or ".join(terms)
+
+
 def _check_codes(codes: np.ndarray, domain: Domain, who: str) -> np.ndarray:
     arr = np.asarray(codes)
     if arr.ndim != 2 or arr.shape[1] != len(domain):

@@ -12,6 +12,12 @@ at once:
   inverse transform. Cost ``O(d 2^d + sum_S 4^|S|)`` instead of ``O(|workload| 2^d)``.
 * on any other domain, through precomputed projected cell indices: ``bincount`` for
   ``Q x`` and a gather for ``Q^T r``, one linear pass each with a small constant.
+
+The weighted Gram matrix ``Q diag(v) Q^T`` (the Hessian of entropy duals) needs no matrix
+either: its block for marginals ``S`` and ``T`` holds the marginal of ``v`` over ``S ∪ T``
+(entry ``(a, b)`` is the cell of ``S ∪ T`` that agrees with ``a`` on ``S`` and ``b`` on
+``T``, 0 when they disagree), and on a binary domain every such marginal comes from one
+transform of ``v``.
 """
 
 from __future__ import annotations
@@ -126,5 +132,93 @@ class MarginalWorkload(LinearQuery):
     def column_norm_powers(self, p: int) -> float:
         return float(len(self.marginals))  # every cell lies in exactly one row of each marginal
 
+    @property
+    def fast_weighted_gram(self) -> bool:  # type: ignore[override]
+        return self.binary
+
+    def _weighted_gram(self, v: np.ndarray) -> np.ndarray:
+        if not self.binary:
+            return super()._weighted_gram(v)
+        c = fast_walsh_hadamard(np.asarray(v, dtype=np.float64))
+        gram = np.zeros((self.num_rows, self.num_rows))
+        for k, (rows, cols, masks, hadamard) in self._gram_plan().items():
+            values = (c[masks] @ hadamard) / 2**k  # the marginal of v over each pair's union
+            gram[rows, cols] = values
+            gram[cols, rows] = values
+        return gram
+
+    def _gram_plan(self) -> dict:
+        """For every pair of marginals (``S``, ``T``), grouped by ``k = |S ∪ T|``: the Gram rows and
+        columns each cell of ``S ∪ T`` fills, and the parity masks of ``S ∪ T`` (built once)."""
+        if getattr(self, "_plan", None) is not None:
+            return self._plan
+        d = len(self.domain)
+        axes = [np.array([self.domain.axis(a) for a in m.attrs]) for m in self.marginals]
+        plan: dict[int, list] = {}
+        for p, q in zip(*np.triu_indices(len(self.marginals))):
+            union = np.union1d(axes[p], axes[q])  # domain order
+            k = union.size
+            u = np.arange(2**k)
+            bits = (u[:, None] >> (k - 1 - np.arange(k))[None, :]) & 1  # bit of each union attribute
+            rows = self.offsets[p] + _code(bits, np.searchsorted(union, axes[p]))
+            cols = self.offsets[q] + _code(bits, np.searchsorted(union, axes[q]))
+            mask = (bits << (d - 1 - union)[None, :]).sum(axis=1)
+            plan.setdefault(k, []).append((rows, cols, mask))
+        self._plan = {
+            k: (np.array([e[0] for e in entries]), np.array([e[1] for e in entries]),
+                np.array([e[2] for e in entries]), fast_walsh_hadamard(np.eye(2**k)))
+            for k, entries in plan.items()
+        }
+        return self._plan
+
     def row_labels(self) -> list[str]:
         return [label for m in self.marginals for label in m.row_labels()]
+
+
+def _code(bits: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """The C-order cell number over the attributes at ``positions`` of each row of ``bits``."""
+    k = positions.size
+    return (bits[:, positions] << (k - 1 - np.arange(k))[None, :]).sum(axis=1)
+
+
+class WorkloadEvaluator:
+    """All answers of a list of query blocks on a dense vector, as one concatenated array.
+
+    On a binary domain the marginal blocks are answered together by one
+    :class:`MarginalWorkload` (one Walsh-Hadamard transform of the vector, then ``2^|S|``
+    coefficients per marginal: Barak et al. 2007, Thm 3); every other block by its own
+    ``matvec``. Integer vectors (a data histogram) give exact integer answers.
+    """
+
+    def __init__(self, domain: Domain, blocks: Sequence[LinearQuery]) -> None:
+        self.domain = domain
+        self.blocks = list(blocks)
+        self.sizes = np.array([b.num_rows for b in self.blocks], dtype=np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)])
+        binary = all(s == 2 for s in domain.sizes)
+        grouped = [i for i, b in enumerate(self.blocks) if binary and isinstance(b, Marginal)]
+        self._generic = [i for i in range(len(self.blocks)) if i not in set(grouped)]
+        self._workload = MarginalWorkload(domain, [self.blocks[i].attrs for i in grouped]) if grouped else None
+        # where the workload's rows go in the concatenated answers
+        self._rows = (np.concatenate([np.arange(self.offsets[i], self.offsets[i + 1]) for i in grouped])
+                      if grouped else np.zeros(0, dtype=np.int64))
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.offsets[-1])
+
+    def answers(self, x: np.ndarray) -> np.ndarray:
+        """Every block's answers on ``x``, concatenated in block order."""
+        integer = np.asarray(x).dtype.kind in "iub"
+        out = np.empty(self.num_rows, dtype=np.int64 if integer else np.float64)
+        if self._workload is not None:
+            values = self._workload.matvec(x)
+            out[self._rows] = np.rint(values).astype(np.int64) if integer else values
+        for i in self._generic:
+            out[self.offsets[i]:self.offsets[i + 1]] = self.blocks[i].matvec(x)
+        return out
+
+    def locate(self, flat: int) -> tuple[int, int]:
+        """(block, row) of a position in the concatenated answers."""
+        block = int(np.searchsorted(self.offsets, flat, side="right") - 1)
+        return block, int(flat - self.offsets[block])

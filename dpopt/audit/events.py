@@ -1,0 +1,267 @@
+"""Candidate events over a release's output statistics, and the search for the most telling one.
+
+The outputs of ``n`` runs on each of two neighbouring datasets are matrices ``X_a``, ``X_b``
+(one row per run, one column per output statistic: released counts, answers, record
+histograms). An *event* is a set of outputs; the audit wants the event whose probabilities
+under the two datasets differ by the largest factor, measured by the lower bound on ε it
+would certify (:func:`dpopt.audit.stats.epsilon_lower_bound`). As in StatDP (Ding et al., CCS
+2018, Section 5) the candidates are simple and readable, and the best one is chosen on one set
+of runs and tested on fresh ones:
+
+* thresholds ``{x_j >= t}`` and ``{x_j <= t}`` on each statistic (at every observed value, or
+  at quantiles when there are many);
+* point events ``{x_j = v}`` for discrete statistics, and the set of values seen on one dataset
+  only (when the statistic repeats its values: a value of a continuous statistic is seen once);
+* **exact-value** events ``{x_j · 2^k is an integer}`` and their complements: whether a value
+  has bits below ``2^-k``. Noise drawn in floating point leaves the true answer's trace in the
+  least significant bits (Mironov, CCS 2012); exact integer noise leaves none;
+* thresholds on a linear score ``w · x`` that weighs the statistics by how much their means
+  differ (a linear discriminant: the classifier-based attack of DP-Sniper, Bichsel et al.,
+  S&P 2021, in its simplest form).
+
+Each event is tried in both directions (``a`` more likely than ``b`` and the reverse).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dpopt.audit.stats import epsilon_lower_bound
+
+__all__ = ["Event", "Candidate", "rank", "search_events", "exact_disclosures", "GRID_BITS"]
+
+#: Exponents ``k`` of the exact-value events ``x · 2^k ∈ Z``.
+GRID_BITS = (0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 50, 51, 52, 53, 54, 56, 58, 60)
+#: At most this many thresholds per statistic.
+MAX_THRESHOLDS = 96
+#: At most this many distinct values for point and set events.
+MAX_POINTS = 64
+
+
+@dataclass(frozen=True, eq=False)
+class Event:
+    """A set of outputs, defined on the statistics matrix.
+
+    Attributes
+    ----------
+    kind : str
+        ``"ge"``, ``"le"`` (threshold), ``"eq"`` (point), ``"in"`` (set of values),
+        ``"grid"``/``"offgrid"`` (exact value on / off the grid ``2^-k``), ``"score_ge"``,
+        ``"score_le"`` (threshold on the linear score).
+    feature : int
+        Column of the statistic (-1 for the score).
+    value : float
+        Threshold, point, or grid exponent ``k``.
+    values : tuple
+        The set of an ``"in"`` event.
+    weights : tuple or None
+        ``(center, weights)`` of the linear score.
+    label : str
+        What it is, in words (names the statistic).
+    """
+
+    kind: str
+    feature: int
+    value: float = 0.0
+    values: tuple = ()
+    weights: tuple | None = field(default=None, repr=False)
+    label: str = ""
+
+    def statistic(self, X: np.ndarray) -> np.ndarray:
+        """The statistic the event thresholds (the column, or the linear score)."""
+        X = np.asarray(X, dtype=np.float64)
+        if self.feature >= 0:
+            return X[:, self.feature]
+        center, w = (np.asarray(v) for v in self.weights)
+        return (X - center) @ w
+
+    def hits(self, X: np.ndarray) -> np.ndarray:
+        """Boolean: which rows (runs) fall in the event."""
+        return self.contains(self.statistic(X))
+
+    def contains(self, s: np.ndarray) -> np.ndarray:
+        """Boolean: which values of the statistic lie in the event."""
+        s = np.asarray(s, dtype=np.float64)
+        if self.kind in ("ge", "score_ge"):
+            return s >= self.value
+        if self.kind in ("le", "score_le"):
+            return s <= self.value
+        if self.kind == "eq":
+            return s == self.value
+        if self.kind == "in":
+            return np.isin(s, np.asarray(self.values, dtype=np.float64))
+        on = _on_grid(s, int(self.value))
+        return on if self.kind == "grid" else ~on
+
+    def to_dict(self) -> dict:
+        out = {"kind": self.kind, "statistic": self.label, "value": float(self.value)}
+        if self.values:
+            out["values"] = [float(v) for v in self.values]
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class Candidate:
+    """An event with its counts on the search runs: ``larger`` is the dataset it favours."""
+
+    event: Event
+    larger: str
+    k_a: int
+    k_b: int
+    n_a: int
+    n_b: int
+    bound: float
+
+    def describe(self) -> str:
+        fa, fb = self.k_a / self.n_a, self.k_b / self.n_b
+        return (f"{self.event.label}: P_a = {fa:.4g}, P_b = {fb:.4g} on the search runs "
+                f"(more likely under {self.larger}); epsilon >= {self.bound:.3f}")
+
+
+def _on_grid(values: np.ndarray, k: int) -> np.ndarray:
+    scaled = np.ldexp(values, k)  # exact: a power-of-two scaling
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(scaled) & (scaled == np.floor(scaled))
+
+
+def _thresholds(values: np.ndarray) -> np.ndarray:
+    u = np.unique(values)
+    if u.size <= MAX_THRESHOLDS:
+        return u
+    return np.unique(np.quantile(values, np.linspace(0, 1, MAX_THRESHOLDS), method="inverted_cdf"))
+
+
+def _threshold_counts(sorted_a, sorted_b, t):
+    ge_a = sorted_a.size - np.searchsorted(sorted_a, t, "left")
+    ge_b = sorted_b.size - np.searchsorted(sorted_b, t, "left")
+    le_a = np.searchsorted(sorted_a, t, "right")
+    le_b = np.searchsorted(sorted_b, t, "right")
+    return (ge_a, ge_b), (le_a, le_b)
+
+
+class _Collector:
+    """Keeps the best candidates: counts are scored in both directions, vectorised."""
+
+    def __init__(self, n_a, n_b, delta, alpha, keep):
+        self.n_a, self.n_b, self.delta, self.alpha, self.keep = n_a, n_b, delta, alpha, keep
+        self.items: list[Candidate] = []
+
+    def add(self, make_event, k_a, k_b):
+        k_a = np.atleast_1d(np.asarray(k_a, dtype=np.int64))
+        k_b = np.atleast_1d(np.asarray(k_b, dtype=np.int64))
+        if k_a.size == 0:
+            return
+        ab = np.atleast_1d(epsilon_lower_bound(k_a, self.n_a, k_b, self.n_b, self.delta, self.alpha))
+        ba = np.atleast_1d(epsilon_lower_bound(k_b, self.n_b, k_a, self.n_a, self.delta, self.alpha))
+        ratio = np.log((k_a + 0.5) / (self.n_a + 1)) - np.log((k_b + 0.5) / (self.n_b + 1))
+        for scores, tie, larger in ((ab, ratio, "a"), (ba, -ratio, "b")):
+            best = np.lexsort((-tie, -scores))[: self.keep]  # by bound, ties (e.g. all 0) by observed ratio
+            for i in best:
+                self.items.append(Candidate(make_event(int(i)), larger, int(k_a[i]), int(k_b[i]), self.n_a,
+                                            self.n_b, float(scores[i])))
+        self.items.sort(key=rank)
+        del self.items[self.keep:]
+
+
+def rank(c: Candidate) -> tuple:
+    """Sort key: the larger bound first; among equal bounds, the larger observed ratio (smoothed)."""
+    hi, lo, n_hi, n_lo = ((c.k_a, c.k_b, c.n_a, c.n_b) if c.larger == "a" else (c.k_b, c.k_a, c.n_b, c.n_a))
+    return (-c.bound, -(math.log((hi + 0.5) / (n_hi + 1)) - math.log((lo + 0.5) / (n_lo + 1))))
+
+
+def search_events(Xa: np.ndarray, Xb: np.ndarray, names, *, delta: float = 0.0, alpha: float = 0.05,
+                  keep: int = 5, score: bool = True) -> list[Candidate]:
+    """The ``keep`` most telling candidate events on these runs, best first (module notes)."""
+    Xa = np.asarray(Xa, dtype=np.float64)
+    Xb = np.asarray(Xb, dtype=np.float64)
+    out = _Collector(Xa.shape[0], Xb.shape[0], delta, alpha, keep)
+    for j in range(Xa.shape[1]):
+        _add_column(out, j, Xa[:, j], Xb[:, j], names[j])
+    if score and Xa.shape[1] > 1:
+        weights = _discriminant(Xa, Xb)
+        if weights is not None:
+            probe = Event("score_ge", -1, weights=weights)
+            _add_column(out, -1, probe.statistic(Xa), probe.statistic(Xb), _score_label(weights, names), weights)
+    return out.items
+
+
+def _add_column(out: _Collector, j, va, vb, label, weights=None) -> None:
+    sa, sb = np.sort(va), np.sort(vb)
+    t = _thresholds(np.concatenate([va, vb]))
+    (ge_a, ge_b), (le_a, le_b) = _threshold_counts(sa, sb, t)
+    ge, le = ("ge", "le") if j >= 0 else ("score_ge", "score_le")
+    out.add(lambda i: Event(ge, j, float(t[i]), weights=weights, label=f"{label} >= {t[i]:.6g}"), ge_a, ge_b)
+    out.add(lambda i: Event(le, j, float(t[i]), weights=weights, label=f"{label} <= {t[i]:.6g}"), le_a, le_b)
+    if j < 0:
+        return
+    u, counts = np.unique(np.concatenate([va, vb]), return_counts=True)
+    if u.size <= MAX_POINTS:
+        ka = np.array([np.count_nonzero(va == v) for v in u])
+        kb = counts - ka
+        out.add(lambda i: Event("eq", j, float(u[i]), label=f"{label} = {u[i]:.6g}"), ka, kb)
+    if u.size > min(4 * MAX_POINTS, (va.size + vb.size) // 8):
+        only_a = only_b = np.zeros(0)  # a continuous statistic: a value seen once says nothing
+    else:
+        only_a, only_b = np.setdiff1d(np.unique(va), vb), np.setdiff1d(np.unique(vb), va)
+    for only, side in ((only_a, "a"), (only_b, "b")):
+        if only.size:
+            values = tuple(float(v) for v in only)
+            k_a, k_b = np.count_nonzero(np.isin(va, only)), np.count_nonzero(np.isin(vb, only))
+            out.add(lambda i, values=values, side=side: Event(
+                "in", j, values=values, label=f"{label} takes a value seen only under {side} on the search runs "
+                                              f"({len(values)} value{'s' if len(values) > 1 else ''})"), [k_a], [k_b])
+    if np.all(np.abs(u) < 2**52) and np.all(u == np.round(u)):
+        return  # integer outputs carry no low-order bits to test
+    bits = np.asarray(GRID_BITS)
+    on_a = np.array([np.count_nonzero(_on_grid(va, k)) for k in bits])
+    on_b = np.array([np.count_nonzero(_on_grid(vb, k)) for k in bits])
+    out.add(lambda i: Event("grid", j, float(bits[i]), label=f"{label} is a multiple of 2^-{bits[i]} (exact value)"),
+            on_a, on_b)
+    out.add(lambda i: Event("offgrid", j, float(bits[i]),
+                            label=f"{label} has bits below 2^-{bits[i]} (exact value)"),
+            va.size - on_a, vb.size - on_b)
+
+
+def _discriminant(Xa: np.ndarray, Xb: np.ndarray):
+    """``(center, w)``: weights ``(mean_a - mean_b) / variance`` of each varying statistic (or None)."""
+    ma, mb = Xa.mean(axis=0), Xb.mean(axis=0)
+    var = 0.5 * (Xa.var(axis=0) + Xb.var(axis=0))
+    scale = np.maximum(np.abs(ma), np.abs(mb)) + 1.0
+    varying = var > (1e-12 * scale) ** 2
+    if varying.sum() < 2:
+        return None
+    w = np.where(varying, (ma - mb) / np.where(varying, var, 1.0), 0.0)
+    if not np.any(w):
+        return None
+    center = 0.5 * (ma + mb)
+    return tuple(center.tolist()), tuple(w.tolist())
+
+
+def _score_label(weights, names) -> str:
+    _, w = weights
+    w = np.asarray(w)
+    top = np.argsort(-np.abs(w))[:3]
+    terms = " ".join(f"{'+' if w[i] >= 0 else '-'} {abs(w[i]):.3g}·[{names[i]}]" for i in top if w[i])
+    more = f" + {np.count_nonzero(w) - len(top)} more" if np.count_nonzero(w) > len(top) else ""
+    return f"linear score ({terms.lstrip('+ ')}{more})"
+
+
+def exact_disclosures(Xa: np.ndarray, Xb: np.ndarray, names) -> list[str]:
+    """Statistics that take one value on every run of ``a`` and another on every run of ``b``.
+
+    Such a statistic is published exactly: no noise hides which dataset was used. Values equal
+    to within 1e-9 (relative) count as one value, so a total computed in floating point is
+    caught too.
+    """
+    Xa = np.asarray(Xa, dtype=np.float64)
+    Xb = np.asarray(Xb, dtype=np.float64)
+    if Xa.shape[0] < 2 or Xb.shape[0] < 2:
+        return []
+    lo_a, hi_a, lo_b, hi_b = Xa.min(0), Xa.max(0), Xb.min(0), Xb.max(0)
+    scale = np.maximum(1.0, np.maximum(np.abs(hi_a), np.abs(hi_b)))
+    tight = (hi_a - lo_a <= 1e-9 * scale) & (hi_b - lo_b <= 1e-9 * scale)
+    apart = np.abs(hi_a - hi_b) > 1e-6 * scale
+    return [names[j] for j in np.flatnonzero(tight & apart)]
