@@ -20,8 +20,6 @@ directory that replaces the target only when everything succeeded.
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
 import sys
 import time
 import warnings
@@ -33,12 +31,7 @@ from dpopt.errors import DataError, DpoptError, SolverError
 from dpopt.model.constraints import ConstraintSet
 from dpopt.model.data import Dataset
 from dpopt.release.evaluate import evaluate_release, evaluate_without_table
-from dpopt.release.outputs import (
-    ReleaseResult,
-    released_table,
-    synthesize,
-    write_release,
-)
+from dpopt.release.outputs import ReleaseResult, released_table, synthesize, write_release
 from dpopt.release.plan import ReleasePlan, check_constraints, error_class, plain, plan
 from dpopt.spec import ReleaseSpec
 
@@ -147,40 +140,19 @@ def run_algorithm(p: ReleasePlan, data: Dataset, constraints: ConstraintSet, *, 
     return release
 
 
-def _takes_verbose(function) -> bool:
-    try:
-        parameter = inspect.signature(function).parameters.get("verbose")
-    except (TypeError, ValueError):
-        return False
-    return parameter is not None and parameter.kind in (parameter.KEYWORD_ONLY, parameter.POSITIONAL_OR_KEYWORD)
-
-
 @contextlib.contextmanager
 def solver_verbosity(verbose: bool):
-    """Within the block, :func:`dpopt.estimate.reconstruct` defaults to ``verbose=True`` when asked.
+    """Within the block, :func:`dpopt.estimate.reconstruct` defaults to ``verbose`` (its
+    :data:`~dpopt.estimate.SOLVER_VERBOSE` context variable): algorithms call ``reconstruct``
+    themselves, so the pipeline cannot pass the keyword. Solver banners are otherwise silenced
+    by the engines."""
+    from dpopt.estimate import SOLVER_VERBOSE
 
-    Algorithms call ``dpopt.estimate.reconstruct`` themselves, so the pipeline cannot pass the
-    keyword; this generic hook gives it a default for the duration of the run, only when the
-    function declares a ``verbose`` parameter (solver banners are otherwise silenced by the
-    engines). Without ``verbose`` it does nothing.
-    """
-    import dpopt.estimate as estimate
-
-    original = getattr(estimate, "reconstruct", None)
-    if not verbose or original is None or not _takes_verbose(original):
-        yield
-        return
-
-    @functools.wraps(original)
-    def loud(*args, **kwargs):
-        kwargs.setdefault("verbose", True)
-        return original(*args, **kwargs)
-
-    estimate.reconstruct = loud
+    token = SOLVER_VERBOSE.set(bool(verbose))
     try:
         yield
     finally:
-        estimate.reconstruct = original
+        SOLVER_VERBOSE.reset(token)
 
 
 def run(
