@@ -27,6 +27,10 @@ estimates):
   row per cell) have a diagonal Gram, a vector, and are solved matrix-free when they are all
   there is.
 
+An algorithm that does not hold the full table (``dense_domain = False``: records or answers
+only) is charged nothing here; the engine figures apply to algorithms that declare the
+``[reconstruct]`` section.
+
 The limit is ``DPOPT_MEMORY_LIMIT`` (bytes, or with a K/M/G/T suffix; ``none`` turns the check
 off) when set, else the memory the operating system reports as available (``MemAvailable``).
 """
@@ -139,11 +143,17 @@ def estimate_memory(p) -> MemoryEstimate:
     n = float(domain.size)
     k = len(domain)
     estimate = MemoryEstimate()
+    algorithm = getattr(p, "algorithm", None)
+    if not getattr(algorithm, "dense_domain", True):
+        # Records or answers without the full table (DualQuery, the polynomial release, top-down's
+        # level tables): the algorithm's own plan bounds what it holds.
+        return estimate
     estimate.items.append(MemoryItem(
         "the released table", ("domain",), n * (BYTES_PER_CELL + BYTES_PER_ATTRIBUTE_CELL * k), "table",
         f"{domain.size:,} cells x {k} attributes",
         "use fewer or coarser attributes: a release holds its full table"))
-    rc = getattr(p.spec, "reconstruct", None)
+    uses_reconstruct = algorithm is None or "reconstruct" in getattr(algorithm, "sections", {"reconstruct": ()})
+    rc = getattr(p.spec, "reconstruct", None) if uses_reconstruct else None
     measured = [_Measured.of(step, domain) for step in p.steps if step.query is not None and step.law is not None]
     if rc is None or not measured:
         return estimate
