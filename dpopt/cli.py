@@ -2,15 +2,18 @@
 
 ::
 
-    dpopt run SPEC [--data PATH] [--out DIR] [--seed N] [--evaluate] [--overwrite] [--quiet]
+    dpopt run SPEC [--data PATH] [--out DIR] [--seed N] [--evaluate] [--overwrite] [--quiet] [--verbose]
     dpopt check SPEC [--data PATH]
     dpopt models
-    dpopt example-data --rows N --seed S --out PATH [--format csv|parquet]
+    dpopt example-data --rows N --seed S --out PATH [--format csv|parquet] [--overwrite]
     dpopt audit SPEC [--runs N] [--domain-limit K] [--out DIR]
 
 ``SPEC`` is a TOML file or the name of a built-in spec (``dpopt models`` lists them).
 Input errors print one line, ``dpopt: error: ...`` naming the file, line and key, and exit
 with status 2 (usage errors) or 1 (everything else); no traceback for dpopt's own errors.
+SIGTERM, SIGHUP and SIGINT stop a run with one line and status 128 + the signal number
+(143, 129, 130), leaving nothing behind. A seeded or ``--evaluate`` run prints its NOT
+private warning on stderr even with ``--quiet``.
 """
 
 from __future__ import annotations
@@ -18,9 +21,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Sequence
 
+from dpopt.atomic import Interrupted, handle_signals
 from dpopt.errors import DpoptError
 
 EXIT_ERROR = 1
@@ -49,8 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", metavar="N", type=_seed, help="seed the privacy noise: reproducible and NOT private")
     run.add_argument("--evaluate", action="store_true",
                      help="also report errors against the confidential data (NOT private; for testing)")
-    run.add_argument("--overwrite", action="store_true", help="replace DIR if it already holds files")
-    run.add_argument("--quiet", "-q", action="store_true", help="print nothing but errors")
+    run.add_argument("--overwrite", action="store_true",
+                     help="replace DIR if it holds a previous dpopt release and nothing else")
+    run.add_argument("--quiet", "-q", action="store_true",
+                     help="print nothing but errors and the NOT-private warning of a seeded or evaluated run")
+    run.add_argument("--verbose", "-v", action="store_true", help="let the solvers print their own logs")
 
     check = sub.add_parser("check", help="validate a spec and print the plan, without reading data",
                            description="Validate SPEC, build its public parts, check the constraints and print "
@@ -69,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--states", metavar="K", type=_positive_int, default=4, help="number of states (default 4)")
     ex.add_argument("--counties-per-state", metavar="K", type=_positive_int, default=3,
                     help="counties in each state (default 3)")
+    ex.add_argument("--overwrite", action="store_true", help="replace PATH if it exists")
 
     from dpopt.audit.command import add_parser as add_audit_parser
 
@@ -81,26 +90,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        if args.command == "run":
-            return _run(args)
-        if args.command == "check":
-            return _check(args)
-        if args.command == "models":
-            return _models()
-        if args.command == "audit":
-            from dpopt.audit.command import main as audit_main
+        with handle_signals():
+            if args.command == "run":
+                return _run(args)
+            if args.command == "check":
+                return _check(args)
+            if args.command == "models":
+                return _models()
+            if args.command == "audit":
+                from dpopt.audit.command import main as audit_main
 
-            return audit_main(args)
-        return _example_data(args)
+                return audit_main(args)
+            return _example_data(args)
     except DpoptError as exc:
         print(f"dpopt: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_ERROR
     except OSError as exc:  # a file that cannot be read or written: the system's words suffice
         print(f"dpopt: error: {_one_line(exc)}; nothing was written", file=sys.stderr)
         return EXIT_ERROR
-    except KeyboardInterrupt:
-        print("dpopt: interrupted; nothing was written", file=sys.stderr)
-        return 130
+    except MemoryError as exc:  # beyond the plan's estimate (dpopt.release.resources): still one line
+        print(f"dpopt: error: out of memory ({_one_line(exc) or 'MemoryError'}); nothing was written; "
+              "`dpopt check` prints the plan's memory estimate", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt as exc:
+        signum = exc.signum if isinstance(exc, Interrupted) else 2
+        name = exc.name if isinstance(exc, Interrupted) else "SIGINT"
+        written = getattr(exc, "written", None)
+        what = f"the release in {str(written)!r} is complete" if written else "nothing was written"
+        print(f"dpopt: interrupted by {name}; {what}", file=sys.stderr)
+        return 128 + signum
 
 
 # ---- commands ---------------------------------------------------------------------------------
@@ -110,11 +128,22 @@ def _run(args: argparse.Namespace) -> int:
     from dpopt.release import run
     from dpopt.spec import load_spec
 
+    from dpopt.release.pipeline import NotPrivateWarning
+
     start = time.perf_counter()
     spec = load_spec(args.spec)
     out = Path(args.out) if args.out else (spec.output.dir or Path("dpopt-out") / spec.name)
-    release = run(spec, data=args.data, out=out, seed=args.seed, evaluate=args.evaluate,
-                  overwrite=args.overwrite, progress=not args.quiet and sys.stderr.isatty())
+    seed = spec.privacy.seed if args.seed is None else args.seed
+    reasons = ([f"the noise is seeded (seed {seed})"] if seed is not None else []) + \
+        (["--evaluate compares it with the confidential data"] if args.evaluate else [])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NotPrivateWarning)  # said below, in one line
+        release = run(spec, data=args.data, out=out, seed=args.seed, evaluate=args.evaluate,
+                      overwrite=args.overwrite, progress=not args.quiet and sys.stderr.isatty(),
+                      verbose=args.verbose)
+    if reasons:  # on stderr, even with --quiet: a reader of the files must not take them for private
+        print(f"dpopt: warning: the release in {str(out)!r} is NOT private: {' and '.join(reasons)}; "
+              f"do not publish it", file=sys.stderr)
     if not args.quiet:
         print(_run_summary(release, time.perf_counter() - start))
     return 0
@@ -183,16 +212,30 @@ def _models() -> int:
 
 def _example_data(args: argparse.Namespace) -> int:
     from dpopt.datasets.census import write_example_data
-    from dpopt.spec import data_format
 
     path = Path(args.out)
-    fmt = args.format or data_format(path, "--out")
+    fmt = args.format or _format_from_name(path)
+    if path.exists() and not args.overwrite:
+        raise DpoptError(f"--out: {str(path)!r} exists; choose another file or pass --overwrite to replace it")
     start = time.perf_counter()
     write_example_data(path, num_people=args.rows, seed=args.seed, format=fmt,
                        num_states=args.states, counties_per_state=args.counties_per_state)
     print(f"dpopt: wrote {args.rows:,} example records to {path} ({fmt}, seed {args.seed}) "
           f"in {time.perf_counter() - start:.1f} s")
     return 0
+
+
+def _format_from_name(path: Path) -> str:
+    """The format of a file to be written, from its extension (it has no content yet)."""
+    from dpopt.errors import SpecError
+
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] in (".parquet", ".pq"):
+        return "parquet"
+    if suffixes and (suffixes[-1] in (".csv", ".txt") or suffixes[-2:] == [".csv", ".gz"]):
+        return "csv"
+    raise SpecError(f"--out: cannot tell the format of {str(path)!r} from its extension; use .csv or .parquet, "
+                    "or give --format")
 
 
 # ---- argument types ---------------------------------------------------------------------------

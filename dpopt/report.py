@@ -9,7 +9,10 @@ NOT private). :func:`render_markdown` and :func:`render_html` render the same di
 readable summary, so the summary never says anything the report does not.
 
 The report never contains the confidential record count or any true answer, except in the
-``evaluation`` section, which exists only when evaluation was asked for.
+``evaluation`` section, which exists only when evaluation was asked for. What a release
+writes is :func:`publishable` (the data file and the spec named by their base names only, so
+no directory of the curator's machine is published); the report kept in memory
+(``release.report``) has the full paths.
 """
 
 from __future__ import annotations
@@ -153,8 +156,11 @@ def build_report(release: "ReleaseResult") -> dict:
         "spec": {"source": str(spec.source) if spec.source else None, "settings": _jsonable(spec.raw)},
         "run": {
             "data": _data_text(p),
+            "data_source": p.data_source,
             "seed": p.seed,
             "evaluate": release.evaluation is not None,
+            "structural_zero_records": (spec.constraints.structural_zero_records
+                                        if spec.constraints.structural_zeros else None),
         },
         "randomness": randomness,
         "domain": {
@@ -194,6 +200,33 @@ def build_report(release: "ReleaseResult") -> dict:
     return report
 
 
+def publishable(report: dict) -> dict:
+    """The report as written into a release: the data file and the spec by base name only.
+
+    The confidential data's directory (often a user name, a project, a site) has no place in
+    a published file; a path given in the spec's own ``data.path`` or ``output.dir`` settings
+    is cut to its base name too.
+    """
+    out = dict(report)
+    run = dict(out.get("run") or {})
+    if run.get("data_source") == "file" and isinstance(run.get("data"), str):
+        run["data"] = Path(run["data"]).name
+    out["run"] = run
+    spec = dict(out.get("spec") or {})
+    if spec.get("source"):
+        spec["source"] = Path(spec["source"]).name
+    settings = spec.get("settings")
+    if isinstance(settings, dict):
+        settings = dict(settings)
+        for section, key in (("data", "path"), ("output", "dir"), ("domain", "json")):
+            table = settings.get(section)
+            if isinstance(table, dict) and isinstance(table.get(key), str):
+                settings[section] = {**table, key: Path(table[key]).name}
+        spec["settings"] = settings
+    out["spec"] = spec
+    return out
+
+
 def write_json(report: dict, path: str | Path) -> None:
     """Write a report as indented JSON (fractions as strings, NaN as null)."""
     Path(path).write_text(json.dumps(_jsonable(report), indent=2, allow_nan=False) + "\n", encoding="utf-8")
@@ -209,6 +242,8 @@ def summary_blocks(report: dict) -> list[tuple]:
     if report.get("description"):
         b.append(("p", report["description"]))
     rnd = report["randomness"]
+    if report.get("not_private"):
+        b.append(("warn", "NOT PRIVATE, do not publish: " + "; ".join(report["not_private"]) + "."))
     if rnd.get("seeded"):
         b.append(("warn", f"Seed {rnd['seed']}: {NOT_PRIVATE_SEED}."))
     rel = report["released"]
@@ -234,6 +269,10 @@ def summary_blocks(report: dict) -> list[tuple]:
     if pr["published_without_noise"]:
         b.append(("p", "Published exactly from the data, without noise (a deliberate choice, not private): "
                        + ", ".join(i["invariant"] for i in pr["published_without_noise"]) + "."))
+    if report["run"].get("structural_zero_records") == "drop":
+        b.append(("p", "Records falling in structural-zero cells were dropped before any measurement "
+                       "(constraints.structural_zero_records = \"drop\"); whether there were any, and how many, "
+                       "is not published."))
 
     rc = report["reconstruction"]
     b.append(("h2", "Reconstruction"))

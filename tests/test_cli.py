@@ -18,9 +18,14 @@ from dpopt.datasets.census import (
     state_totals,
     structural_zero_mask_of_records,
 )
+from dpopt.release.outputs import read_released
 from dpopt.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Seeded runs here are tests of seeded runs: their NOT-private warning is expected (and tested in
+# tests/test_bad_inputs.py).
+pytestmark = pytest.mark.filterwarnings("ignore::dpopt.release.pipeline.NotPrivateWarning")
 QUICKSTART = REPO / "models" / "quickstart.toml"
 
 
@@ -58,7 +63,7 @@ def test_ledger_sums_exactly_to_the_spec_budget(released):
 
 def test_release_obeys_invariants_zeros_and_hierarchy_exactly(released):
     _, out = released
-    table = pd.read_csv(out / "release.csv")
+    table = read_released(out / "release.csv")
     domain = census_domain()
     assert len(table) == domain.size
     counts = table["count"].to_numpy()
@@ -78,8 +83,8 @@ def test_release_obeys_invariants_zeros_and_hierarchy_exactly(released):
 
 def test_synthetic_microdata_count_equals_the_released_total(released):
     _, out = released
-    table = pd.read_csv(out / "release.csv")
-    people = pd.read_csv(out / "synthetic.csv")
+    table = read_released(out / "release.csv")
+    people = read_released(out / "synthetic.csv")
     assert len(people) == table["count"].sum() == 10_000
     attrs = [c for c in table.columns if c != "count"]
     per_cell = people.value_counts(attrs).rename("n").reset_index()
@@ -127,8 +132,16 @@ def test_existing_output_needs_overwrite(tmp_path, capsys):
     assert main(["run", str(spec), "--out", str(out), "--quiet"]) == 1
     assert "--out" in capsys.readouterr().err
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
+    # --overwrite replaces a previous dpopt release only, never a directory holding the user's files.
+    assert main(["run", str(spec), "--out", str(out), "--quiet", "--overwrite"]) == 1
+    assert "'keep.txt'" in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == ["keep.txt"] and (out / "keep.txt").read_text() == "mine"
+    (out / "keep.txt").unlink()
+    assert main(["run", str(spec), "--out", str(out), "--quiet"]) == 0
+    (tmp_path / "keep.txt").write_text("mine")
     assert main(["run", str(spec), "--out", str(out), "--quiet", "--overwrite"]) == 0
     assert (out / "report.json").is_file() and not (out / "keep.txt").exists()
+    assert (tmp_path / "keep.txt").read_text() == "mine"
 
 
 def test_check_prints_the_plan_without_reading_data(tmp_path, capsys, monkeypatch):
@@ -239,7 +252,8 @@ BAD_SPECS = [
         t, "from_data = true }", 'from_data = true },\n  { name = "gq", query = "marginal", '
         'attrs = ["relationship"], values = [0, 0, 0, 0, 0, 0] }').replace(
         "structural_zeros = [{ builtin = true }]",
-        "structural_zeros = [{ builtin = true }, { where = \"age_group == '0-14'\", reason = \"none\" }]"),
+        "structural_zeros = [{ builtin = true }, { where = \"age_group == '0-14'\", reason = \"none\" }]\n"
+        'structural_zero_records = "drop"'),
      [], ["key 'constraints'", "cannot all hold"]),
     ("unknown backend", lambda t: _edit(t, 'objective = "l2"', 'objective = "l2"\nbackend = "gurobi"'), [],
      ["key 'reconstruct.backend'", "'gurobi'", "'cvxpy'", "'highs'"]),
@@ -275,7 +289,7 @@ def test_check_reports_the_same_errors(tmp_path, capsys):
 def test_the_small_release_counts(tmp_path):
     out = tmp_path / "o"
     assert main(["run", "--quiet", "--seed", "2", "--out", str(out), _write(tmp_path, SMALL)]) == 0
-    table = pd.read_csv(out / "release.csv")
+    table = read_released(out / "release.csv")
     assert table["count"].sum() == 800
     assert np.array_equal(np.sort(table["state"].unique()), ["S01", "S02"])
 

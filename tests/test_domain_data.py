@@ -108,12 +108,15 @@ def test_domain_from_declared_categories():
         Dataset.from_frame(pd.DataFrame({"d": [1, 2]}))
 
 
-def test_codes_accepted_when_no_value_is_a_label(small_domain, small_frame):
+def test_codes_accepted_when_the_domain_declares_them(small_domain, small_frame):
     coded = small_frame.assign(sex=(small_frame["sex"] == "M").astype(int))
     assert np.array_equal(
-        Dataset.from_frame(coded, small_domain).histogram(),
+        Dataset.from_frame(coded, small_domain.with_codes(["sex"])).histogram(),
         Dataset.from_frame(small_frame, small_domain).histogram(),
     )
+    # Undeclared, a column of numbers is never read as positions: the error says how to declare them.
+    with pytest.raises(DataError, match=r"column 'sex'.*declare them: \[domain\] codes = \['sex'\]"):
+        Dataset.from_frame(coded, small_domain)
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ import pytest
 
 from dpopt.errors import SpecError
 from dpopt.release import plan, run
+from dpopt.release.outputs import read_released
 from dpopt.spec import load_spec, parse_spec_text
 
 REPO = Path(__file__).resolve().parents[1]
@@ -117,7 +118,7 @@ def test_a_spec_runs_end_to_end(tmp_path):
     assert len(release.answers) == 2 * 6  # six pair marginals and their projections
     written = sorted(p.name for p in (tmp_path / "out" / "marginals").glob("*.csv"))
     assert len(written) == 12
-    cells = pd.read_csv(tmp_path / "out" / "marginals" / "a_c.csv")
+    cells = read_released(tmp_path / "out" / "marginals" / "a_c.csv")
     assert list(cells.columns) == ["a", "c", "count", "stddev"] and len(cells) == 6
 
 

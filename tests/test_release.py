@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dpopt.atomic import OutputExistsError, atomic_directory
+from dpopt.atomic import MANIFEST_NAME, OutputExistsError, atomic_directory
 from dpopt.datasets.census import (
     census_domain,
     generate_census,
@@ -32,9 +32,14 @@ from dpopt.release import (
     run,
     synthesize,
 )
+from dpopt.release.outputs import read_released
 from dpopt.spec import load_spec
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Seeded runs here are tests of seeded runs: their NOT-private warning is expected (and tested in
+# tests/test_bad_inputs.py).
+pytestmark = pytest.mark.filterwarnings("ignore::dpopt.release.pipeline.NotPrivateWarning")
 QUICKSTART = REPO / "models" / "quickstart.toml"
 SHARED = REPO.parent / "shared" / "data"
 
@@ -248,14 +253,14 @@ def test_written_release_round_trips(tmp_path):
     out = tmp_path / "deep" / "release"
     r = run(small_spec({"accounting": "pure", "epsilon": 1}), data=small_frame(), out=out, seed=5)
     assert r.out == out
-    table = pd.read_csv(out / "release.csv")
+    table = read_released(out / "release.csv")
     assert np.array_equal(table["count"].to_numpy(), r.counts)
     assert np.array_equal(pd.read_parquet(out / "release.parquet")["count"].to_numpy(), r.counts)
     report = json.loads((out / "report.json").read_text())
     assert sorted(report["files"]) == sorted(
         str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()
     )
-    assert len(pd.read_csv(out / "synthetic.csv")) == r.counts.sum()
+    assert len(read_released(out / "synthetic.csv")) == r.counts.sum()
     assert [p.name for p in tmp_path.iterdir()] == ["deep"]
     assert [p.name for p in (tmp_path / "deep").iterdir()] == ["release"]
 
@@ -282,12 +287,12 @@ def test_atomic_directory_replaces_only_when_asked(tmp_path):
             pass  # pragma: no cover
     with atomic_directory(target, overwrite=True) as tmp:
         (tmp / "b.txt").write_text("second")
-    assert [p.name for p in target.iterdir()] == ["b.txt"]
+    assert sorted(p.name for p in target.iterdir()) == ["b.txt", MANIFEST_NAME]
     with pytest.raises(RuntimeError):
         with atomic_directory(target, overwrite=True) as tmp:
             (tmp / "c.txt").write_text("third")
             raise RuntimeError("boom")
-    assert [p.name for p in target.iterdir()] == ["b.txt"]
+    assert sorted(p.name for p in target.iterdir()) == ["b.txt", MANIFEST_NAME]
     assert [p.name for p in tmp_path.iterdir()] == ["t"]
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from fractions import Fraction
 
 import numpy as np
-import pandas as pd
 import pytest
 import scipy.sparse as sp
 from hypothesis import given, settings
@@ -30,6 +29,7 @@ from dpopt.model.queries.explicit import SparseQuery
 from dpopt.model.queries.marginal import Marginal
 from dpopt.privacy.budget import Budget
 from dpopt.privacy.randomness import SeededRandom
+from dpopt.release.outputs import read_released
 
 RHO = Budget.zcdp(Fraction(1, 2))
 
@@ -443,8 +443,8 @@ def test_a_spec_release_writes_every_level_table(tmp_path):
     assert release.success and release.algorithm == "topdown"
     files = sorted(p.name for p in (tmp_path / "out" / "marginals").iterdir())
     assert files == ["level_county.csv", "level_nation.csv", "level_state.csv"]
-    county = pd.read_csv(tmp_path / "out" / "marginals" / "level_county.csv")
-    state = pd.read_csv(tmp_path / "out" / "marginals" / "level_state.csv")
+    county = read_released(tmp_path / "out" / "marginals" / "level_county.csv")
+    state = read_released(tmp_path / "out" / "marginals" / "level_state.csv")
     assert len(county) == 4 * 360 and set(county.columns) >= {"county", "age_group", "count", "noisy"}
     county["state"] = county["county"].str.split("-").str[0]
     summed = county.groupby(["state", "age_group", "sex", "relationship", "household_type"])["count"].sum()

@@ -12,9 +12,9 @@ This package never sees the private data nor a random source. Entry points:
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import Sequence
 
-from dpopt.errors import SolverError
 from dpopt.estimate.backends import available_backends, get_backend, installed_backends
 from dpopt.estimate.entropy import solve_entropy
 from dpopt.estimate.errorbars import bootstrap_replicates, gls_covariance, standard_errors
@@ -39,6 +39,10 @@ __all__ = [
     "installed_backends", "available_backends", "get_backend",
 ]
 
+#: The default of ``reconstruct(verbose=...)`` in this context: ``dpopt run --verbose`` sets it for
+#: the run, so the solves inside any algorithm print their logs without each passing the keyword.
+SOLVER_VERBOSE: ContextVar[bool] = ContextVar("dpopt_solver_verbose", default=False)
+
 #: The engine of each objective (see each module's notes).
 ENGINES = {"l2": solve_l2, "l1": solve_linear, "linf": solve_linear, "entropy": solve_entropy, "smooth": solve_smooth}
 
@@ -51,7 +55,7 @@ def reconstruct(
     backend: str | None = None,
     time_limit: float | None = None,
     integer: bool | None = None,
-    verbose: bool = False,
+    verbose: bool | None = None,
     **options,
 ) -> Result:
     """Find the table that fits the measurements best and obeys every constraint.
@@ -79,8 +83,9 @@ def reconstruct(
         declares integrality): controlled rounding that keeps every measured answer at the floor
         or ceiling of its fitted value (:func:`round_to_integers`). The rounding's own result is
         in ``info["rounding"]``.
-    verbose : bool
-        Let the solvers print their logs (default: silent, banners included).
+    verbose : bool, optional
+        Let the solvers print their logs (default: :data:`SOLVER_VERBOSE`, which is False —
+        silent, banners included — unless a ``dpopt run --verbose`` is under way).
     **options
         Passed to the engine / backend; unknown names raise :class:`SolverError` listing
         the accepted ones.
@@ -98,6 +103,8 @@ def reconstruct(
         (:mod:`dpopt.estimate.finalize`). A failed check is status NUMERICAL_ERROR with the
         solver's message, never a success.
     """
+    if verbose is None:
+        verbose = SOLVER_VERBOSE.get()
     problem = ConsistencyProblem(measurements, constraints, objective)
     check_backend(objective, backend)
     problem.constraints.check()

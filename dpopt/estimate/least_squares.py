@@ -102,6 +102,10 @@ def matrix_free_form(form) -> bool:
 
 #: Largest support (plus equality rows) the active-set polish solves with a dense KKT system.
 CROSSOVER_MAX = 3000
+#: Work bound of the polish: cells² × (rows of the squared system + equalities). Lawson–Hanson
+#: costs about that many flops; above it (a top-down parent of 2,000 cells under 9,000 rows took
+#: 78 s) the interior point, already certified, is released without the polish.
+CROSSOVER_FLOPS = 2e9
 
 
 def crossover(problem: ConsistencyProblem, x: np.ndarray, free: np.ndarray, sigma: np.ndarray, y: np.ndarray,
@@ -134,9 +138,11 @@ def crossover(problem: ConsistencyProblem, x: np.ndarray, free: np.ndarray, sigm
     if work.size == 0 or work.size + k > CROSSOVER_MAX:
         return None
     Q = problem.stacked_sparse().tocsr()
+    if float(work.size) ** 2 * (min(Q.shape[0], work.size) + k) > CROSSOVER_FLOPS:
+        return None
     w = 1.0 / sigma
-    block = (sp.diags(w) @ Q[:, work]).toarray()
-    values, failure = _working_set_solve(block, w * y, (A_eq, b_eq) if k else None, work)
+    block, target = _square_system(sp.diags(w) @ Q[:, work], w * y)
+    values, failure = _working_set_solve(block, target, (A_eq, b_eq) if k else None, work)
     if failure is not None:
         return None
     vertex = np.zeros_like(x)
@@ -269,12 +275,26 @@ def _working_set_solve(block, target, equalities, work):
     A = A[:, work].toarray()
     # Lawson–Hanson on the equalities appended with a large weight finds the active set;
     # the exact equality-constrained solve on it (with Lawson–Hanson's step-back) finishes.
-    weight = 1e4 * max(1.0, float(np.linalg.norm(block, 2))) / max(1.0, float(np.abs(A).max()))
+    weight = 1e4 * max(1.0, _spectral_norm(block)) / max(1.0, float(np.abs(A).max()))
     v = nnls(np.vstack([block, weight * A]), np.concatenate([target, weight * b]), maxiter=maxiter)[0]
     v = _equality_step_back(block, target, A, b, v)
     if v is None or not np.allclose(A @ v, b, rtol=1e-9, atol=1e-9):
         return None, (Status.NUMERICAL_ERROR, f"the exact equalities could not be met on the {work.size}-cell working set")
     return v, None
+
+
+def _spectral_norm(M: np.ndarray, iterations: int = 30) -> float:
+    """``||M||_2`` to a few percent by power iteration on ``MᵀM`` (a weight's scale needs no more;
+    the exact norm is a full SVD, which cost more than the whole solve on large working sets)."""
+    v = np.ones(M.shape[1]) / np.sqrt(max(M.shape[1], 1))
+    norm = 0.0
+    for _ in range(iterations):
+        u = M.T @ (M @ v)
+        size = float(np.linalg.norm(u))
+        if size == 0.0:
+            return 0.0
+        v, norm = u / size, size
+    return float(np.sqrt(norm))
 
 
 def _equality_step_back(R, t, A, b, v):

@@ -209,6 +209,41 @@ class ConstraintSet:
         """Publish ``query``'s true answers exactly, as an invariant (not private, on purpose)."""
         return self.add(Invariant(query, query.answer(data), name, from_data=True))
 
+    def zero_cell_records(self, data: "Dataset") -> list[tuple[Constraint, int]]:
+        """For each zero rule (structural zeros, hierarchies), how many records of ``data`` fall
+        in a cell it forbids. These counts are confidential: show them to the curator only.
+
+        Vectorised: each rule's mask lives on the marginal of its own attributes, indexed by the
+        records' codes there (no dense vector over the domain).
+        """
+        if data.domain != self.domain:
+            raise QueryError(f"the data are over {data.domain}, not the constraints' {self.domain}")
+        out = []
+        for rule in self.zero_rules:
+            hit = self._records_in(rule, data)
+            count = int(data.weights[hit].sum()) if data.weights is not None else int(hit.sum())
+            out.append((rule, count))
+        return out
+
+    def without_zero_cell_records(self, data: "Dataset") -> "Dataset":
+        """``data`` without the records that fall in a cell a zero rule forbids."""
+        from dpopt.model.data import Dataset
+
+        keep = np.ones(data.num_rows, dtype=bool)
+        for rule in self.zero_rules:
+            keep &= ~self._records_in(rule, data)
+        weights = None if data.weights is None else data.weights[keep]
+        return Dataset(data.codes[keep], data.domain, weights)
+
+    def _records_in(self, rule: Constraint, data: "Dataset") -> np.ndarray:
+        attrs, mask = rule.pattern(self.domain)
+        axes = list(self.domain.axes(attrs))
+        sizes = tuple(self.domain.size_of(a) for a in attrs)
+        if data.num_rows == 0:
+            return np.zeros(0, dtype=bool)
+        cells = np.ravel_multi_index(tuple(data.codes[:, axes].T), sizes)
+        return np.asarray(mask).reshape(-1)[cells]
+
     def __iter__(self):
         return iter(self.constraints)
 
@@ -338,7 +373,7 @@ class ConstraintSet:
             if empty.any():
                 raise InconsistentConstraintsError(
                     f"invariant {inv.name!r}: row {int(np.argmax(empty))} has value "
-                    f"{inv.values[np.argmax(empty)]:g} but involves no cell"
+                    f"{_value(inv, np.argmax(empty))} but involves no cell"
                 )
             if zero_rules:
                 allowed = ~self.zero_mask()
@@ -348,7 +383,7 @@ class ConstraintSet:
                     row = int(np.argmax(stuck))
                     blockers = [r.key for r in zero_rules if _row_hits(A, row, self.zero_mask([r]))]
                     raise InconsistentConstraintsError(
-                        f"invariant {inv.name!r} needs {inv.values[row]:g} in row "
+                        f"invariant {inv.name!r} needs {_value(inv, row, 'a non-zero count')} in row "
                         f"{inv.query.row_labels()[row]!r}, but every cell of that row is a structural "
                         f"zero ({', '.join(repr(b) for b in blockers)})"
                     )
@@ -356,14 +391,14 @@ class ConstraintSet:
                 frac = np.abs(inv.values - np.round(inv.values)) > 1e-9
                 if frac.any():
                     raise InconsistentConstraintsError(
-                        f"invariant {inv.name!r} has the non-integer value {inv.values[np.argmax(frac)]:g} "
+                        f"invariant {inv.name!r} has the non-integer value {_value(inv, np.argmax(frac))} "
                         f"but 'integer:cells' makes every integer query integral"
                     )
             if self.nonnegative and _is_nonnegative_query(A):
                 neg = inv.values < 0
                 if neg.any():
                     raise InconsistentConstraintsError(
-                        f"invariant {inv.name!r} has the negative value {inv.values[np.argmax(neg)]:g}, "
+                        f"invariant {inv.name!r} has the negative value {_value(inv, np.argmax(neg))}, "
                         "which 'nonnegative:cells' forbids"
                     )
 
@@ -427,6 +462,11 @@ class ConstraintSet:
                 detail = "every cell"
             rows.append({"constraint": c.key, "kind": c.kind, "detail": detail})
         return rows
+
+
+def _value(inv: "Invariant", row, hidden: str = "(a value taken from the data, not shown)") -> str:
+    """An invariant's value for a message: a public value as is, one taken from the data never."""
+    return hidden if inv.from_data else f"{inv.values[int(row)]:g}"
 
 
 def _stack_rows(items, n: int):

@@ -95,27 +95,42 @@ class Dataset:
         return cls(codes, domain, weights)
 
     @classmethod
-    def from_csv(cls, path: str | Path, domain: Domain, **kwargs) -> "Dataset":
-        """Read a CSV of labels or codes; every domain attribute must be a column."""
+    def from_csv(cls, path: str | Path, domain: Domain, *, missing_values: Sequence[str] = (), **kwargs) -> "Dataset":
+        """Read a CSV of labels (or codes); every domain attribute must be a column.
+
+        Every cell is read as text and matched to the labels by its text, so labels such as
+        ``"NA"``, ``"None"``, ``"null"`` or ``"007"`` are values like any other: only a truly
+        empty cell is missing, plus the markers given in ``missing_values``.
+        """
         path = _existing(path)
-        frame = pd.read_csv(path, dtype=str, keep_default_na=True, usecols=_usecols(domain, kwargs))
-        return cls.from_frame(_parse_strings(frame, domain), domain, **kwargs)
+        _check_text_labels(domain, missing_values)
+        header = list(pd.read_csv(path, dtype=str, nrows=0).columns)
+        wanted = list(domain.attrs) + ([kwargs["weight_column"]] if kwargs.get("weight_column") else [])
+        missing = [c for c in wanted if c not in header]
+        if missing:
+            shown = [h if len(h) <= 30 else h[:27] + "..." for h in map(str, header[:8])]
+            raise DataError(f"columns {missing} are missing from the data (its header row holds {shown}"
+                            f"{' and more' if len(header) > 8 else ''})")
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""] + list(missing_values),
+                            usecols=_usecols(domain, kwargs))
+        return cls.from_frame(frame, domain, **kwargs)
 
     @classmethod
     def from_parquet(cls, path: str | Path, domain: Domain, **kwargs) -> "Dataset":
+        """Read a Parquet file of labels (or codes); nulls are missing values."""
         path = _existing(path)
-        frame = pd.read_parquet(path)
+        frame = pd.read_parquet(path, columns=_columns(path, domain, kwargs))
         return cls.from_frame(frame, domain, **kwargs)
 
     @classmethod
     def from_file(cls, path: str | Path, domain: Domain, **kwargs) -> "Dataset":
-        """CSV or Parquet, by file extension."""
-        suffix = Path(path).suffix.lower()
-        if suffix in (".parquet", ".pq"):
+        """CSV or Parquet, by the file's content (Parquet's magic bytes), else its extension."""
+        fmt = file_format(path)
+        if fmt == "parquet":
             return cls.from_parquet(path, domain, **kwargs)
-        if suffix in (".csv", ".txt", ".gz"):
+        if fmt == "csv":
             return cls.from_csv(path, domain, **kwargs)
-        raise DataError(f"{path}: unknown data file type {suffix!r} (use .csv or .parquet)")
+        raise DataError(f"{path}: unknown data file type {Path(path).suffix.lower()!r} (use .csv or .parquet)")
 
     @classmethod
     def from_counts(cls, frame: pd.DataFrame, domain: Domain, count_column: str = "count") -> "Dataset":
@@ -203,31 +218,93 @@ def domain_from_categories(frame: pd.DataFrame, exclude: Iterable[str | None] = 
 
 
 def encode_column(series: pd.Series, domain: Domain, attr: str) -> np.ndarray:
-    """Codes of one column; errors name the column, the offending values and their row counts."""
+    """Codes of one column; errors name the column, the offending values and their row counts.
+
+    Values are matched to labels *as labels*: a text value to the label with that text, a
+    number to a label equal to it, else to the label whose text is the number's (``1`` → ``"1"``).
+    A number that could stand for more than one text (``1.0`` for ``"1"``), or whose text lost
+    something (``6`` where the label is ``"06"``), is an error saying so. Positions are never
+    guessed: a column holds codes ``0..size-1`` only for an attribute without labels, or one the
+    domain declares in ``codes`` (:class:`~dpopt.model.domain.Domain`).
+    """
     nan = series.isna().to_numpy()
     if nan.any():
-        raise DataError(f"column {attr!r}: {int(nan.sum())} rows hold a missing value (NaN)")
+        raise DataError(f"column {attr!r}: {int(nan.sum())} rows hold a missing value (an empty cell or NaN)")
     labels = domain.labels.get(attr)
     size = domain.size_of(attr)
-    if labels is not None:
-        values = series.astype(object) if isinstance(series.dtype, pd.CategoricalDtype) else series
-        codes = pd.Index(list(labels)).get_indexer(values)
-        labels_are_ints = any(isinstance(v, (int, np.integer)) for v in labels)
-        if (codes < 0).any() and not (codes >= 0).any() and not labels_are_ints:
-            # No value is a label: the column may hold codes instead (e.g. a coded export).
-            as_codes = _integer_codes(series, size)
-            if as_codes is not None:
-                return as_codes
-        bad = codes < 0
-        if bad.any():
-            _raise_out_of_domain(series, bad, attr, domain)
-        return codes.astype(np.int64)
-    as_codes = _integer_codes(series, size)
-    if as_codes is None:
-        numeric = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64)
-        bad = ~np.isfinite(numeric) | (numeric != np.floor(numeric)) | (numeric < 0) | (numeric >= size)
-        _raise_out_of_domain(series, bad, attr, domain)
-    return as_codes
+    if labels is None or attr in domain.codes:
+        as_codes = _integer_codes(series, size)
+        if as_codes is None:
+            numeric = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64)
+            bad = ~np.isfinite(numeric) | (numeric != np.floor(numeric)) | (numeric < 0) | (numeric >= size)
+            _raise_out_of_domain(series, bad, attr, domain, note=" (declared as codes 0..size-1)" if labels else "")
+        return as_codes
+    values = series.astype(object) if isinstance(series.dtype, pd.CategoricalDtype) else series
+    row_value, uniques = pd.factorize(values, use_na_sentinel=False)
+    index = _LabelIndex(labels, attr)
+    unique_codes = np.array([index.code(v) for v in uniques], dtype=np.int64)
+    codes = unique_codes[row_value] if len(row_value) else np.zeros(0, dtype=np.int64)
+    bad = codes < 0
+    if bad.any():
+        _raise_out_of_domain(series, bad, attr, domain, note=_unmatched_hint(uniques[unique_codes < 0], labels, attr,
+                                                                             size))
+    return codes
+
+
+class _LabelIndex:
+    """Codes of data values by label: text to text labels, numbers to number labels, else a
+    number to the text label that reads the same (see :func:`encode_column`)."""
+
+    def __init__(self, labels: tuple, attr: str) -> None:
+        self.attr = attr
+        self.by_text = {label: code for code, label in enumerate(labels) if isinstance(label, str)}
+        self.by_number = {label: code for code, label in enumerate(labels) if _is_number(label)}
+        # Labels declared as numbers (TOML [1, 2]) read back from a CSV as text.
+        self.number_text = {str(label): code for label, code in self.by_number.items()}
+        self.other = [(code, label) for code, label in enumerate(labels)
+                      if not isinstance(label, str) and not _is_number(label)]
+
+    def code(self, value) -> int:
+        if isinstance(value, str):
+            code = self.by_text.get(str(value))
+            return code if code is not None else self.number_text.get(str(value), -1)
+        if not _is_number(value):
+            return next((code for code, label in self.other if label == value), -1)
+        number = value.item() if isinstance(value, np.generic) else value
+        if isinstance(number, float) and not np.isfinite(number):
+            return -1
+        code = self.by_number.get(number)
+        if code is not None:
+            return code
+        if isinstance(number, float):
+            if number.is_integer() and str(int(number)) in self.by_text:
+                also = f" and {repr(number)!r}" if repr(number) in self.by_text else ""
+                raise DataError(
+                    f"column {self.attr!r} holds the number {number!r} where the labels are text "
+                    f"({str(int(number))!r}{also}): it is ambiguous which text it stands for; read the column "
+                    "as text (e.g. pd.read_csv(..., dtype=str)) or as integers")
+            return self.by_text.get(repr(number), -1)
+        return self.by_text.get(str(int(number)), -1)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, (bool, np.bool_))
+
+
+def _unmatched_hint(values, labels: tuple, attr: str, size: int) -> str:
+    """Why numbers found no label: leading zeros lost, or a column of codes to declare."""
+    numbers = [v for v in values if _is_number(v)]
+    if not numbers:
+        return ""
+    texts = [str(label) for label in labels if isinstance(label, str)]
+    if any(len(t) > 1 and t[0] == "0" and t.isdigit() for t in texts):
+        return ("; the column holds numbers but labels such as "
+                f"{next(t for t in texts if len(t) > 1 and t[0] == '0' and t.isdigit())!r} have leading zeros, "
+                "which numbers lose: read the column as text (e.g. pd.read_csv(..., dtype=str))")
+    if all(float(v).is_integer() and 0 <= float(v) < size for v in numbers):
+        return (f"; if the column holds codes 0..{size - 1} rather than labels, declare them: "
+                f"[domain] codes = [{attr!r}] (Domain(..., codes=[{attr!r}]))")
+    return ""
 
 
 def _integer_codes(series: pd.Series, size: int) -> np.ndarray | None:
@@ -237,7 +314,7 @@ def _integer_codes(series: pd.Series, size: int) -> np.ndarray | None:
     return numeric.astype(np.int64) if ok.all() else None
 
 
-def _raise_out_of_domain(series: pd.Series, bad: np.ndarray, attr: str, domain: Domain) -> None:
+def _raise_out_of_domain(series: pd.Series, bad: np.ndarray, attr: str, domain: Domain, note: str = "") -> None:
     counts = pd.Series(series.to_numpy()[bad]).astype(str).value_counts()
     shown = ", ".join(f"{v!r} ({c} rows)" for v, c in counts.head(5).items())
     more = f" and {len(counts) - 5} more values" if len(counts) > 5 else ""
@@ -245,7 +322,7 @@ def _raise_out_of_domain(series: pd.Series, bad: np.ndarray, attr: str, domain: 
     allowed_txt = repr(allowed) if len(allowed) <= 10 else f"0..{len(allowed) - 1}"
     raise DataError(
         f"column {attr!r}: {int(bad.sum())} rows hold values outside the domain: {shown}{more}; "
-        f"allowed values: {allowed_txt}"
+        f"allowed values: {allowed_txt}{note}"
     )
 
 
@@ -299,18 +376,57 @@ def _usecols(domain: Domain, kwargs: Mapping):
     return lambda col: col in wanted
 
 
-def _parse_strings(frame: pd.DataFrame, domain: Domain) -> pd.DataFrame:
-    """CSV cells arrive as strings: match labels by their text, codes by number."""
-    out = frame.copy()
-    for attr in domain.attrs:
-        if attr not in out.columns:
+def file_format(path: str | Path) -> str | None:
+    """``"parquet"`` or ``"csv"`` from a file's content, else from its extension; None if neither says.
+
+    A file that starts with Parquet's magic bytes ``PAR1`` is Parquet whatever its name; a file
+    named ``.parquet`` that does not is refused (it is not Parquet); gzip content or a
+    ``.csv``/``.txt``/``.csv.gz`` name is CSV.
+    """
+    path = Path(path)
+    suffixes = [s.lower() for s in path.suffixes]
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+    except OSError:
+        head = b""
+    if head == b"PAR1":
+        return "parquet"
+    if suffixes and suffixes[-1] in (".parquet", ".pq"):
+        if head:
+            raise DataError(f"{str(path)!r} is named like a Parquet file but is not one (no PAR1 magic bytes)")
+        return "parquet"
+    if head[:2] == b"\x1f\x8b" or (suffixes and suffixes[-1] in (".csv", ".txt", ".gz")):
+        return "csv"
+    return None
+
+
+def _check_text_labels(domain: Domain, missing_values: Sequence[str]) -> None:
+    """Labels a CSV cannot tell apart: the empty label, two labels with one text, a missing marker."""
+    markers = set(missing_values)
+    for attr, labels in domain.labels.items():
+        if attr in domain.codes:
             continue
-        labels = domain.labels.get(attr)
-        if labels is None:
-            continue
-        by_text = {str(v): v for v in labels}
-        col = out[attr]
-        mapped = col.map(by_text)
-        # Keep unmatched text as it is, so errors (or integer codes) are handled by encode_column.
-        out[attr] = mapped.where(mapped.notna() | col.isna(), col)
-    return out
+        texts = [str(v) for v in labels]
+        if "" in texts:
+            raise DataError(f"attribute {attr!r} declares the empty label '', which a CSV cannot tell from an "
+                            "empty (missing) cell")
+        if len(set(texts)) != len(texts):
+            dup = next(t for t in texts if texts.count(t) > 1)
+            raise DataError(f"attribute {attr!r} declares two labels written {dup!r} (a number and a text); "
+                            "a CSV cannot tell them apart")
+        clash = sorted(markers & set(texts))
+        if clash:
+            raise DataError(f"attribute {attr!r}: the label {clash[0]!r} is also declared a missing-value marker")
+
+
+def _columns(path: Path, domain: Domain, kwargs: Mapping) -> list[str] | None:
+    """The Parquet columns to read (the domain's and the weight column), when the file has them all."""
+    import pyarrow.parquet as pq
+
+    try:
+        names = set(pq.read_schema(path).names)
+    except Exception:  # noqa: BLE001 - a broken file is reported by read_parquet itself
+        return None
+    wanted = list(domain.attrs) + ([kwargs["weight_column"]] if kwargs.get("weight_column") else [])
+    return wanted if set(wanted) <= names else None

@@ -34,6 +34,11 @@ class Domain:
     labels : mapping of str to sequence, optional
         Value labels for some attributes; attribute ``a`` takes codes ``0..size-1`` and
         ``labels[a][code]`` is the label of a code.
+    codes : iterable of str, optional
+        Labelled attributes whose *data* hold codes ``0..size-1`` instead of labels (a coded
+        export). Data values are matched to labels as labels, never as positions, unless the
+        attribute is declared here. Not part of equality: it says how data are written, not
+        which cells exist.
 
     Examples
     --------
@@ -47,6 +52,7 @@ class Domain:
     attrs: tuple[str, ...]
     sizes: tuple[int, ...]
     labels: Mapping[str, tuple] = field(default_factory=dict)
+    codes: frozenset = field(default=frozenset(), compare=False)
 
     def __post_init__(self) -> None:
         attrs = tuple(self.attrs)
@@ -81,14 +87,24 @@ class Domain:
             if len(set(labs)) != len(labs):
                 raise DomainError(f"attribute {a!r}: labels are not unique")
             clean_labels[a] = labs
+        if isinstance(self.codes, str):
+            raise DomainError(f"codes must be a list of attribute names, got {self.codes!r}")
+        codes = frozenset(self.codes)
+        for a in sorted(codes, key=str):
+            if a not in seen:
+                raise DomainError(f"codes: unknown attribute {a!r}; the domain has {list(attrs)}")
+            if a not in clean_labels:
+                raise DomainError(f"codes: attribute {a!r} has no labels, so its values are codes already")
         object.__setattr__(self, "attrs", attrs)
         object.__setattr__(self, "sizes", tuple(clean_sizes))
         object.__setattr__(self, "labels", clean_labels)
+        object.__setattr__(self, "codes", codes)
 
     # ---- construction -------------------------------------------------------------
     @classmethod
-    def from_dict(cls, spec: Mapping[str, int | Sequence]) -> "Domain":
-        """Build from ``{name: size}`` or ``{name: [label, ...]}`` (insertion order kept)."""
+    def from_dict(cls, spec: Mapping[str, int | Sequence], codes: Iterable[str] = ()) -> "Domain":
+        """Build from ``{name: size}`` or ``{name: [label, ...]}`` (insertion order kept);
+        ``codes`` lists labelled attributes whose data hold codes (see the class notes)."""
         attrs, sizes, labels = [], [], {}
         for name, value in spec.items():
             attrs.append(name)
@@ -101,7 +117,11 @@ class Domain:
                 raise DomainError(
                     f"attribute {name!r}: expected a size or a list of labels, got {value!r}"
                 )
-        return cls(tuple(attrs), tuple(sizes), labels)
+        return cls(tuple(attrs), tuple(sizes), labels, frozenset(codes))
+
+    def with_codes(self, codes: Iterable[str]) -> "Domain":
+        """The same domain with ``codes`` declared (see the class notes)."""
+        return Domain(self.attrs, self.sizes, self.labels, frozenset(codes))
 
     @classmethod
     def from_json(cls, path: str | Path) -> "Domain":
@@ -174,6 +194,7 @@ class Domain:
             attrs,
             tuple(self.size_of(a) for a in attrs),
             {a: self.labels[a] for a in attrs if a in self.labels},
+            frozenset(a for a in attrs if a in self.codes),
         )
 
     def canonical(self, attrs: Iterable[str]) -> tuple[str, ...]:
@@ -201,10 +222,18 @@ class Domain:
         labels = self.labels.get(attr)
         if labels is not None and value in labels:
             return labels.index(value)
-        # A bare code is accepted unless the labels are themselves integers (then it is ambiguous).
         is_code = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
-        labels_are_ints = labels is not None and any(isinstance(v, (int, np.integer)) for v in labels)
-        if is_code and not labels_are_ints and 0 <= int(value) < self.size_of(attr):
+        if is_code and labels is not None:
+            # A number is a label written as a number when some label reads the same ("1" for 1);
+            # a bare code only when no label looks like a number (a position is never guessed).
+            texts = [str(v) for v in labels]
+            if str(int(value)) in texts:
+                return texts.index(str(int(value)))
+            if any(_looks_numeric(t) for t in texts):
+                raise DomainError(
+                    f"value {value!r} is not in the domain of attribute {attr!r} (values: "
+                    f"{_preview(labels)}); its labels look like numbers, so a number is matched by its text only")
+        if is_code and 0 <= int(value) < self.size_of(attr):
             return int(value)
         raise DomainError(
             f"value {value!r} is not in the domain of attribute {attr!r} "
@@ -237,6 +266,14 @@ class Domain:
     def __repr__(self) -> str:
         inner = ", ".join(f"{a}: {n}" for a, n in zip(self.attrs, self.sizes))
         return f"Domain({inner})"
+
+
+def _looks_numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _preview(values: Sequence, k: int = 8) -> str:

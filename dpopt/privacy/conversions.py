@@ -48,12 +48,74 @@ __all__ = [
     "pure_to_zcdp",
     "advanced_composition",
     "advanced_composition_per_step",
+    "EPSILON_RANGE",
+    "RHO_RANGE",
+    "DELTA_RANGE",
+    "check_range",
 ]
 
 # Significant decimal digits kept when a computed (irrational) budget is turned into a Fraction.
 _SIGNIFICANT_DIGITS = 13
 # Unit roundoff of IEEE double precision.
 _ULP = 2.0**-52
+
+#: The budgets a release accepts (checked when a spec is read). Below 2^-56 not even a count
+#: (sensitivity 1) measured with the whole ε fits the exact discrete Laplace sampler, whose
+#: scale 1/ε must be at most 2^56 (:data:`~dpopt.privacy.samplers.MAX_LAPLACE_SCALE`); above
+#: 2^63 a count's noise scale leaves the sampler's int64 path and no noise remains anyway.
+EPSILON_RANGE = (Fraction(1, 2**56), Fraction(2**63))
+#: Below 2^-113 not even a count fits the exact discrete Gaussian sampler, whose
+#: σ² = 1/(2ρ) must be at most 2^112 (:data:`~dpopt.privacy.samplers.MAX_GAUSSIAN_SIGMA2`).
+RHO_RANGE = (Fraction(1, 2**113), Fraction(2**63))
+#: log(1/δ) and log(1/(1 − δ)) must stay well inside double precision for the conversions.
+DELTA_RANGE = (Fraction(1, 2**1000), 1 - Fraction(1, 2**60))
+
+# Where the double-precision conversions below are verified (tests/test_bad_inputs.py runs
+# both ends); outside them they raise PrivacyParameterError instead of a solver's failure.
+_CONVERSION_EPSILON = (Fraction(1, 2**480), Fraction(2**80))
+_CONVERSION_RHO = (Fraction(1, 2**1000), Fraction(2**80))
+_CONVERSION_DELTA = (Fraction(1, 2**2000), 1 - Fraction(1, 2**60))
+
+
+def check_range(value: Fraction, bounds: tuple[Fraction, Fraction], name: str, why: str = "") -> Fraction:
+    """``value`` if ``bounds[0] <= value <= bounds[1]``, else a PrivacyParameterError naming ``name``
+    (the message starts with "must" when ``name`` is empty) and saying ``why``."""
+    low, high = bounds
+    if low <= value <= high:
+        return value
+    raise PrivacyParameterError(
+        f"{name + ' ' if name else ''}must lie in [{_power(low)}, {_power(high)}], got {_short(value)}" + (f": {why}" if why else ""))
+
+
+def _power(q: Fraction) -> str:
+    """``2^-56 (1.39e-17)`` for powers of two (and ``1 - 2^-k`` next to them), else the number."""
+    for sign, v in (("", q), ("1 - ", 1 - q)):
+        if v > 0 and v.numerator == 1 and v.denominator & (v.denominator - 1) == 0:
+            k = v.denominator.bit_length() - 1
+            return f"{sign}2^-{k}" + ("" if sign else f" ({_decimal_power(-k)})")
+        if v > 1 and v.denominator == 1 and v.numerator & (v.numerator - 1) == 0:
+            k = v.numerator.bit_length() - 1
+            return f"{sign}2^{k} ({_decimal_power(k)})"
+    return _short(q)
+
+
+def _decimal_power(k: int) -> str:
+    """2^k as ``1.39e-17`` (computed in logs, so 2^-2000 prints too)."""
+    exponent = k * math.log10(2)
+    whole = math.floor(exponent)
+    return f"{10 ** (exponent - whole):.3g}e{whole:+03d}"
+
+
+def _short(q: Fraction) -> str:
+    if q.denominator == 1 and abs(q.numerator) < 10**12:
+        return str(q.numerator)
+    if q <= 0:
+        return str(q) if len(str(q)) <= 40 else f"{float(q):.6g}"
+    exponent = math.log10(q.numerator) - math.log10(q.denominator)  # exact ints: no overflow
+    whole = math.floor(exponent)
+    if abs(whole) < 300:
+        return f"{float(q):.6g}"
+    return f"{10 ** (exponent - whole):.6g}e{whole:+03d}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -226,13 +288,18 @@ def zcdp_to_approx_dp(rho: object, delta: object) -> float:
     float
         ε ≥ 0. For ρ = 1/32, δ = 10⁻³ this is 0.68800245548781 (to 1e-15).
     """
-    rho_q = validate_rho(rho, "rho")
-    delta_q = validate_delta(delta, "delta")
+    rho_q = check_range(validate_rho(rho, "rho"), _CONVERSION_RHO, "rho",
+                        "the zCDP to (epsilon, delta) conversion is computed in double precision")
+    delta_q = check_range(validate_delta(delta, "delta"), _CONVERSION_DELTA, "delta",
+                          "log(1/delta) must stay inside double precision")
     rho_f = float(rho_q)
     if not (rho_f > 0 and math.isfinite(rho_f)):
         raise PrivacyParameterError(f"rho must be a positive number within double range, got {rho!r}")
-    log_inv_delta = _neg_log(delta_q)
+    return _zcdp_epsilon(rho_f, _neg_log(delta_q))
 
+
+def _zcdp_epsilon(rho_f: float, log_inv_delta: float) -> float:
+    """:func:`zcdp_to_approx_dp` on validated doubles (ρ > 0, log(1/δ) > 0)."""
     # Root of g(s) = ρs² + log1p(s) − log(1/δ): g(0) < 0; g(s_hi) = log1p(s_hi) > 0 at the
     # Bun–Steinke point; g(s_lo) <= 0 because both of its positive terms are <= log(1/δ)/2.
     s_hi = math.sqrt(log_inv_delta / rho_f)
@@ -275,15 +342,17 @@ def approx_dp_to_zcdp(epsilon: object, delta: object) -> Fraction:
     Fraction
         ρ > 0 with ``zcdp_to_approx_dp(ρ, δ) <= ε``, within 1e-12 relative of the supremum.
     """
-    eps_q = validate_epsilon(epsilon, "epsilon")
-    delta_q = validate_delta(delta, "delta")
+    eps_q = check_range(validate_epsilon(epsilon, "epsilon"), _CONVERSION_EPSILON, "epsilon",
+                        "the (epsilon, delta) to zCDP conversion is computed in double precision")
+    delta_q = check_range(validate_delta(delta, "delta"), _CONVERSION_DELTA, "delta",
+                          "log(1/delta) must stay inside double precision")
     eps_f = float(eps_q)
     if not (eps_f > 0 and math.isfinite(eps_f)):
         raise PrivacyParameterError(f"epsilon must be a positive number within double range, got {epsilon!r}")
     log_inv_delta = _neg_log(delta_q)
 
     def fits(rho_f: float) -> bool:
-        return zcdp_to_approx_dp(rho_f, delta_q) <= eps_f
+        return _zcdp_epsilon(rho_f, log_inv_delta) <= eps_f
 
     # (√(L+ε) − √L)² written without cancellation.
     lo = (eps_f / (math.sqrt(log_inv_delta + eps_f) + math.sqrt(log_inv_delta))) ** 2

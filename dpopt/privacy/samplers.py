@@ -367,7 +367,12 @@ def discrete_laplace_variance(scale) -> float:
     scale : int, Fraction or float
         Positive.
     """
-    a = 1.0 / float(_as_positive_rational(scale, "scale", None))
+    s = _as_positive_rational(scale, "scale", None)
+    if s > 10**8:
+        # 2e^{-a}/(1 - e^{-a})^2 = 1/(2 sinh^2(a/2)) = 2s^2 - 1/6 + O(1/s^2) with a = 1/s; the
+        # closed form would divide by an underflowed square for s beyond ~1e154.
+        return float(2 * s * s - Fraction(1, 6)) if s < 10**150 else math.inf
+    a = 1.0 / float(s)
     return 2.0 * math.exp(-a) / math.expm1(-a) ** 2
 
 

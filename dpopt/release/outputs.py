@@ -1,4 +1,11 @@
-"""What a release publishes: labelled tables, synthetic records, and the files written atomically."""
+"""What a release publishes: labelled tables, synthetic records, and the files written atomically.
+
+A release that is not private (seeded noise, or an evaluation against the confidential data)
+says so in every file it writes: a ``NOT_PRIVATE`` file beside them, a first line
+``# NOT PRIVATE: ...`` in every CSV (a comment, so no column is added; read them with
+:func:`read_released` or ``pd.read_csv(path, skiprows=1)``), the key ``dpopt.not_private`` in
+every Parquet file's metadata, and the manifest, report and summaries.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +15,21 @@ import numpy as np
 import pandas as pd
 
 from dpopt.algorithms.base import Release, measured_answers
-from dpopt.atomic import atomic_directory
+from dpopt.atomic import MANIFEST_NAME, atomic_directory
 from dpopt.errors import DataError, SolverError
 from dpopt.model.data import cells_frame, decode_codes
 from dpopt.model.domain import Domain
 
 __all__ = ["ReleaseResult", "released_counts", "released_table", "released_marginals", "synthesize",
-           "write_release", "slug"]
+           "write_release", "slug", "read_released", "not_private_reasons", "NOT_PRIVATE_MARKER",
+           "NOT_PRIVATE_METADATA_KEY", "MAX_SYNTHETIC_RECORDS"]
+
+#: The file a non-private release carries beside its outputs.
+NOT_PRIVATE_MARKER = "NOT_PRIVATE"
+#: The Parquet metadata key that marks a non-private release's files.
+NOT_PRIVATE_METADATA_KEY = b"dpopt.not_private"
+#: Synthetic microdata above this many records are refused before any is allocated.
+MAX_SYNTHETIC_RECORDS = 50_000_000
 
 
 class ReleaseResult(Release):
@@ -81,30 +96,59 @@ def released_table(p, counts: np.ndarray) -> pd.DataFrame:
 released_marginals = measured_answers
 
 
-def synthesize(domain: Domain, counts: np.ndarray) -> pd.DataFrame:
+def synthesize(domain: Domain, counts: np.ndarray, *, limit: int | None = None) -> pd.DataFrame:
     """Integer synthetic microdata: one row per person, ``counts[c]`` rows for cell ``c``.
 
     The number of rows equals ``counts.sum()``; every marginal of the rows equals the
-    released table's. Built with ``np.repeat`` (no loop over cells).
+    released table's. Built with ``np.repeat`` (no loop over cells). A total above ``limit``
+    (default :data:`MAX_SYNTHETIC_RECORDS`) is refused before anything is allocated.
     """
     counts = np.asarray(counts)
     if counts.dtype.kind not in "iu" or (counts < 0).any():
         raise DataError("synthetic microdata need non-negative integer counts")
+    total = int(counts.sum(dtype=np.int64))
+    limit = MAX_SYNTHETIC_RECORDS if limit is None else limit
+    if total > limit:
+        from dpopt.release.resources import format_bytes
+
+        need = total * (8 + 16 * len(domain))
+        raise DataError(f"the released table totals {total:,} records, above the limit of {limit:,} synthetic "
+                        f"records (they would take about {format_bytes(need)}); set output.synthetic = false: the "
+                        "table itself is still released")
     cells = np.repeat(np.arange(counts.size, dtype=np.int64), counts)
     return decode_codes(domain.unravel(cells), domain)
 
 
+def not_private_reasons(release) -> list[str]:
+    """Why a release must not be published (empty when it is private)."""
+    reasons = []
+    if release.plan.seed is not None:
+        reasons.append(f"its noise was seeded (seed {release.plan.seed}): anyone with the seed can remove it")
+    elif not release.get("random_is_private", True):
+        reasons.append(f"its noise came from a reproducible source ({release.get('random_description')})")
+    if release.get("evaluation") is not None:
+        reasons.append("it holds an evaluation against the confidential data (--evaluate)")
+    return reasons
+
+
 def write_release(release: ReleaseResult, out: str | Path, *, overwrite: bool = False) -> Path:
-    """Write a release into ``out`` atomically (all files or none).
+    """Write a release into ``out`` atomically (all files or none), with its manifest.
 
     Layout: ``release.{csv,parquet}`` (the table), ``marginals/<label>.{csv,parquet}``,
-    ``synthetic.{csv,parquet}``, ``plots/*.png``, ``report.json``, ``summary.{md,html}``.
+    ``synthetic.{csv,parquet}``, ``plots/*.png``, ``report.json``, ``summary.{md,html}``,
+    ``NOT_PRIVATE`` (seeded or evaluated runs only) and ``dpopt-manifest.json`` (what dpopt
+    wrote, so that ``overwrite`` replaces a previous release and nothing else). The report and
+    summaries name the data file by its base name only.
     """
-    from dpopt.report import render_html, render_markdown, write_json
+    from dpopt.report import publishable, render_html, render_markdown, write_json
 
     spec = release.spec
     formats = spec.output.formats
-    with atomic_directory(out, overwrite=overwrite) as tmp:
+    reasons = not_private_reasons(release)
+    mark = ("NOT PRIVATE: " + "; ".join(reasons) + "; do not publish") if reasons else None
+    protected = getattr(release.plan, "protected", None)
+    with atomic_directory(out, overwrite=overwrite, protected=protected,
+                          manifest={"release": spec.name, "not_private": reasons or None}) as tmp:
         files = []
 
         def write_frame(frame: pd.DataFrame, stem: str) -> None:
@@ -112,9 +156,9 @@ def write_release(release: ReleaseResult, out: str | Path, *, overwrite: bool = 
                 target = tmp / f"{stem}.{fmt}"
                 target.parent.mkdir(parents=True, exist_ok=True)
                 if fmt == "csv":
-                    frame.to_csv(target, index=False)
+                    _write_csv(frame, target, mark)
                 else:
-                    frame.to_parquet(target, index=False)
+                    _write_parquet(frame, target, mark)
                 files.append(f"{stem}.{fmt}")
 
         if release.table is not None:
@@ -135,17 +179,57 @@ def write_release(release: ReleaseResult, out: str | Path, *, overwrite: bool = 
 
             plots = release_plots(release, tmp / "plots")
             files.extend(f"plots/{name}" for name in plots.values())
+        if mark is not None:
+            (tmp / NOT_PRIVATE_MARKER).write_text(
+                f"This release is NOT PRIVATE and must not be published:\n"
+                + "".join(f"- {r}\n" for r in reasons), encoding="utf-8")
+            files.append(NOT_PRIVATE_MARKER)
         report = dict(release.report)
-        report["files"] = files + ["report.json"] + [f"summary.{f}" for f in spec.output.summary]
+        report["files"] = files + ["report.json"] + [f"summary.{f}" for f in spec.output.summary] + [MANIFEST_NAME]
         report["plots"] = {k: f"plots/{v}" for k, v in plots.items()}
         report["timings"] = dict(release.timings)
+        report["not_private"] = reasons or None
         release.report = report
-        write_json(report, tmp / "report.json")
+        published = publishable(report)
+        write_json(published, tmp / "report.json")
         if "md" in spec.output.summary:
-            (tmp / "summary.md").write_text(render_markdown(report), encoding="utf-8")
+            (tmp / "summary.md").write_text(render_markdown(published), encoding="utf-8")
         if "html" in spec.output.summary:
-            (tmp / "summary.html").write_text(render_html(report), encoding="utf-8")
+            (tmp / "summary.html").write_text(render_html(published), encoding="utf-8")
     return Path(out)
+
+
+def _write_csv(frame: pd.DataFrame, target: Path, mark: str | None) -> None:
+    with open(target, "w", encoding="utf-8", newline="") as fh:
+        if mark is not None:
+            fh.write(f"# {mark}\n")
+        frame.to_csv(fh, index=False)
+
+
+def _write_parquet(frame: pd.DataFrame, target: Path, mark: str | None) -> None:
+    if mark is None:
+        frame.to_parquet(target, index=False)
+        return
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    metadata = dict(table.schema.metadata or {})
+    metadata[NOT_PRIVATE_METADATA_KEY] = mark.encode("utf-8")
+    pq.write_table(table.replace_schema_metadata(metadata), target)
+
+
+def read_released(path: str | Path, **kwargs) -> pd.DataFrame:
+    """Read a released CSV or Parquet file, skipping the ``# NOT PRIVATE`` line of a non-private
+    release. Labels are read as text (``keep_default_na=False``: a label "NA" stays "NA")."""
+    path = Path(path)
+    if path.suffix == ".parquet":
+        return pd.read_parquet(path, **kwargs)
+    with open(path, encoding="utf-8") as fh:
+        skip = 1 if fh.readline().startswith("# NOT PRIVATE") else 0
+    kwargs.setdefault("keep_default_na", False)
+    kwargs.setdefault("na_values", [""])
+    return pd.read_csv(path, skiprows=skip, **kwargs)
 
 
 def slug(label: str) -> str:

@@ -19,8 +19,10 @@ directory that replaces the target only when everything succeeded.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -29,33 +31,60 @@ from dpopt.errors import DataError, DpoptError, SolverError
 from dpopt.model.constraints import ConstraintSet
 from dpopt.model.data import Dataset
 from dpopt.release.evaluate import evaluate_release, evaluate_without_table
-from dpopt.release.outputs import (
-    ReleaseResult,
-    released_table,
-    synthesize,
-    write_release,
-)
+from dpopt.release.outputs import ReleaseResult, released_table, synthesize, write_release
 from dpopt.release.plan import ReleasePlan, check_constraints, error_class, plain, plan
 from dpopt.spec import ReleaseSpec
 
-__all__ = ["load_data", "build_constraints", "run_algorithm", "run", "measure", "reconstruct_table"]
+__all__ = ["load_data", "build_constraints", "run_algorithm", "run", "measure", "reconstruct_table",
+           "NotPrivateWarning"]
+
+
+class NotPrivateWarning(UserWarning):
+    """A release computed with seeded noise or evaluated against the confidential data: do not publish it."""
 
 
 def load_data(p: ReleasePlan) -> Dataset:
-    """Read (or generate) the confidential records of a planned release."""
+    """Read (or generate) the confidential records of a planned release.
+
+    Records that fall in a cell a structural zero (or hierarchy) forbids are an error naming
+    the rule and how many records (a confidential count, shown to the curator only), unless
+    the spec says ``[constraints] structural_zero_records = "drop"``: then they are dropped,
+    and the report says so without the count.
+    """
     spec, domain = p.spec, p.domain
     if p.data_source == "given":
         d = p.data_given
-        return d if isinstance(d, Dataset) else _wrap_data(lambda: Dataset.from_frame(d, domain), "data")
+        data = d if isinstance(d, Dataset) else _wrap_data(lambda: Dataset.from_frame(d, domain), "data")
+        return _screen_zero_cells(p, data, "data")
     if p.data_source == "example":
         from dpopt.datasets.census import generate_census
 
         df = generate_census(spec.data.rows, num_states=spec.domain.states,
                              counties_per_state=spec.domain.counties_per_state, seed=spec.data.seed)
-        return Dataset.from_frame(df, domain)
+        return _screen_zero_cells(p, Dataset.from_frame(df, domain), "the example data")
     kwargs = {"weight_column": spec.data.count_column} if spec.data.count_column else {}
-    reader = Dataset.from_csv if p.data_format == "csv" else Dataset.from_parquet
-    return _wrap_data(lambda: reader(p.data_path, domain, **kwargs), str(p.data_path))
+    if p.data_format == "csv":
+        kwargs["missing_values"] = spec.data.missing_values
+        reader = Dataset.from_csv
+    else:
+        reader = Dataset.from_parquet
+    data = _wrap_data(lambda: reader(p.data_path, domain, **kwargs), str(p.data_path))
+    return _screen_zero_cells(p, data, f"data {p.data_path}")
+
+
+def _screen_zero_cells(p: ReleasePlan, data: Dataset, what: str) -> Dataset:
+    if not p.constraints.zero_rules:
+        return data
+    if p.spec.constraints.structural_zero_records == "drop":
+        return p.constraints.without_zero_cell_records(data)
+    hits = [(rule, count) for rule, count in p.constraints.zero_cell_records(data) if count]
+    if not hits:
+        return data
+    named = ", ".join(f"{count:,} in cells {rule.key!r} forbids" for rule, count in hits[:3])
+    more = f" (and {len(hits) - 3} more rules)" if len(hits) > 3 else ""
+    raise DataError(f"{what}: records fall in structural-zero cells: {named}{more}; fix the data, or set "
+                    "[constraints] structural_zero_records = \"drop\" to drop them (the report then says so, "
+                    "without the count); these counts are confidential: do not publish this message")
 
 
 def _wrap_data(read, what: str) -> Dataset:
@@ -84,11 +113,14 @@ def build_constraints(p: ReleasePlan, data: Dataset) -> ConstraintSet:
     return cs
 
 
-def run_algorithm(p: ReleasePlan, data: Dataset, constraints: ConstraintSet, *, accountant=None, rng=None) -> Release:
+def run_algorithm(p: ReleasePlan, data: Dataset, constraints: ConstraintSet, *, accountant=None, rng=None,
+                  verbose: bool = False) -> Release:
     """Run the spec's algorithm on the confidential data: charge the budget, draw, release.
 
     Raises the error of the algorithm's spec section (a :class:`SolverError` for a solve or a
     rounding that did not succeed): a release never publishes an unsolved estimate.
+    ``verbose`` lets the solvers print their own logs (when the engines take a ``verbose``
+    keyword; see :func:`solver_verbosity`).
     """
     from dpopt.privacy.randomness import make_random
 
@@ -96,7 +128,8 @@ def run_algorithm(p: ReleasePlan, data: Dataset, constraints: ConstraintSet, *, 
     rng = rng or make_random(p.seed)
     algorithm = p.algorithm
     try:
-        release = algorithm.run(p.algorithm_plan.with_constraints(constraints), data, accountant, rng)
+        with solver_verbosity(verbose):
+            release = algorithm.run(p.algorithm_plan.with_constraints(constraints), data, accountant, rng)
     except DpoptError as exc:
         key = getattr(exc, "spec_path", None) or (next(iter(algorithm.sections), "algorithm"),)
         raise p.spec.error(key, plain(exc), type(exc)) from None
@@ -105,6 +138,21 @@ def run_algorithm(p: ReleasePlan, data: Dataset, constraints: ConstraintSet, *, 
         raise p.spec.error(key, release.message, SolverError)
     release["rng"] = rng
     return release
+
+
+@contextlib.contextmanager
+def solver_verbosity(verbose: bool):
+    """Within the block, :func:`dpopt.estimate.reconstruct` defaults to ``verbose`` (its
+    :data:`~dpopt.estimate.SOLVER_VERBOSE` context variable): algorithms call ``reconstruct``
+    themselves, so the pipeline cannot pass the keyword. Solver banners are otherwise silenced
+    by the engines."""
+    from dpopt.estimate import SOLVER_VERBOSE
+
+    token = SOLVER_VERBOSE.set(bool(verbose))
+    try:
+        yield
+    finally:
+        SOLVER_VERBOSE.reset(token)
 
 
 def run(
@@ -116,6 +164,7 @@ def run(
     *,
     overwrite: bool = False,
     progress: bool = False,
+    verbose: bool = False,
 ) -> ReleaseResult:
     """Run a whole release: validate, read, check, run the algorithm, report, write.
 
@@ -136,11 +185,18 @@ def run(
         Replace an existing non-empty ``out``.
     progress
         Show a progress bar (tqdm) on stderr.
+    verbose
+        Let the solvers print their logs (see :func:`solver_verbosity`).
 
     Returns
     -------
     ReleaseResult
         The algorithm's :class:`~dpopt.algorithms.base.Release` with the pipeline's outputs.
+
+    Warns
+    -----
+    NotPrivateWarning
+        (a ``UserWarning``) when the run is seeded or evaluated: its outputs are not private.
     """
     from tqdm import tqdm
 
@@ -157,6 +213,11 @@ def run(
 
     p = plan(spec, data=data, seed=seed, out=out, overwrite=overwrite)
     lap("plan")
+    reasons = ([f"the noise is seeded (seed {p.seed})"] if p.seed is not None else []) + \
+        (["it is evaluated against the confidential data"] if evaluate else [])
+    if reasons:
+        warnings.warn(f"release {p.spec.name!r} is NOT private: {' and '.join(reasons)}; do not publish it",
+                      NotPrivateWarning, stacklevel=2)
     steps = 5 + (1 if evaluate else 0) + (1 if out is not None else 0)
     with tqdm(total=steps, desc="dpopt", unit="step", disable=not progress, file=sys.stderr, leave=False) as bar:
         def step(name: str) -> None:
@@ -171,15 +232,20 @@ def run(
         bar.update(1)
         lap("constraints")
         step(f"running {p.algorithm.name}")
-        release = ReleaseResult(run_algorithm(p, data_set, constraints))
+        release = ReleaseResult(run_algorithm(p, data_set, constraints, verbose=verbose))
         bar.update(1)
         lap(p.algorithm.name)
         step("synthesizing")
         counts = release.counts
         release.update(plan=p, constraints=constraints, marginals=release.answers,
                        table=released_table(p, counts) if counts is not None else None)
-        release["synthetic"] = (synthesize(p.domain, counts)
-                                if p.spec.output.synthetic and counts is not None else release.records)
+        if p.spec.output.synthetic and counts is not None:
+            try:
+                release["synthetic"] = synthesize(p.domain, counts)
+            except DataError as exc:
+                raise p.spec.error(("output", "synthetic"), plain(exc), DataError) from None
+        else:
+            release["synthetic"] = release.records
         bar.update(1)
         lap("tables")
         release.update(evaluation=None, evaluation_summary=None, evaluation_truth=None,

@@ -18,7 +18,7 @@ import pandas as pd
 
 from dpopt.algorithms.base import Algorithm, AlgorithmPlan, PlannedMeasure
 from dpopt.atomic import check_output_dir
-from dpopt.errors import DpoptError, InconsistentConstraintsError, SpecError
+from dpopt.errors import DomainError, DpoptError, InconsistentConstraintsError, SpecError
 from dpopt.model.constraints import (
     ConstraintSet,
     Hierarchy,
@@ -29,7 +29,7 @@ from dpopt.model.constraints import (
     StructuralZeros,
 )
 from dpopt.model.data import Dataset
-from dpopt.model.domain import Domain
+from dpopt.model.domain import MAX_DENSE_CELLS, Domain
 from dpopt.model.queries.base import LinearQuery
 from dpopt.privacy.accountant import Accountant
 from dpopt.privacy.budget import Budget
@@ -77,6 +77,8 @@ class ReleasePlan:
     seed: int | None = None
     out: Path | None = None
     overwrite: bool = False
+    protected: dict = field(default_factory=dict, repr=False)
+    resources: Any = field(default=None, repr=False)
 
     @property
     def budget(self) -> Budget:
@@ -147,6 +149,8 @@ class ReleasePlan:
         if out.plots:
             parts.append("plots")
         lines.append("outputs: " + "; ".join(parts) + (f" into {self.out}" if self.out else ""))
+        if self.resources is not None:
+            lines.append(self.resources.describe())
         return "\n".join(lines)
 
 
@@ -170,11 +174,13 @@ def plan(
     seed
         Seed of the privacy noise (overrides ``privacy.seed``). Seeded runs are NOT private.
     out, overwrite
-        Output directory, checked now (it must be absent or empty unless ``overwrite``).
+        Output directory, checked now: absent or empty, or with ``overwrite`` a previous dpopt
+        release and nothing else; never the working directory, the spec's or the data's
+        directory, or an ancestor of one (:func:`~dpopt.atomic.check_output_dir`).
 
     Raises
     ------
-    SpecError, InconsistentConstraintsError, OutputExistsError
+    SpecError, InconsistentConstraintsError, OutputExistsError, ResourceLimitError
         Naming the spec key (or option) at fault.
     """
     spec = load_spec(spec)
@@ -186,16 +192,58 @@ def plan(
     except DpoptError as exc:
         raise spec.error(getattr(exc, "spec_path", None) or _section_of(algorithm), plain(exc),
                          error_class(exc)) from None
+    check_noise(spec, algorithm_plan)
     _check_constraints(spec, constraints, when="before reading any data")
     source, path, fmt, given = _plan_data(spec, data, domain)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
         raise SpecError(f"--seed: must be a non-negative integer, got {seed!r}")
     seed = spec.privacy.seed if seed is None else int(seed)
+    protected = protected_directories(spec, path)
     out_path = None
     if out is not None:
-        out_path = check_output_dir(out, overwrite=overwrite)
-    return ReleasePlan(spec, domain, algorithm, algorithm_plan, constraints, data_invariants, source, path, fmt,
-                       given, seed, out_path, overwrite)
+        out_path = check_output_dir(out, overwrite=overwrite, key="--out" if spec.output.dir is None or
+                                    Path(out) != spec.output.dir else spec.where(("output", "dir")),
+                                    protected=protected)
+    p = ReleasePlan(spec, domain, algorithm, algorithm_plan, constraints, data_invariants, source, path, fmt,
+                    given, seed, out_path, overwrite, protected)
+    from dpopt.release.resources import check_resources
+
+    p.resources = check_resources(p)
+    return p
+
+
+def protected_directories(spec: ReleaseSpec, data_path: Path | None) -> dict[str, Path | None]:
+    """Directories a release may neither be written into nor contain: the working directory,
+    the spec's and the data's."""
+    return {"the working directory": Path.cwd(),
+            "the spec's directory": spec.source.resolve().parent if spec.source is not None else None,
+            "the data's directory": Path(data_path).resolve().parent if data_path is not None else None}
+
+
+def check_noise(spec: ReleaseSpec, algorithm_plan: AlgorithmPlan) -> None:
+    """Refuse, naming the measurement and the budget key, a step whose noise the exact samplers
+    cannot draw (a share too small for its sensitivity)."""
+    from dpopt.privacy.samplers import MAX_GAUSSIAN_SIGMA2, MAX_LAPLACE_SCALE
+
+    key = ("privacy", "rho") if spec.privacy.rho is not None else ("privacy", "epsilon")
+    for step in algorithm_plan.steps:
+        law = step.law
+        if law is None:
+            continue
+        laplace = law.family == "discrete_laplace"
+        limit, what = (MAX_LAPLACE_SCALE, "scale") if laplace else (MAX_GAUSSIAN_SIGMA2, "sigma^2")
+        if law.parameter <= limit:
+            continue
+        factor = law.parameter / limit
+        if laplace or spec.privacy.rho is not None:  # scale ~ 1/epsilon, sigma^2 ~ 1/rho
+            amount = spec.privacy.epsilon if laplace and spec.privacy.rho is None else spec.privacy.rho
+            need = f"; {key[1]} >= {float(amount * factor):.3g} would do at this share"
+        else:
+            need = "; raise epsilon or delta"
+        raise spec.error(key, f"measurement {step.label!r} (share {step.share} of the budget, sensitivity "
+                              f"{float(law.sensitivity):g}) would need a {law.family.replace('_', ' ')} {what} of "
+                              f"{float(law.parameter):.3g} (grid units), above the exact sampler's limit "
+                              f"{float(limit):.3g}: raise its share or the budget{need}")
 
 
 def _section_of(algorithm: Algorithm) -> tuple:
@@ -213,8 +261,12 @@ def _build_domain(spec: ReleaseSpec) -> Domain:
             domain = Domain.from_json(d.json)
         else:
             domain = Domain.from_dict(dict(d.attributes))
-        if spec.algorithm.dense_domain:
-            domain.require_dense(f"algorithm = {spec.algorithm.name!r}, which releases a table over the full domain")
+        if d.codes:
+            domain = domain.with_codes(d.codes)
+        if spec.algorithm.dense_domain and domain.size > MAX_DENSE_CELLS:
+            raise DomainError(f"the domain has {domain.size:.3g} cells, above the limit of {MAX_DENSE_CELLS:.0e} "
+                              f"for algorithm = {spec.algorithm.name!r}, which releases a table over the full "
+                              "domain; use fewer or coarser attributes")
     except (DpoptError, OSError, ValueError) as exc:
         raise spec.error(("domain",), plain(exc)) from None
     return domain
@@ -304,8 +356,8 @@ def _plan_data(spec: ReleaseSpec, data: Any, domain: Domain):
         path = Path(data).expanduser()
         if not path.is_file():
             raise SpecError(f"--data: file {str(data)!r} does not exist")
-        fmt = spec.data.format if spec.data.source == "file" and spec.data.format else data_format(path, "--data")
-        return "file", path.absolute(), fmt, None
+        # The file's own content or extension decides; the spec's format belongs to the spec's path.
+        return "file", path.absolute(), data_format(path, "--data"), None
     raise SpecError(f"--data: expected a file path, a DataFrame or a Dataset, got {type(data).__name__}")
 
 

@@ -31,6 +31,7 @@ class DomainSpec:
     counties_per_state: int = 3
     attributes: Mapping[str, Any] | None = None
     json: Path | None = None
+    codes: tuple[str, ...] = ()  # labelled attributes whose data hold codes 0..size-1
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class DataSpec:
     path: Path | None = None
     format: str | None = None
     count_column: str | None = None
+    missing_values: tuple[str, ...] = ()  # CSV markers of a missing value besides an empty cell
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,8 @@ class ConstraintsSpec:
     hierarchy: tuple[HierarchySpec, ...] = ()
     invariants: tuple[InvariantSpec, ...] = ()
     inequalities: tuple[InequalitySpec, ...] = ()
+    #: Records falling in a structural-zero cell: "error" (default) or "drop" (said in the report).
+    structural_zero_records: str = "error"
 
     def kinds(self) -> list[str]:
         """The constraint kinds declared (names as in ``[constraints]``)."""

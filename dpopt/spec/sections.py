@@ -30,16 +30,18 @@ ACCOUNTING = ("pure", "approx", "zcdp")
 BUILTIN_DOMAINS = ("census",)
 DATA_SOURCES = ("example", "file")
 CELL_CHOICES = ("all", "nonzero")
+ZERO_RECORD_CHOICES = ("error", "drop")
 #: Keys of every reconstruction setting (an algorithm declares the ones it reads).
 RECONSTRUCT_KEYS = ("objective", "backend", "time_limit")
 
 #: Allowed keys of the common tables (the algorithms declare their own).
 COMMON_KEYS: dict[str, tuple[str, ...]] = {
     "": ("name", "description", "algorithm", "domain", "data", "privacy", "constraints", "output"),
-    "domain": ("builtin", "states", "counties_per_state", "attributes", "json"),
-    "data": ("source", "rows", "seed", "path", "format", "count_column"),
+    "domain": ("builtin", "states", "counties_per_state", "attributes", "json", "codes"),
+    "data": ("source", "rows", "seed", "path", "format", "count_column", "missing_values"),
     "privacy": ("accounting", "epsilon", "delta", "rho", "seed"),
-    "constraints": ("nonnegative", "integer", "structural_zeros", "hierarchy", "invariants", "inequalities"),
+    "constraints": ("nonnegative", "integer", "structural_zeros", "hierarchy", "invariants", "inequalities",
+                    "structural_zero_records"),
     "constraints.structural_zeros": ("where", "reason", "name", "builtin"),
     "constraints.hierarchy": ("parent", "child", "parent_of", "name"),
     "constraints.invariants": ("name", "query", *QUERY_PARAMS, "values", "from_data"),
@@ -49,6 +51,23 @@ COMMON_KEYS: dict[str, tuple[str, ...]] = {
 
 
 def parse_domain(t: SpecTable) -> DomainSpec:
+    spec = _parse_domain(t)
+    if "codes" not in t.raw:
+        return spec
+    from dataclasses import replace
+
+    codes = t.str_list("codes")
+    if spec.attributes is not None:
+        for i, attr in enumerate(codes):
+            value = spec.attributes.get(attr)
+            if value is None:
+                raise t.error(("codes", i), f"unknown attribute {attr!r}; the domain has {list(spec.attributes)}")
+            if not isinstance(value, list):
+                raise t.error(("codes", i), f"attribute {attr!r} has no labels, so its values are codes already")
+    return replace(spec, codes=tuple(codes))
+
+
+def _parse_domain(t: SpecTable) -> DomainSpec:
     given = [k for k in ("builtin", "attributes", "json") if k in t.raw]
     if len(given) != 1:
         raise t.error(
@@ -93,7 +112,7 @@ def parse_data(t: SpecTable, domain: DomainSpec) -> DataSpec:
         if domain.builtin != "census":
             raise t.error(("source",), "the example data need the built-in census domain "
                           "([domain] builtin = \"census\")")
-        for key in ("path", "format", "count_column"):
+        for key in ("path", "format", "count_column", "missing_values"):
             if key in t.raw:
                 raise t.error((key,), "does not apply to source = \"example\" (use source = \"file\")")
         return DataSpec(source, rows=t.int("rows", default=10_000, minimum=1), seed=t.int("seed", default=0, minimum=0))
@@ -104,18 +123,27 @@ def parse_data(t: SpecTable, domain: DomainSpec) -> DataSpec:
     fmt = t.str("format", default=None, choices=("csv", "parquet"))
     if path is not None and fmt is None:
         fmt = data_format(path, t.where(("path",)))
-    return DataSpec(source, path=path, format=fmt, count_column=t.str("count_column", default=None))
+    missing = tuple(t.str_list("missing_values", default=[], allow_empty=True)) if "missing_values" in t.raw else ()
+    if "" in missing:
+        raise t.error(("missing_values",), "an empty cell is always missing; list other markers only")
+    return DataSpec(source, path=path, format=fmt, count_column=t.str("count_column", default=None),
+                    missing_values=missing)
 
 
 def data_format(path: Path, where: str) -> str:
-    """``"csv"`` or ``"parquet"`` from a file's extension, else a SpecError at ``where``."""
-    suffixes = [s.lower() for s in Path(path).suffixes]
-    if suffixes and suffixes[-1] in (".parquet", ".pq"):
-        return "parquet"
-    if suffixes and (suffixes[-1] in (".csv", ".txt") or suffixes[-2:] == [".csv", ".gz"]):
-        return "csv"
-    raise SpecError(f"{where}: cannot tell the format of {str(path)!r} from its extension; "
-                    "use .csv or .parquet, or set data.format")
+    """``"csv"`` or ``"parquet"`` from a file's content (Parquet's magic bytes) or extension,
+    else a SpecError at ``where`` (see :func:`dpopt.model.data.file_format`)."""
+    from dpopt.errors import DataError
+    from dpopt.model.data import file_format
+
+    try:
+        fmt = file_format(path)
+    except DataError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    if fmt is None:
+        raise SpecError(f"{where}: cannot tell the format of {str(path)!r} from its content or extension; "
+                        "use .csv or .parquet, or set data.format")
+    return fmt
 
 
 def parse_privacy(t: SpecTable) -> PrivacySpec:
@@ -129,12 +157,34 @@ def parse_privacy(t: SpecTable) -> PrivacySpec:
         if "rho" in t.raw:
             if "epsilon" in t.raw or "delta" in t.raw:
                 raise t.error(("rho",), "give either rho, or epsilon and delta (converted to rho), not both")
-            return PrivacySpec(accounting, rho=t.budget("rho"), seed=seed)
+            return PrivacySpec(accounting, rho=_in_range(t, "rho", t.budget("rho")), seed=seed)
         if not ("epsilon" in t.raw and "delta" in t.raw):
             raise t.error((), "accounting = \"zcdp\" needs rho, or epsilon and delta")
-    eps = t.budget("epsilon", required=True)
-    delta = t.budget("delta", required=True, unit=True) if accounting != "pure" else None
+    eps = _in_range(t, "epsilon", t.budget("epsilon", required=True))
+    delta = _in_range(t, "delta", t.budget("delta", required=True, unit=True)) if accounting != "pure" else None
     return PrivacySpec(accounting, epsilon=eps, delta=delta, seed=seed)
+
+
+#: Why each budget key has the range it has (see :mod:`dpopt.privacy.conversions`).
+_RANGE_REASONS = {
+    "epsilon": "below 2^-56 not even a count measured with the whole budget fits the exact samplers "
+               "(a Laplace scale 1/epsilon above 2^56); above 2^63 no noise would remain",
+    "rho": "below 2^-113 not even a count measured with the whole budget fits the exact discrete Gaussian "
+           "sampler (sigma^2 = 1/(2 rho) above 2^112); above 2^63 no noise would remain",
+    "delta": "outside it log(1/delta) leaves the range the privacy conversions are computed in",
+}
+
+
+def _in_range(t: SpecTable, key: str, value):
+    """The budget value, or an error naming the key when it lies outside the range dpopt can honour."""
+    from dpopt.errors import PrivacyParameterError
+    from dpopt.privacy.conversions import DELTA_RANGE, EPSILON_RANGE, RHO_RANGE, check_range
+
+    bounds = {"epsilon": EPSILON_RANGE, "rho": RHO_RANGE, "delta": DELTA_RANGE}[key]
+    try:
+        return check_range(value, bounds, "", _RANGE_REASONS[key])
+    except PrivacyParameterError as exc:
+        raise t.error((key,), str(exc)) from None
 
 
 def parse_constraints(t: SpecTable, domain: DomainSpec) -> ConstraintsSpec:
@@ -181,11 +231,15 @@ def parse_constraints(t: SpecTable, domain: DomainSpec) -> ConstraintsSpec:
             raise q.error((), "give lower, upper or both")
         inequalities.append(InequalitySpec(q.str("name", default=query.describe()), query,
                                            q.bound("lower"), q.bound("upper"), q.path_))
+    zero_records = t.str("structural_zero_records", default="error", choices=ZERO_RECORD_CHOICES)
+    if "structural_zero_records" in t.raw and not zeros:
+        raise t.error(("structural_zero_records",), "applies only when structural_zeros are declared")
     return ConstraintsSpec(
         nonnegative=t.bool("nonnegative", default=False),
         integer=t.bool("integer", default=False),
         structural_zeros=tuple(zeros), hierarchy=tuple(hierarchy),
         invariants=tuple(invariants), inequalities=tuple(inequalities),
+        structural_zero_records=zero_records,
     )
 
 

@@ -18,7 +18,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from dpopt.errors import DataError, ParameterError
-from dpopt.model.data import Dataset, _parse_strings
+from dpopt.model.data import Dataset, file_format
 from dpopt.model.domain import Domain
 from dpopt.model.geography import Geography
 
@@ -58,19 +58,19 @@ def read_unit_counts(path: str | Path, geography: Geography, domain: Domain, *, 
 
 
 def _format(path: Path) -> str:
-    suffix = path.suffix.lower()
-    if suffix in (".parquet", ".pq") or path.is_dir():
-        return "parquet"
-    if suffix in (".csv", ".txt", ".gz"):
-        return "csv"
-    raise DataError(f"{path}: unknown data file type {suffix!r} (use .csv or .parquet)")
+    """By the file's content, then its name, like every other reader (a directory is a Parquet dataset)."""
+    fmt = "parquet" if path.is_dir() else file_format(path)
+    if fmt is None:
+        raise DataError(f"{path}: unknown data file type {path.suffix.lower()!r} (use .csv or .parquet)")
+    return fmt
 
 
 def _chunks(path: Path, domain: Domain, count_column: str | None, chunksize: int):
     columns = list(domain.attrs) + ([count_column] if count_column else [])
     if _format(path) == "csv":
-        for chunk in pd.read_csv(path, dtype=str, usecols=lambda c: c in columns, chunksize=chunksize):
-            yield _parse_strings(chunk, domain)
+        # Text matched to labels as text: "NA", "None" or "007" are values; only empty cells are missing.
+        yield from pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""],
+                               usecols=lambda c: c in columns, chunksize=chunksize)
     else:
         import pyarrow.parquet as pq
 
@@ -88,7 +88,8 @@ def _pandas(path, geography, domain, count_column, chunksize) -> sp.csr_matrix:
 
 
 def _spark(path, geography, domain, count_column, spark) -> sp.csr_matrix:
-    from pyspark.sql import SparkSession, functions as F
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
 
     spark = spark or SparkSession.builder.getOrCreate()
     if _format(path) == "csv":

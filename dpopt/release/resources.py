@@ -1,0 +1,254 @@
+"""How much memory a planned release needs, estimated before any data is read.
+
+A release over ``n`` cells holds the table and the solver's vectors over every cell; the
+consistency engine adds what its method holds per measurement. :func:`estimate_memory`
+adds these up from the public plan (domain, planned queries, ``[reconstruct]`` settings,
+constraints) and :func:`check_resources` refuses a plan whose estimate exceeds the memory
+limit, with one line naming the measurement (or the domain) that needs it, the limit, and
+advice that fits the case. Nothing here branches on an algorithm's name: it reads the plan's
+steps and the spec's generic ``reconstruct`` settings.
+
+The figures are an envelope of peaks measured on this code (``ru_maxrss`` of a release run
+in a fresh process; ``examples/benchmarks/bench_memory.py`` prints them beside the
+estimates):
+
+* every release: about ``(120 + 16 k)`` bytes per cell for ``k`` attributes (the released
+  table as labelled columns, the fitted and rounded tables, cell bounds and the
+  matrix-free solver's vectors);
+* an explicit interior-point or simplex solve (cvxpy/Clarabel, HiGHS; the L2 and entropy
+  objectives below ``MATRIX_FREE_NNZ`` stacked non-zeros, any L2 problem with invariants
+  other than the total or with inequalities, a full L1/L-infinity LP): about 1,500 bytes
+  per non-zero and per row of each measurement's matrix (400 for the LP, 250 for scipy's
+  bounded least squares on an explicit matrix);
+* a working-set solve (non-negative least squares or column generation on large domains):
+  a dense Gram matrix and block over the working set, whose size is bounded by the measured
+  rows (a non-negative least-squares optimum has at most one positive cell per row),
+  ``8 W (3 W + rows)`` bytes; measurements whose matrix is a diagonal (the identity, one
+  row per cell) have a diagonal Gram, a vector, and are solved matrix-free when they are all
+  there is.
+
+An algorithm that does not hold the full table (``dense_domain = False``: records or answers
+only) is charged nothing here; the engine figures apply to algorithms that declare the
+``[reconstruct]`` section.
+
+The limit is ``DPOPT_MEMORY_LIMIT`` (bytes, or with a K/M/G/T suffix; ``none`` turns the check
+off) when set, else the memory the operating system reports as available (``MemAvailable``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from dpopt.errors import SpecError
+
+__all__ = ["MemoryItem", "MemoryEstimate", "ResourceLimitError", "estimate_memory", "check_resources",
+           "memory_limit", "format_bytes", "BYTES_PER_CELL", "BYTES_PER_ATTRIBUTE_CELL", "EXPLICIT_BYTES_PER_NONZERO"]
+
+#: Bytes per cell of every release that holds a table (plus :data:`BYTES_PER_ATTRIBUTE_CELL` per attribute).
+BYTES_PER_CELL = 120
+BYTES_PER_ATTRIBUTE_CELL = 16
+#: Bytes per non-zero (and per row) of a measurement's matrix in an explicit interior-point solve.
+EXPLICIT_BYTES_PER_NONZERO = 1500
+#: Bytes per non-zero of an explicit LP (HiGHS simplex) of the L1/L-infinity objectives.
+LP_BYTES_PER_NONZERO = 400
+#: Bytes per non-zero (and per row) of an explicit bounded least-squares solve by scipy.
+LSQ_BYTES_PER_NONZERO = 250
+_ENV = "DPOPT_MEMORY_LIMIT"
+
+
+class ResourceLimitError(SpecError):
+    """A planned release would need more memory than the limit (named in the message)."""
+
+
+@dataclass(frozen=True)
+class MemoryItem:
+    """One part of the estimate: what needs it, the spec key it comes from, bytes, and how."""
+
+    what: str
+    path: tuple
+    bytes: float
+    engine: str
+    detail: str
+    advice: str
+
+
+@dataclass
+class MemoryEstimate:
+    """The memory a release needs: its parts, their sum and the limit it is checked against."""
+
+    items: list[MemoryItem] = field(default_factory=list)
+    limit: float | None = None
+    limit_source: str = ""
+
+    @property
+    def total(self) -> float:
+        return float(sum(item.bytes for item in self.items))
+
+    @property
+    def largest(self) -> MemoryItem | None:
+        return max(self.items, key=lambda item: item.bytes, default=None)
+
+    def describe(self) -> str:
+        """One line for ``dpopt check``."""
+        text = f"memory: about {format_bytes(self.total)}"
+        if self.largest is not None and self.largest.bytes > 0.5 * self.total:
+            text += f" (mostly {self.largest.what}: {self.largest.detail})"
+        if self.limit is not None:
+            text += f"; limit {format_bytes(self.limit)} ({self.limit_source})"
+        return text
+
+
+def format_bytes(value: float) -> str:
+    """``1.8 TiB``-style sizes."""
+    value = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if value < 1024 or unit == "PiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} PiB"  # pragma: no cover - the loop always returns
+
+
+def memory_limit() -> tuple[float | None, str]:
+    """``(bytes, where it comes from)``: ``DPOPT_MEMORY_LIMIT`` when set, else the available memory."""
+    text = os.environ.get(_ENV)
+    if text and text.strip().lower() == "none":
+        return None, f"{_ENV}=none"
+    if text:
+        match = re.fullmatch(r"\s*([0-9.]+(?:[eE][0-9]+)?)\s*([KMGTP]?)(?:i?B)?\s*", text, re.IGNORECASE)
+        if not match:
+            raise SpecError(f"{_ENV}={text!r}: give a number of bytes, optionally with K, M, G or T (e.g. 8G), "
+                            "or none")
+        scale = 1024 ** "KMGTP".find(match.group(2).upper()) * 1024 if match.group(2) else 1
+        return float(match.group(1)) * scale, f"{_ENV}"
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return float(line.split()[1]) * 1024, "memory available now"
+    except OSError:
+        pass
+    try:
+        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")), "physical memory"
+    except (ValueError, OSError, AttributeError):
+        return None, "unknown"
+
+
+def estimate_memory(p) -> MemoryEstimate:
+    """The memory a planned release (:class:`~dpopt.release.plan.ReleasePlan`) will need."""
+    domain = p.domain
+    n = float(domain.size)
+    k = len(domain)
+    estimate = MemoryEstimate()
+    algorithm = getattr(p, "algorithm", None)
+    if not getattr(algorithm, "dense_domain", True):
+        # Records or answers without the full table (DualQuery, the polynomial release, top-down's
+        # level tables): the algorithm's own plan bounds what it holds.
+        return estimate
+    estimate.items.append(MemoryItem(
+        "the released table", ("domain",), n * (BYTES_PER_CELL + BYTES_PER_ATTRIBUTE_CELL * k), "table",
+        f"{domain.size:,} cells x {k} attributes",
+        "use fewer or coarser attributes: a release holds its full table"))
+    uses_reconstruct = algorithm is None or "reconstruct" in getattr(algorithm, "sections", {"reconstruct": ()})
+    rc = getattr(p.spec, "reconstruct", None) if uses_reconstruct else None
+    measured = [_Measured.of(step, domain) for step in p.steps if step.query is not None and step.law is not None]
+    if rc is None or not measured:
+        return estimate
+    engine = _engine(p, rc, measured)
+    if engine in ("interior point", "lp", "least squares"):
+        per = {"interior point": EXPLICIT_BYTES_PER_NONZERO, "lp": LP_BYTES_PER_NONZERO,
+               "least squares": LSQ_BYTES_PER_NONZERO}[engine]
+        name = {"interior point": f"{rc.backend or 'cvxpy'} interior-point", "lp": "HiGHS LP",
+                "least squares": "scipy least-squares"}[engine]
+        advice = ("use [reconstruct] backend = \"scipy\", which solves this objective matrix-free"
+                  if rc.objective == "l2" and not _general(p) else
+                  "measure queries with fewer cells per row, or drop the invariants and inequalities that "
+                  "need the explicit solver")
+        for m in measured:
+            estimate.items.append(MemoryItem(
+                f"measurement {m.label!r}", m.path, per * (m.nnz + m.rows), name,
+                f"{m.nnz:,.0f} non-zeros and {m.rows:,} rows in an explicit {name} solve", advice))
+        return estimate
+    if all(m.diagonal for m in measured):
+        return estimate  # a diagonal Gram is a vector: matrix-free, within the per-cell figure
+    rows = sum(m.rows for m in measured)
+    width = min(n, 1.55 * rows + 50)
+    dense = 8.0 * width * (3.0 * width + rows)
+    culprit = max(measured, key=lambda m: m.rows)
+    if culprit.diagonal:
+        advice = (f"drop the measurement {culprit.label!r} (one row per cell) or measure marginals instead: "
+                  "measured with others it makes the working set as wide as the domain (alone it is solved "
+                  "matrix-free)")
+    else:
+        advice = "measure lower-order marginals (fewer rows), or coarser attributes"
+    estimate.items.append(MemoryItem(
+        f"measurement {culprit.label!r}", culprit.path, dense, "working-set",
+        f"{rows:,} measured rows make a dense working set of up to {width:,.0f} cells", advice))
+    return estimate
+
+
+def check_resources(p) -> MemoryEstimate:
+    """:func:`estimate_memory`, refusing (:class:`ResourceLimitError`) a plan above the limit."""
+    estimate = estimate_memory(p)
+    estimate.limit, estimate.limit_source = memory_limit()
+    if estimate.limit is None or estimate.total <= estimate.limit:
+        return estimate
+    item = estimate.largest
+    head = (f"{item.what} needs about {format_bytes(item.bytes)} ({item.detail}"
+            + (f", {item.engine} engine" if item.engine != "table" else "") + ")")
+    raise p.spec.error(item.path, f"{head}; the release about {format_bytes(estimate.total)}, above the memory limit "
+                                  f"of {format_bytes(estimate.limit)} ({estimate.limit_source}); {item.advice} "
+                                  f"(or set {_ENV})", ResourceLimitError)
+
+
+# ---- what each measurement weighs -------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Measured:
+    label: str
+    path: tuple
+    rows: int
+    nnz: float
+    diagonal: bool
+
+    @classmethod
+    def of(cls, step, domain) -> "_Measured":
+        query = step.query
+        n = domain.size
+        powers = query.column_norm_powers(1)
+        per_column = float(np.mean(powers)) if np.ndim(powers) else float(powers)
+        rows = int(query.num_rows)
+        squares = query.column_norm_powers(2)
+        unit = (np.all(np.asarray(powers) == 1) and np.all(np.asarray(squares) == 1))
+        return cls(step.label, tuple(step.path) or ("measure",), rows, per_column * n, bool(unit and rows == n))
+
+
+def _general(p) -> bool:
+    """Invariants other than one fixed total, or inequalities: the L2 engine lifts them to a QP."""
+    cs = p.constraints
+    invariant_rows = [inv.query.num_rows for inv in cs.invariants] + [q.num_rows for _, q, _ in p.data_invariants]
+    return bool(cs.inequalities) or any(r != 1 for r in invariant_rows)
+
+
+def _engine(p, rc, measured) -> str:
+    """Which kind of solve the plan's ``[reconstruct]`` settings lead to (see the module notes)."""
+    try:
+        from dpopt.estimate.least_squares import MATRIX_FREE_NNZ
+    except ImportError:  # pragma: no cover - the engines keep this name
+        MATRIX_FREE_NNZ = 3_000_000
+    try:
+        from dpopt.estimate.linear import FULL_LP_CELLS, FULL_LP_NNZ
+    except ImportError:  # pragma: no cover
+        FULL_LP_CELLS, FULL_LP_NNZ = 20_000, 2_000_000
+    nnz = sum(m.nnz + m.rows for m in measured)
+    if rc.objective == "l2":
+        if _general(p) or rc.backend in ("cvxpy", "highs") or (rc.backend is None and nnz <= MATRIX_FREE_NNZ):
+            return "interior point"
+        return "least squares" if nnz <= MATRIX_FREE_NNZ else "working set"
+    if rc.objective == "entropy":
+        return "interior point" if nnz <= MATRIX_FREE_NNZ else "working set"
+    if p.domain.size <= FULL_LP_CELLS and nnz <= FULL_LP_NNZ:
+        return "lp"
+    return "working set"
