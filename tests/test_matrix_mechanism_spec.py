@@ -15,6 +15,7 @@ import pytest
 from dpopt.algorithms.matrix_mechanism import WorkloadSpec
 from dpopt.errors import SpecError
 from dpopt.release import plan, run
+from dpopt.release.outputs import read_released
 from dpopt.spec import load_spec, parse_spec_text
 
 REPO = Path(__file__).resolve().parents[1]
@@ -126,7 +127,7 @@ def test_a_spec_runs_end_to_end(tmp_path):
     release = run(mm(constraints=cons), data=frame, out=tmp_path / "out", seed=1)
     assert release.success and release.counts.dtype.kind in "iu"
     assert (release.counts >= 0).all() and release.counts.reshape(30, 2)[0].sum() == 0
-    answers = pd.read_csv(tmp_path / "out" / "marginals" / "workload.csv")
+    answers = read_released(tmp_path / "out" / "marginals" / "workload.csv")
     assert len(answers) == 30 and list(answers.columns)[:2] == ["query", "count"]
     free = run(mm(), data=frame, out=tmp_path / "free", seed=1)
     assert "stderr" in free.answers["workload"].columns
