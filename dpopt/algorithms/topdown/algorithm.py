@@ -523,9 +523,10 @@ class TopDown(Algorithm):
 
     @classmethod
     def example(cls, domain):
-        if len(domain) < 3:
+        if len(domain) < 2:
             return None
-        levels = domain.attrs[:2]
+        # Two nested levels when a characteristic is left over, else one (the audit's 2-attribute domain).
+        levels = domain.attrs[:2] if len(domain) >= 3 else domain.attrs[:1]
         geography = GeographySpec(levels=tuple(levels), parents="nested")
         names = geography.names
         measures = tuple(LevelMeasure("detailed", name, QuerySpec("identity"), None, Fraction(1, len(names)))
