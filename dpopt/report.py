@@ -335,6 +335,14 @@ def summary_blocks(report: dict) -> list[tuple]:
         b.append(("table", ["kind", "query", "answers", "L1 error", "L1 error of the noisy answers", "max |error|"],
                   [[q["kind"], q["query"], str(q["answers"]), _fmt(q["l1_error"]), _fmt(q["noisy_l1_error"]),
                     _fmt(q["max_abs_error"])] for q in ev["queries"]]))
+        bounds = s.get("algorithm_bounds")
+        if bounds:
+            b.append(("p", "The algorithm's own accuracy statement: measured errors beside the bound its theorem "
+                           "gives, per workload set."))
+            header = list(bounds[0])
+            b.append(("table", [h.replace("_", " ") for h in header],
+                      [[_fmt(r.get(h)) if isinstance(r.get(h), float) else str(r.get(h)) for h in header]
+                       for r in bounds]))
 
     if report.get("plots"):
         b.append(("h2", "Plots"))

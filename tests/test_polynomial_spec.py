@@ -136,3 +136,15 @@ def test_dpopt_run_prints_a_summary_of_an_answers_only_release(tmp_path, capsys)
     assert main(["run", str(spec), "--seed", "1", "--out", str(tmp_path / "o")]) == 0
     out = capsys.readouterr().out
     assert "6 answer tables (24 answers), no table" in out and "NOT private" in out
+
+
+def test_evaluate_reports_the_theorem_bound_beside_the_measured_error(tmp_path):
+    gen = np.random.default_rng(4)  # test input, not privacy noise
+    frame = pd.DataFrame({"a": gen.integers(0, 2, 400), "b": gen.integers(0, 2, 400),
+                          "c": gen.integers(0, 3, 400), "d": gen.integers(0, 2, 400)})
+    release = run(poly(consistency="l2"), data=frame, out=tmp_path / "out", seed=2, evaluate=True)
+    bounds = release.evaluation_summary["algorithm_bounds"]
+    assert len(bounds) == 6 and all(row["within_bound"] for row in bounds)
+    assert all(0 <= row["max_error"] <= row["bound"] for row in bounds)
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "bound its theorem gives" in summary and "within bound" in summary

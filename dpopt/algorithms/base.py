@@ -284,6 +284,12 @@ class Release(OptimizeResult):
         counts = self.get("counts")
         return None if counts is None else np.asarray(counts, dtype=np.float64)
 
+    def errors(self, data) -> pd.DataFrame | None:
+        """The algorithm's own accuracy statement on ``data``: its measured errors beside the bound
+        its theorem gives (one row per workload), or None when it states none. NOT private:
+        ``dpopt run --evaluate`` puts it in the report's evaluation section."""
+        return None
+
 
 def make_release(
     algorithm: "Algorithm",

@@ -232,7 +232,8 @@ def run(
         bar.update(1)
         lap("constraints")
         step(f"running {p.algorithm.name}")
-        release = ReleaseResult(run_algorithm(p, data_set, constraints, verbose=verbose))
+        algorithm_release = run_algorithm(p, data_set, constraints, verbose=verbose)
+        release = ReleaseResult(algorithm_release)
         bar.update(1)
         lap(p.algorithm.name)
         step("synthesizing")
@@ -256,6 +257,9 @@ def run(
                 evaluation, summary, truths = evaluate_release(p, data_set, counts, release.measurements, constraints)
             else:
                 evaluation, summary, truths = evaluate_without_table(p, data_set, release)
+            bounds = algorithm_release.errors(data_set)
+            if bounds is not None and len(bounds):
+                summary["algorithm_bounds"] = bounds.to_dict(orient="records")
             release.update(evaluation=evaluation, evaluation_summary=summary, evaluation_truth=truths)
             bar.update(1)
             lap("evaluate")
