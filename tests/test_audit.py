@@ -138,3 +138,28 @@ def test_seeded_runs_stay_inside_the_audit():
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
                 assert not any(n.startswith("dpopt.audit") for n in names), f"{path} imports the audit"
+
+
+FORKED_MIPS = """
+from fractions import Fraction
+from dpopt.algorithms import REGISTRY
+from dpopt.audit import AlgorithmTarget, audit
+from dpopt.model.domain import Domain
+from dpopt.privacy.budget import Budget
+domain = Domain.from_dict({f"a{i}": 2 for i in range(3)})
+cls = REGISTRY["dualquery"]
+target = AlgorithmTarget(cls(cls.example(domain)), domain, Budget.approx(1, Fraction(1, 10**6)))
+print(audit(target, runs=600, workers=2, seed=0).total_runs)
+"""
+
+
+def test_forked_workers_solve_integer_programs_after_the_parent_did():
+    """DualQuery's best responses are HiGHS MIPs, solved in the parent and then in forked workers.
+    HiGHS's scheduler threads do not survive fork(): without the at-fork reset this audit hung
+    in a worker's first MIP (it finishes in about 10 s)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", FORKED_MIPS], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert int(proc.stdout.split()[-1]) > 1200

@@ -101,6 +101,18 @@ def silence_banner() -> None:
     _BANNER_SILENCED = True
 
 
+def _reset_scheduler_after_fork() -> None:
+    highspy = sys.modules.get("highspy")  # only if this process has loaded HiGHS (directly or via cvxpy)
+    if highspy is not None:
+        highspy.Highs.resetGlobalScheduler(True)
+
+
+if hasattr(os, "register_at_fork"):
+    # HiGHS's task scheduler threads do not survive fork(): a forked worker (the audit's and
+    # top-down's process pools) whose parent had solved MIPs waited forever in its next MIP.
+    os.register_at_fork(after_in_child=_reset_scheduler_after_fork)
+
+
 def new_highs(verbose: bool = False):
     """A ``highspy.Highs`` object whose output (banner included) appears only when ``verbose``."""
     import highspy
