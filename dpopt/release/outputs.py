@@ -181,7 +181,7 @@ def write_release(release: ReleaseResult, out: str | Path, *, overwrite: bool = 
             files.extend(f"plots/{name}" for name in plots.values())
         if mark is not None:
             (tmp / NOT_PRIVATE_MARKER).write_text(
-                f"This release is NOT PRIVATE and must not be published:\n"
+                "This release is NOT PRIVATE and must not be published:\n"
                 + "".join(f"- {r}\n" for r in reasons), encoding="utf-8")
             files.append(NOT_PRIVATE_MARKER)
         report = dict(release.report)

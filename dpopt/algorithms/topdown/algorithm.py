@@ -36,7 +36,7 @@ from dpopt.algorithms.topdown.constraints import UnitInvariant, invariants_by_un
 from dpopt.algorithms.topdown.engine import LevelQuery, run_levels
 from dpopt.algorithms.topdown.executors import EXECUTORS, Executor, make_executor
 from dpopt.algorithms.topdown.solve import SolveOptions
-from dpopt.errors import DpoptError, InconsistentConstraintsError, ParameterError, SpecError, at_key
+from dpopt.errors import DpoptError, InconsistentConstraintsError, ParameterError, at_key
 from dpopt.estimate.status import Status
 from dpopt.model.constraints import ConstraintSet, Hierarchy
 from dpopt.model.domain import MAX_DENSE_CELLS, Domain

@@ -140,7 +140,6 @@ def invariants_by_unit(constraints: ConstraintSet, geography: Geography, chars: 
     """
     domain = constraints.domain
     out: list[UnitInvariant] = []
-    leaves = geography.sizes[-1]
     anc = geography.ancestors()
     per_unit = [geography.leaves_per_unit(k) for k in range(geography.depth)]
     for inv in constraints.invariants:

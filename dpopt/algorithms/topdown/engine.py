@@ -26,14 +26,7 @@ import scipy.sparse as sp
 
 from dpopt.algorithms.topdown.constraints import UnitInvariant, ZeroRules
 from dpopt.algorithms.topdown.executors import Executor
-from dpopt.algorithms.topdown.solve import (
-    ParentSolution,
-    ParentTask,
-    SolveOptions,
-    TaskInvariant,
-    TaskQuery,
-    solve_parent,
-)
+from dpopt.algorithms.topdown.solve import ParentTask, SolveOptions, TaskInvariant, TaskQuery, solve_parent
 from dpopt.errors import PrivacyParameterError
 from dpopt.estimate.status import Status
 from dpopt.model.data import Dataset
