@@ -166,8 +166,8 @@ def _run_summary(release, seconds: float) -> str:
         (f"  reconstruction: {rc['objective']} with {rc['backend']} ({rc['solver']}), {rc['status']} "
          if rc["objective"] else f"  algorithm: {rc['backend']} ({rc['solver']}), {rc['status']} ")
         + f"in {rc['time_seconds']:.2f} s" + (f"; rounded ({rc['rounding']['method']})" if "rounding" in rc else ""),
-        f"  constraints: {sum(c['satisfied'] for c in r['constraints'])} of {len(r['constraints'])} hold "
-        f"(largest violation {r['max_violation']:.3g})",
+        (f"  constraints: {sum(c['satisfied'] for c in r['constraints'])} of {len(r['constraints'])} hold "
+         f"(largest violation {r['max_violation']:.3g})" if r["constraints"] else "  constraints: none declared"),
     ]
     if r["randomness"]["seeded"]:
         lines.append(f"  WARNING: noise seed {r['randomness']['seed']}: seeded, NOT private")

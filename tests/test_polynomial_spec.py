@@ -148,3 +148,13 @@ def test_evaluate_reports_the_theorem_bound_beside_the_measured_error(tmp_path):
     assert all(0 <= row["max_error"] <= row["bound"] for row in bounds)
     summary = (tmp_path / "out" / "summary.md").read_text()
     assert "bound its theorem gives" in summary and "within bound" in summary
+
+
+def test_the_command_line_summary_says_when_no_constraint_was_declared():
+    from dpopt.cli import _run_summary
+
+    gen = np.random.default_rng(5)  # test input, not privacy noise
+    frame = pd.DataFrame({"a": gen.integers(0, 2, 100), "b": gen.integers(0, 2, 100),
+                          "c": gen.integers(0, 3, 100), "d": gen.integers(0, 2, 100)})
+    release = run(poly(), data=frame, seed=3)
+    assert "  constraints: none declared" in _run_summary(release, 1.0).splitlines()
