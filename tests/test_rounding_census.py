@@ -12,9 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpopt.datasets.census import census_domain, county_parent, generate_census, structural_zero_rules
+from dpopt.datasets.census import census_constraints, census_domain, generate_census
 from dpopt.estimate import reconstruct, round_to_integers
-from dpopt.model.constraints import ConstraintSet, Hierarchy, NonNegativity, StructuralZeros
 from dpopt.model.data import Dataset
 from dpopt.model.queries.marginal import Marginal
 from dpopt.privacy.accountant import Accountant
@@ -35,12 +34,7 @@ ALLOWED_ZERO_RUNS = 1
 def census():
     domain = census_domain(1, 50)
     data = Dataset.from_frame(generate_census(10_000, num_states=1, counties_per_state=50, seed=3), domain)
-    cs = ConstraintSet(domain).add(NonNegativity())
-    cs.add(Hierarchy("state", "county", county_parent(domain), name="geography"))
-    for i, (predicate, reason) in enumerate(structural_zero_rules(domain)):
-        cs.add(StructuralZeros(predicate, name=f"rule {i + 1}", reason=reason))
-    cs.invariant_from_data(Marginal(domain, ["state"]), data, "state totals")
-    return domain, data, cs
+    return domain, data, census_constraints(domain, data)
 
 
 def test_controlled_rounding_removes_the_cellwise_bias(census):

@@ -227,6 +227,31 @@ def structural_zero_rules(domain: Domain) -> list[tuple[str, str]]:
     return rules
 
 
+def structural_zero_constraints(domain: Domain, name: str = "rule {}") -> list:
+    """The rules of :func:`structural_zero_rules` as ``StructuralZeros`` constraints, named
+    ``name.format(i)`` for ``i = 1, 2, ...``."""
+    from dpopt.model.constraints import StructuralZeros
+
+    return [StructuralZeros(predicate, name=name.format(i), reason=reason)
+            for i, (predicate, reason) in enumerate(structural_zero_rules(domain), start=1)]
+
+
+def census_constraints(domain: Domain, data=None):
+    """The public constraints of a census release: non-negativity, counties nested in states, every
+    structural-zero rule, and (given ``data``, a Dataset) the state totals as invariants from the
+    data — what the quickstart declares, for scripts and tests that build it in Python."""
+    from dpopt.model.constraints import ConstraintSet, Hierarchy, NonNegativity
+    from dpopt.model.queries.marginal import Marginal
+
+    cs = ConstraintSet(domain).add(NonNegativity())
+    cs.add(Hierarchy("state", "county", county_parent(domain), name="geography"))
+    for zeros in structural_zero_constraints(domain):
+        cs.add(zeros)
+    if data is not None:
+        cs.invariant_from_data(Marginal(domain, ["state"]), data, "state totals")
+    return cs
+
+
 def _household_rule_masks(codes: Mapping[str, np.ndarray]) -> list[np.ndarray]:
     """Direct numpy check of each rule of :data:`STRUCTURAL_ZEROS`, in the same order."""
     age, rel, htype = codes["age_group"], codes["relationship"], codes["household_type"]

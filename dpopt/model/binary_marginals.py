@@ -21,7 +21,7 @@ from dpopt.model.domain import Domain
 if TYPE_CHECKING:  # pragma: no cover
     from dpopt.model.data import Dataset
 
-__all__ = ["attribute_combinations", "inclusion_exclusion_matrix", "cells_from_subset_moments", "superset_sums",
+__all__ = ["attribute_combinations", "inclusion_exclusion_matrix", "cells_from_subset_moments", "superset_sums", "subset_sums",
            "binary_marginal_counts", "require_binary", "check_ways"]
 
 #: Bytes of one chunk of the 0/1 record matrix when the data's answers are computed.
@@ -76,6 +76,17 @@ def superset_sums(table: np.ndarray) -> np.ndarray:
     for l in range(s):
         view = z.reshape(2**l, 2, -1)
         view[:, 0, :] += view[:, 1, :]
+    return z
+
+
+def subset_sums(table: np.ndarray) -> np.ndarray:
+    """The dual (Möbius-free) transform of :func:`superset_sums`: ``out[S] = sum_{T ⊆ S} table[T]``,
+    flat in the same bit order."""
+    s = table.ndim
+    z = np.array(table, dtype=np.float64).reshape(-1)
+    for l in range(s):
+        view = z.reshape(2**l, 2, -1)
+        view[:, 1, :] += view[:, 0, :]
     return z
 
 

@@ -287,10 +287,10 @@ def _public_constraints(spec: ReleaseSpec, domain: Domain):
     for i, z in enumerate(c.structural_zeros):
         try:
             if z.builtin:
-                from dpopt.datasets.census import structural_zero_rules
+                from dpopt.datasets.census import structural_zero_constraints
 
-                for j, (predicate, reason) in enumerate(structural_zero_rules(domain)):
-                    cs.add(StructuralZeros(predicate, name=f"census rule {j + 1}", reason=reason))
+                for zeros in structural_zero_constraints(domain, name="census rule {}"):
+                    cs.add(zeros)
             else:
                 cs.add(StructuralZeros(z.where, name=z.name or f"rule {i + 1}", reason=z.reason))
         except (DpoptError, ValueError, SyntaxError) as exc:

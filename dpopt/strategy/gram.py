@@ -34,6 +34,7 @@ import scipy.linalg as la
 import scipy.sparse as sp
 
 from dpopt.errors import QueryError
+from dpopt.model import binary_marginals
 from dpopt.model.domain import Domain
 
 __all__ = [
@@ -416,21 +417,14 @@ def _axis_slices(ndim: int, axis: int) -> tuple[tuple, tuple]:
 
 
 def superset_sums(values: np.ndarray) -> np.ndarray:
-    """``out[a] = sum_{S ⊇ a} values[S]`` over subsets indexed by ``(2,) * d`` arrays."""
-    t = np.array(values, dtype=np.float64, copy=True)
-    for axis in range(t.ndim):
-        lo, hi = _axis_slices(t.ndim, axis)
-        t[lo] += t[hi]
-    return t
+    """``out[a] = sum_{S ⊇ a} values[S]`` over subsets indexed by ``(2,) * d`` arrays
+    (the model's transform, :func:`dpopt.model.binary_marginals.superset_sums`, kept in shape)."""
+    return binary_marginals.superset_sums(values).reshape(np.shape(values))
 
 
 def subset_sums(values: np.ndarray) -> np.ndarray:
-    """``out[S] = sum_{a ⊆ S} values[a]``."""
-    t = np.array(values, dtype=np.float64, copy=True)
-    for axis in range(t.ndim):
-        lo, hi = _axis_slices(t.ndim, axis)
-        t[hi] += t[lo]
-    return t
+    """``out[S] = sum_{a ⊆ S} values[a]`` (:func:`dpopt.model.binary_marginals.subset_sums`, kept in shape)."""
+    return binary_marginals.subset_sums(values).reshape(np.shape(values))
 
 
 def subset_outer(domain: Domain, inside, outside) -> np.ndarray:

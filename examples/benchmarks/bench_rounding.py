@@ -32,9 +32,8 @@ import numpy as np
 import pandas as pd
 from tqdm import tqdm
 
-from dpopt.datasets.census import census_domain, county_parent, generate_census, structural_zero_rules
+from dpopt.datasets.census import census_constraints, census_domain, generate_census
 from dpopt.estimate import reconstruct, round_to_integers
-from dpopt.model.constraints import ConstraintSet, Hierarchy, NonNegativity, StructuralZeros
 from dpopt.model.data import Dataset
 from dpopt.model.queries.marginal import Marginal
 from dpopt.privacy.accountant import Accountant
@@ -50,12 +49,7 @@ METHODS = ("noisy", "fractional", "cell-wise", "controlled")
 def setup(people: int, states: int, counties: int, seed: int):
     domain = census_domain(states, counties)
     data = Dataset.from_frame(generate_census(people, num_states=states, counties_per_state=counties, seed=seed), domain)
-    cs = ConstraintSet(domain).add(NonNegativity())
-    cs.add(Hierarchy("state", "county", county_parent(domain), name="geography"))
-    for i, (predicate, reason) in enumerate(structural_zero_rules(domain)):
-        cs.add(StructuralZeros(predicate, name=f"rule {i + 1}", reason=reason))
-    cs.invariant_from_data(Marginal(domain, ["state"]), data, "state totals")
-    return domain, data, cs
+    return domain, data, census_constraints(domain, data)
 
 
 def one_run(domain, data, cs, truth, seed: int, epsilon: str) -> tuple[list[dict], dict]:
