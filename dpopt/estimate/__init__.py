@@ -16,6 +16,7 @@ from contextvars import ContextVar
 from typing import Sequence
 
 from dpopt.estimate.backends import available_backends, get_backend, installed_backends
+from dpopt.estimate.coupled import coupled_applies, solve_coupled
 from dpopt.estimate.entropy import solve_entropy
 from dpopt.estimate.errorbars import bootstrap_replicates, gls_covariance, standard_errors
 from dpopt.estimate.finalize import in_original_units
@@ -111,6 +112,12 @@ def reconstruct(
     prepared = prepare(problem)
     if backend is None and not options and separable_applies(prepared.problem):
         result = solve_separable(prepared.problem, time_limit)
+    elif backend is None and not options and coupled_applies(prepared.problem):
+        result = solve_coupled(prepared.problem, time_limit)
+        if not result.success and result.status is not Status.TIME_LIMIT:
+            fallback = ENGINES[objective](prepared.problem, backend, time_limit, verbose=verbose)
+            fallback.message = f"{fallback.message} (after the coupled engine: {result.message})"
+            result = fallback
     else:
         result = ENGINES[objective](prepared.problem, backend, time_limit, verbose=verbose, **options)
     result = in_original_units(result, problem, prepared)
