@@ -497,3 +497,39 @@ def test_error_by_unit_size_and_the_bottom_up_baseline():
     assert {"mae_topdown", "mae_noisy", "mae_bottom-up"} <= set(frame.columns)
     # bottom-up levels are sums of the noisy leaves
     assert np.allclose(base["nation"], base["county"].sum(axis=0))
+
+
+def test_a_root_of_hundreds_of_millions_is_fitted_within_its_noise():
+    """A nation-like root: 330 million persons over 1,512 cells, noise of standard deviation 3 to 7.
+    The problem is centred on the noisy table, and the bound x >= 0 of the large cells must not
+    set the solver's count scale (it did: the nation's fit was 55 persons per cell from its noisy
+    answers). The fit's residuals are those of a least-squares fit (below the noise), and the
+    release beats its noisy answers."""
+    from dpopt.algorithms.topdown.solve import ParentTask, TaskInvariant, TaskQuery, solve_parent
+
+    gen = np.random.default_rng(11)  # test data and test noise, not privacy noise
+    n = 1512
+    shares = gen.lognormal(0.0, 2.0, n)
+    truth = np.round(shares / shares.sum() * 330e6)
+    cells = np.arange(n)
+
+    def grouping(labels):
+        return sp.csr_matrix((np.ones(n), (labels, cells)), shape=(int(labels.max()) + 1, n))
+
+    queries = []
+    for label, matrix, sigma in (("detailed", sp.identity(n, format="csr"), 2.9), ("pairs", grouping(cells // 6), 5.0),
+                                 ("total", grouping(np.zeros(n, dtype=int)), 7.1), ("eighths", grouping(cells % 8), 7.1)):
+        noisy = matrix @ truth + gen.normal(0.0, sigma, matrix.shape[0])
+        queries.append(TaskQuery(label, matrix, noisy[None, :], "gaussian", sigma, sigma**2))
+    halves = grouping(cells % 2)
+    invariant = TaskInvariant("halves", halves, np.array([0]), (halves @ truth)[None, :])
+    task = ParentTask(0, -1, "nation", np.array([0]), cells, None, tuple(queries), (invariant,),
+                      options=SolveOptions(keep_fractional=True))
+    assert truth.max() > 1e7
+    solution = solve_parent(task)
+    assert solution.status is Status.OPTIMAL, solution.message
+    assert "raised" not in solution.message
+    noisy = queries[0].values[0]
+    assert np.sqrt(np.mean((solution.fractional[0] - noisy) ** 2)) < 2.9
+    assert np.abs(solution.table[0] - truth).mean() < np.abs(noisy - truth).mean()
+    assert np.array_equal(halves @ solution.table[0], halves @ truth) and (solution.table[0] >= 0).all()
