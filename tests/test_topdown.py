@@ -533,3 +533,50 @@ def test_a_root_of_hundreds_of_millions_is_fitted_within_its_noise():
     assert np.sqrt(np.mean((solution.fractional[0] - noisy) ** 2)) < 2.9
     assert np.abs(solution.table[0] - truth).mean() < np.abs(noisy - truth).mean()
     assert np.array_equal(halves @ solution.table[0], halves @ truth) and (solution.table[0] >= 0).all()
+
+
+def test_pool_workers_do_not_outlive_a_killed_release(tmp_path):
+    """SIGKILL runs no clean-up: the pool's workers must still stop (Linux: PR_SET_PDEATHSIG)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the parent-death signal is Linux's")
+    pids = tmp_path / "pids"
+    script = f"""
+import os, time
+from dpopt.algorithms.topdown.executors import PoolExecutor
+
+def work(_):
+    with open({str(pids)!r}, "a") as fh:
+        fh.write(f"{{os.getpid()}}\\n")
+    time.sleep(120)
+
+PoolExecutor(workers=2).map(work, [0, 1])
+"""
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (not pids.exists() or len(pids.read_text().split()) < 2):
+            time.sleep(0.1)
+        workers = [int(p) for p in pids.read_text().split()]
+        assert len(workers) == 2
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+
+    def alive(pid):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        with open(f"/proc/{pid}/stat") as fh:  # a zombie waiting for its reaper is not running
+            return fh.read().split(")")[-1].split()[0] != "Z"
+
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and any(alive(p) for p in workers):
+        time.sleep(0.1)
+    assert not any(alive(p) for p in workers)

@@ -110,7 +110,7 @@ class _Projector:
         position[order] = np.arange(gi.size) - np.repeat(starts, self.count)
         self.width = int(self.count.max(initial=0))
         self.padded = k * self.width <= 4 * max(gi.size, 1)
-        self.row, self.col, self.gi, self.rows = gi, position, gi, k
+        self.gi, self.col, self.rows = gi, position, k
 
     def __call__(self, v: np.ndarray) -> np.ndarray:
         out = np.empty_like(v)
@@ -126,7 +126,7 @@ class _Projector:
 
             return project_rows(z, self.gi, self.target)
         buf = np.full((self.rows, self.width), -np.inf)
-        buf[self.row, self.col] = z
+        buf[self.gi, self.col] = z
         s = -np.sort(-buf, axis=1)  # descending within each row, padding last
         with np.errstate(invalid="ignore"):
             cum = np.cumsum(np.where(np.isfinite(s), s, 0.0), axis=1)

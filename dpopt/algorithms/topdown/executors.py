@@ -239,9 +239,19 @@ def _largest_first(sizes, n: int) -> list[int]:
 
 
 def _single_threaded() -> None:
-    """Worker initialiser: one BLAS thread per process (the pool already uses every core)."""
+    """Worker initialiser: one BLAS thread per process (the pool already uses every core); and on
+    Linux, SIGTERM when the process that started the worker dies, so that a release killed with
+    SIGKILL (which runs no clean-up) leaves no orphaned workers solving on."""
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # 1 = PR_SET_PDEATHSIG
+        except (OSError, AttributeError):  # pragma: no cover - no prctl: nothing to arm
+            pass
 
 
 def _zip_dpopt() -> str:
