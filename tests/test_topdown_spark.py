@@ -32,7 +32,13 @@ def spark():
     session.stop()
 
 
-def test_spark_releases_the_same_tables_as_the_serial_executor(spark):
+@pytest.mark.parametrize("batch", [None, 50])
+def test_spark_releases_the_same_tables_as_the_serial_executor(spark, batch, monkeypatch):
+    """In one ``parallelize`` per level, and in many small batches, two at a time."""
+    from dpopt.algorithms.topdown import executors
+
+    if batch is not None:
+        monkeypatch.setattr(executors, "SPARK_BATCH_VARIABLES", batch)
     serial = run_census("serial", seed=8)
     on_spark = run_census(SparkExecutor(context=spark.sparkContext), seed=8)
     assert serial.success and on_spark.success

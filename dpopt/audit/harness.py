@@ -48,6 +48,7 @@ from dpopt.audit.targets import AuditTarget
 from dpopt.errors import ParameterError
 from dpopt.model.data import Dataset
 from dpopt.privacy.randomness import SeededRandom
+from dpopt.workers import die_with_parent
 
 __all__ = ["audit", "default_screen_runs", "default_max_pairs", "DEFAULT_RUNS", "DEFAULT_SCREEN_RUNS"]
 
@@ -256,7 +257,8 @@ class _Sampler:
         global _TARGET
         if self.pool is None and self.workers > 1 and "fork" in mp.get_all_start_methods():
             _TARGET = self.target
-            self.pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("fork"))
+            self.pool = ProcessPoolExecutor(self.workers, mp_context=mp.get_context("fork"),
+                                            initializer=die_with_parent)
         return self.pool
 
     def sample(self, hist: tuple, n: int, phase: str, relation: str) -> tuple[np.ndarray, list[str]]:

@@ -27,11 +27,14 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from dpopt.errors import ParameterError
+from dpopt.workers import die_with_parent
 
 __all__ = ["Executor", "SerialExecutor", "PoolExecutor", "SparkExecutor", "make_executor", "spark_session", "EXECUTORS"]
 
 #: Executor names a spec (``[topdown] executor``) may give.
 EXECUTORS = ("serial", "pool", "spark")
+#: Variables (children × cells) of the parents' problems sent to Spark in one ``parallelize``.
+SPARK_BATCH_VARIABLES = 4_000_000
 
 
 class Executor(abc.ABC):
@@ -160,19 +163,41 @@ class SparkExecutor(Executor):
         return self._context
 
     def map(self, fn, tasks, *, sizes=None, progress=None):
+        """Largest problems first, in batches of at most :data:`SPARK_BATCH_VARIABLES` variables:
+        ``parallelize`` holds a batch's pickled tasks in the driver JVM's heap (all 3,200 national
+        tract problems at once ran it out of memory), and two batches run at a time (two Spark jobs
+        from two driver threads) so that one batch's slowest problems do not leave cores idle."""
+        from concurrent.futures import ThreadPoolExecutor
+
         tasks = list(tasks)
         if not tasks:
             return []
         sc = self.context
         order = _largest_first(sizes, len(tasks))
-        slices = min(len(tasks), max(1, sc.defaultParallelism) * 8)
-        indexed = [(i, tasks[i]) for i in order]
-        pairs = sc.parallelize(indexed, slices).map(lambda item: (item[0], fn(item[1]))).collect()
+        weights = [1] * len(tasks) if sizes is None else [max(1, int(sizes[i])) for i in order]
+        batches, current, load = [], [], 0
+        for i, weight in zip(order, weights):
+            if current and load + weight > SPARK_BATCH_VARIABLES:
+                batches.append(current)
+                current, load = [], 0
+            current.append(i)
+            load += weight
+        batches.append(current)
+        parallelism = max(1, sc.defaultParallelism)
+
+        def run(batch):
+            indexed = [(i, tasks[i]) for i in batch]
+            pairs = sc.parallelize(indexed, min(len(batch), parallelism * 8)).map(
+                lambda item: (item[0], fn(item[1]))).collect()
+            if progress is not None:
+                progress.update(len(batch))
+            return pairs
+
         out: list = [None] * len(tasks)
-        for i, result in pairs:
-            out[i] = result
-        if progress is not None:
-            progress.update(len(tasks))
+        with ThreadPoolExecutor(max_workers=min(2, len(batches))) as threads:
+            for pairs in threads.map(run, batches):
+                for i, result in pairs:
+                    out[i] = result
         return out
 
     def close(self) -> None:
@@ -244,14 +269,7 @@ def _single_threaded() -> None:
     SIGKILL (which runs no clean-up) leaves no orphaned workers solving on."""
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
-        try:
-            ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # 1 = PR_SET_PDEATHSIG
-        except (OSError, AttributeError):  # pragma: no cover - no prctl: nothing to arm
-            pass
+    die_with_parent()
 
 
 def _zip_dpopt() -> str:
