@@ -499,15 +499,12 @@ def test_error_by_unit_size_and_the_bottom_up_baseline():
     assert np.allclose(base["nation"], base["county"].sum(axis=0))
 
 
-def test_a_root_of_hundreds_of_millions_is_fitted_within_its_noise():
-    """A nation-like root: 330 million persons over 1,512 cells, noise of standard deviation 3 to 7.
-    The problem is centred on the noisy table, and the bound x >= 0 of the large cells must not
-    set the solver's count scale (it did: the nation's fit was 55 persons per cell from its noisy
-    answers). The fit's residuals are those of a least-squares fit (below the noise), and the
-    release beats its noisy answers."""
-    from dpopt.algorithms.topdown.solve import ParentTask, TaskInvariant, TaskQuery, solve_parent
+def nation_like_root():
+    """A nation-like root task: 330 million persons over 1,512 cells, noise of s.d. 3 to 7 (test
+    data and test noise, not privacy noise); with its truth and the 'halves' invariant matrix."""
+    from dpopt.algorithms.topdown.solve import ParentTask, TaskInvariant, TaskQuery
 
-    gen = np.random.default_rng(11)  # test data and test noise, not privacy noise
+    gen = np.random.default_rng(11)
     n = 1512
     shares = gen.lognormal(0.0, 2.0, n)
     truth = np.round(shares / shares.sum() * 330e6)
@@ -525,13 +522,36 @@ def test_a_root_of_hundreds_of_millions_is_fitted_within_its_noise():
     invariant = TaskInvariant("halves", halves, np.array([0]), (halves @ truth)[None, :])
     task = ParentTask(0, -1, "nation", np.array([0]), cells, None, tuple(queries), (invariant,),
                       options=SolveOptions(keep_fractional=True))
+    return task, truth, halves
+
+
+def test_a_root_of_hundreds_of_millions_is_fitted_within_its_noise():
+    """The problem is centred on the noisy table, and the bound x >= 0 of the large cells must not
+    set the solver's count scale (it did: the nation's fit was 55 persons per cell from its noisy
+    answers). The fit's residuals are those of a least-squares fit (below the noise), and the
+    release beats its noisy answers."""
+    from dpopt.algorithms.topdown.solve import solve_parent
+
+    task, truth, halves = nation_like_root()
     assert truth.max() > 1e7
     solution = solve_parent(task)
     assert solution.status is Status.OPTIMAL, solution.message
     assert "raised" not in solution.message
-    noisy = queries[0].values[0]
+    noisy = task.queries[0].values[0]
     assert np.sqrt(np.mean((solution.fractional[0] - noisy) ** 2)) < 2.9
     assert np.abs(solution.table[0] - truth).mean() < np.abs(noisy - truth).mean()
+    assert np.array_equal(halves @ solution.table[0], halves @ truth) and (solution.table[0] >= 0).all()
+
+
+def test_when_a_tightened_bound_binds_the_root_is_solved_as_it_is(monkeypatch):
+    """With a margin so small that the tightened bounds bind (or cannot hold), the problem is
+    solved again with x >= 0 as it is: still a release that keeps every constraint."""
+    from dpopt.algorithms.topdown import solve
+
+    task, truth, halves = nation_like_root()
+    monkeypatch.setattr(solve, "CENTRE_MARGIN", 2.0**-40)
+    solution = solve.solve_parent(task)
+    assert solution.status is Status.OPTIMAL, solution.message
     assert np.array_equal(halves @ solution.table[0], halves @ truth) and (solution.table[0] >= 0).all()
 
 

@@ -361,12 +361,16 @@ def _solve(task: ParentTask, active: np.ndarray, parent_values, times: dict) -> 
                 fit = reconstruct(measurements, problem, "l2", backend=backend, time_limit=opts.time_limit,
                                   integer=False)
             except InconsistentConstraintsError as exc:
+                if tighten:  # the tightened bounds, not the problem, may be what cannot hold
+                    break
                 times["l2"] = times.get("l2", 0.0) + time.perf_counter() - tick
                 return _Outcome(None, Status.INFEASIBLE, str(exc), variables)
             if fit.success or fit.status is Status.TIME_LIMIT:
                 break
             failures.append(f"{fit.backend}: {fit.status.name} ({fit.message})")
-        if not (tighten and fit.success and fit.x is not None):
+        if tighten and (fit is None or not fit.success or fit.x is None):
+            continue  # solved again as it is, without the tightened bounds
+        if not tighten:
             break
         tightened = origin.ravel() > bound
         if not (fit.x[tightened] <= -bound * (1.0 - 1e-6)).any():
