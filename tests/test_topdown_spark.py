@@ -32,15 +32,21 @@ def spark():
     session.stop()
 
 
-@pytest.mark.parametrize("batch", [None, 50])
+@pytest.mark.parametrize("batch", [None, 1])
 def test_spark_releases_the_same_tables_as_the_serial_executor(spark, batch, monkeypatch):
     """In one ``parallelize`` per level, and in many small batches, two at a time."""
     from dpopt.algorithms.topdown import executors
 
+    calls = []
+    parallelize = spark.sparkContext.parallelize
+    monkeypatch.setattr(spark.sparkContext, "parallelize", lambda data, *a: calls.append(len(data)) or
+                        parallelize(data, *a))
     if batch is not None:
-        monkeypatch.setattr(executors, "SPARK_BATCH_VARIABLES", batch)
+        monkeypatch.setattr(executors, "SPARK_BATCH_BYTES", batch)
     serial = run_census("serial", seed=8)
     on_spark = run_census(SparkExecutor(context=spark.sparkContext), seed=8)
+    levels = len(serial.level_tables)
+    assert (len(calls) == levels) if batch is None else (len(calls) > levels), (calls, levels)
     assert serial.success and on_spark.success
     for name in serial.level_tables:
         assert np.array_equal(serial.level_tables[name], on_spark.level_tables[name]), name

@@ -33,8 +33,11 @@ __all__ = ["Executor", "SerialExecutor", "PoolExecutor", "SparkExecutor", "make_
 
 #: Executor names a spec (``[topdown] executor``) may give.
 EXECUTORS = ("serial", "pool", "spark")
-#: Variables (children × cells) of the parents' problems sent to Spark in one ``parallelize``.
-SPARK_BATCH_VARIABLES = 4_000_000
+#: Bytes of task data sent to Spark in one ``parallelize`` (see :meth:`SparkExecutor.map`).
+SPARK_BATCH_BYTES = 64 * 2**20
+#: The driver JVM's heap on a ``local`` master unless ``conf`` names one (Spark's default is 1g;
+#: in local mode the executors share it, and the tasks pass through it).
+LOCAL_DRIVER_MEMORY = "4g"
 
 
 class Executor(abc.ABC):
@@ -163,10 +166,11 @@ class SparkExecutor(Executor):
         return self._context
 
     def map(self, fn, tasks, *, sizes=None, progress=None):
-        """Largest problems first, in batches of at most :data:`SPARK_BATCH_VARIABLES` variables:
-        ``parallelize`` holds a batch's pickled tasks in the driver JVM's heap (all 3,200 national
-        tract problems at once ran it out of memory), and two batches run at a time (two Spark jobs
-        from two driver threads) so that one batch's slowest problems do not leave cores idle."""
+        """Largest problems first, in batches of at most :data:`SPARK_BATCH_BYTES` of task data (a
+        task's ``nbytes``, else one byte per unit of ``sizes``): ``parallelize`` and the tasks it
+        ships live in the driver JVM's heap (all 3,200 national tract problems at once ran it out of
+        memory), and two batches run at a time (two Spark jobs from two driver threads) so that one
+        batch's slowest problems do not leave cores idle."""
         from concurrent.futures import ThreadPoolExecutor
 
         tasks = list(tasks)
@@ -174,10 +178,10 @@ class SparkExecutor(Executor):
             return []
         sc = self.context
         order = _largest_first(sizes, len(tasks))
-        weights = [1] * len(tasks) if sizes is None else [max(1, int(sizes[i])) for i in order]
+        weights = [int(getattr(tasks[i], "nbytes", sizes[i] if sizes is not None else 1)) for i in order]
         batches, current, load = [], [], 0
         for i, weight in zip(order, weights):
-            if current and load + weight > SPARK_BATCH_VARIABLES:
+            if current and load + weight > SPARK_BATCH_BYTES:
                 batches.append(current)
                 current, load = [], 0
             current.append(i)
@@ -237,6 +241,8 @@ def spark_session(master: str = "local[*]", conf: dict | None = None):
                .config("spark.pyspark.python", sys.executable).config("spark.pyspark.driver.python", sys.executable)
                .config("spark.executorEnv.PYTHONPATH", path).config("spark.executorEnv.OPENBLAS_NUM_THREADS", "1")
                .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false"))
+    if master.startswith("local") and "spark.driver.memory" not in (conf or {}):
+        builder = builder.config("spark.driver.memory", LOCAL_DRIVER_MEMORY)
     for key, value in (conf or {}).items():
         builder = builder.config(key, str(value))
     session = builder.getOrCreate()

@@ -134,6 +134,15 @@ class ParentTask:
     options: SolveOptions = field(default_factory=SolveOptions)
 
     @property
+    def nbytes(self) -> int:
+        """Bytes of the task's arrays (what shipping it to a worker moves, roughly)."""
+        total = sum(np.asarray(q.values).nbytes + q.matrix.data.nbytes * 3 for q in self.queries)
+        total += sum(np.asarray(inv.values).nbytes + inv.matrix.data.nbytes * 3 for inv in self.invariants)
+        total += 0 if self.zeros is None else np.asarray(self.zeros).nbytes
+        return int(total + self.cells.nbytes + self.children.nbytes
+                   + (0 if self.parent_table is None else np.asarray(self.parent_table).nbytes))
+
+    @property
     def size(self) -> int:
         """Variables before dropping the parent's zero cells (for scheduling largest first)."""
         active = self.cells.size if self.parent_table is None else int(np.count_nonzero(self.parent_table))
