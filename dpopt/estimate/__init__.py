@@ -76,7 +76,10 @@ def reconstruct(
         Any installed adapter that fits the objective (see :data:`BACKENDS_FOR`); default:
         the first. ``installed_backends()`` lists what this machine has. Problems whose
         measurements are all diagonal (the identity) are solved exactly cell by cell
-        (:mod:`dpopt.estimate.separable`) unless a backend or an engine option is named.
+        (:mod:`dpopt.estimate.separable`), and L2 problems with an identity beside other
+        measurements, disjoint invariant rows and ``x >= 0`` (at least 1,000 cells: a top-down
+        parent) by accelerated projected gradient (:mod:`dpopt.estimate.coupled`; the general
+        engine when its certificate fails), unless a backend or an engine option is named.
     time_limit : float, optional
         Seconds; a solve that hits it returns status TIME_LIMIT, not an estimate.
     integer : bool, optional
