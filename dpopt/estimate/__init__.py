@@ -118,7 +118,8 @@ def reconstruct(
     elif backend is None and not options and coupled_applies(prepared.problem):
         result = solve_coupled(prepared.problem, time_limit)
         if not result.success and result.status is not Status.TIME_LIMIT:
-            fallback = ENGINES[objective](prepared.problem, backend, time_limit, verbose=verbose)
+            remaining = None if time_limit is None else max(float(time_limit) - result.time, 1e-3)
+            fallback = ENGINES[objective](prepared.problem, backend, remaining, verbose=verbose)
             fallback.message = f"{fallback.message} (after the coupled engine: {result.message})"
             result = fallback
     else:
