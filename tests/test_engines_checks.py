@@ -278,3 +278,51 @@ def test_every_epsilon_matches_an_independent_formulation_or_is_refused(log_epsi
         fit = brute_force_l2(Q, y, s, np.vstack([A, np.ones((1, dom.size))]), np.concatenate([b, [total]]))
         assert res.x.sum() == pytest.approx(total, rel=REL)
         assert mine <= fit[0] * (1 + REL) + 1e-12, (mine, fit[0])
+
+
+def _large_counts_problem(sigma: float):
+    """1,512 cells with counts up to 10^8, an identity of noise ``sigma``, two marginals, the total
+    as an invariant, x >= 0 (test data and test noise, not privacy noise)."""
+    from dpopt.model.queries import Identity, Marginal, Total
+
+    gen = np.random.default_rng(5)
+    dom = Domain(("a", "b"), (252, 6))
+    shares = gen.lognormal(0.0, 2.0, dom.size)
+    truth = np.round(shares / shares.sum() * 330e6)
+    ms = [Measurement(q, q.matvec(truth) + gen.normal(0, s, q.num_rows), "gaussian", s, s * s, label=label)
+          for label, q, s in (("detailed", Identity(dom), sigma), ("a", Marginal(dom, ("a",)), 2 * sigma),
+                              ("b", Marginal(dom, ("b",)), 2 * sigma))]
+    return ms, ConstraintSet(dom, [NonNegativity(), Invariant(Total(dom), [truth.sum()], name="total")])
+
+
+@pytest.mark.parametrize("sigma", [30.0, 300.0])
+def test_an_l2_point_far_from_the_optimum_in_noise_units_is_not_released(sigma):
+    """Counts of 10^8 beside noise of 30: Clarabel's point had objective 12,834 against the optimum's
+    284 and was certified OPTIMAL (the duality gap is judged against 1 + |objective|, and count
+    scaling makes the objective 10^-8). Now the general engine's point is checked in noise units:
+    it is released only when its objective is that of the optimum (the coupled engine's, certified
+    by KKT), to a thousandth."""
+    ms, cs = _large_counts_problem(sigma)
+    optimum = reconstruct(ms, cs, "l2", integer=False)
+    assert optimum.success and optimum.backend == "coupled", optimum.message
+    general = reconstruct(ms, cs, "l2", backend="cvxpy", integer=False)
+    if general.success:
+        assert general.fun <= optimum.fun * (1 + 1e-3)
+    else:
+        assert "noise standard deviations from stationarity" in general.message
+
+
+def test_the_noise_unit_check_is_zero_at_the_optimum_and_counts_a_move_in_noise_units():
+    from dpopt.estimate.least_squares import noise_unit_kkt
+
+    ms, cs = _large_counts_problem(30.0)
+    problem = prepare(ConsistencyProblem(ms, cs, "l2")).problem
+    optimum = reconstruct(ms, cs, "l2", integer=False).x / prepare(ConsistencyProblem(ms, cs, "l2")).scale
+    free = problem.free_cells()
+    assert noise_unit_kkt(problem, optimum, free) < 1e-3
+    moved = optimum.copy()
+    big = int(np.argmax(optimum))
+    sigma_scaled = problem.sigmas().min()
+    moved[big] += 5 * sigma_scaled  # five noise standard deviations in one cell
+    moved[big - 1] -= 5 * sigma_scaled  # and out of its neighbour, so that the total still holds
+    assert noise_unit_kkt(problem, moved, free) > 1.0
