@@ -22,7 +22,7 @@ from dpopt.estimate.status import Status
 from dpopt.model.constraints import ConstraintSet, Invariant, NonNegativity, StructuralZeros
 from dpopt.model.domain import Domain
 from dpopt.model.measurement import Measurement
-from dpopt.model.queries.basic import Identity, Total
+from dpopt.model.queries.basic import Total
 from dpopt.model.queries.kronecker import Kronecker
 from dpopt.model.queries.marginal import Marginal
 
