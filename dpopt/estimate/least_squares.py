@@ -161,8 +161,6 @@ def noise_unit_kkt(problem: ConsistencyProblem, x: np.ndarray, free: np.ndarray)
     return float(np.abs(M @ fit.x - g * unit).max(initial=0.0))
 
 
-
-
 def matrix_free_form(form) -> bool:
     return isinstance(form, LeastSquaresForm) and form.is_matrix_free
 
