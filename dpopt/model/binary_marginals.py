@@ -71,22 +71,21 @@ def superset_sums(table: np.ndarray) -> np.ndarray:
     the superset-sum (zeta) transform ``Z[T] = sum_{x ⊇ T} P(x)``, ``s`` butterfly passes of
     ``2^(s-1)`` additions each.
     """
-    s = table.ndim
-    z = np.array(table, dtype=np.float64).reshape(-1)
-    for l in range(s):
-        view = z.reshape(2**l, 2, -1)
-        view[:, 0, :] += view[:, 1, :]
-    return z
+    return _butterfly(table, into=0)
 
 
 def subset_sums(table: np.ndarray) -> np.ndarray:
     """The dual (Möbius-free) transform of :func:`superset_sums`: ``out[S] = sum_{T ⊆ S} table[T]``,
     flat in the same bit order."""
-    s = table.ndim
+    return _butterfly(table, into=1)
+
+
+def _butterfly(table: np.ndarray, into: int) -> np.ndarray:
+    """Per axis, add the half with bit ``1 - into`` onto the half with bit ``into`` (flat copy)."""
     z = np.array(table, dtype=np.float64).reshape(-1)
-    for l in range(s):
+    for l in range(np.ndim(table)):
         view = z.reshape(2**l, 2, -1)
-        view[:, 1, :] += view[:, 0, :]
+        view[:, into, :] += view[:, 1 - into, :]
     return z
 
 

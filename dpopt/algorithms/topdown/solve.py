@@ -226,7 +226,7 @@ class _Outcome:
 
 
 def _problem(task: ParentTask, active: np.ndarray, parent_values: np.ndarray | None, scale: float = 1.0,
-             origin: np.ndarray | None = None, bound: float | None = None):
+             origin: np.ndarray | None = None):
     """The domain, measurements and constraints of the task over its ``active`` cells.
 
     With ``origin`` (children × active cells) and ``scale``, the unknowns are
@@ -234,13 +234,6 @@ def _problem(task: ParentTask, active: np.ndarray, parent_values: np.ndarray | N
     moved by what ``origin`` gives it and divided by ``scale`` (a power of two, so exactly), the
     noise's standard deviations are divided by ``scale`` and ``x >= 0`` becomes
     ``d >= -origin / scale``. The L2 minimiser in ``d`` maps back to the original one.
-
-    With ``bound``, a cell whose origin exceeds it gets ``d >= -bound`` instead: a bound of
-    -10^8 would set the count scale (:mod:`dpopt.estimate.scaling`) at 10^8 and the solver's
-    resolution with it, far coarser than the noise (the nation's fit was 55 persons per cell
-    from its noisy answers, with noise of 3). The tightened problem has the same minimiser
-    whenever no tightened bound is active at its solution, which :func:`_solve` checks (and
-    solves untightened when one is).
     """
     nc, na = int(task.children.size), int(active.sum())
     domain = Domain(("child", "cell"), (nc, na))
@@ -260,10 +253,7 @@ def _problem(task: ParentTask, active: np.ndarray, parent_values: np.ndarray | N
     if origin is None:
         constraints = [NonNegativity()]
     else:
-        lower = -origin.ravel() / scale
-        if bound is not None:
-            lower = np.maximum(lower, -bound / scale)
-        constraints = [LinearInequality(Identity(domain), lower, np.inf, name="x >= 0")]
+        constraints = [LinearInequality(Identity(domain), -origin.ravel() / scale, np.inf, name="x >= 0")]
     if task.zeros is not None:
         zeros = np.asarray(task.zeros)[:, active]
         for i, cells in _zero_groups(zeros):
@@ -293,6 +283,21 @@ def centre_bound(measurements, constraints) -> float:
                   + [float(m.stddev) for m in measurements]
                   + [float(np.abs(c.values).max(initial=0.0)) for c in constraints if isinstance(c, Invariant)])
     return float(2.0 ** np.ceil(np.log2(CENTRE_MARGIN * largest)))
+
+
+def tightened(constraints: list, bound: float) -> list:
+    """The centred problem's constraints with ``d >= -origin`` (the first) tightened to ``d >= -bound``
+    on the cells whose origin exceeds ``bound``.
+
+    A bound of -10^8 would set the count scale (:mod:`dpopt.estimate.scaling`) at 10^8 and the
+    solver's resolution with it, far coarser than the noise (the nation's fit was 55 persons per
+    cell from its noisy answers, with noise of 3). The tightened problem has the same minimiser
+    whenever no tightened bound is active at its solution, which :func:`_solve` checks (and
+    solves untightened when one is).
+    """
+    first = constraints[0]
+    return [LinearInequality(first.query, np.maximum(first.lower, -bound), np.inf, name=first.name),
+            *constraints[1:]]
 
 
 def problem_origin(task: ParentTask, active: np.ndarray) -> np.ndarray | None:
@@ -348,19 +353,16 @@ def _solve(task: ParentTask, active: np.ndarray, parent_values, times: dict) -> 
         return _Outcome(np.zeros((nc, 0), dtype=np.int64), Status.OPTIMAL, "the parent is empty", 0)
     origin = problem_origin(task, active)
     scale = problem_scale(task, parent_values) if origin is None else 1.0
-    constraints = None
     variables = nc * na
     opts = task.options
     tick = time.perf_counter()
-    bound = None
-    if origin is not None:
-        bound = centre_bound(*_problem(task, active, parent_values, scale, origin)[1:])
+    domain, measurements, plain = _problem(task, active, parent_values, scale, origin)
+    constraints = _problem(task, active, parent_values)[2] if scale != 1.0 or origin is not None else plain
+    if not measurements:
+        return _Outcome(None, Status.NOT_SOLVED, "no measured query touches the parent's non-zero cells", variables)
+    bound = None if origin is None else centre_bound(measurements, plain)  # origin implies scale 1
     for tighten in (True, False) if origin is not None else (False,):
-        domain, measurements, scaled = _problem(task, active, parent_values, scale, origin, bound if tighten else None)
-        if constraints is None:
-            constraints = _problem(task, active, parent_values)[2] if scale != 1.0 or origin is not None else scaled
-        if not measurements:
-            return _Outcome(None, Status.NOT_SOLVED, "no measured query touches the parent's non-zero cells", variables)
+        scaled = tightened(plain, bound) if tighten else plain
         problem = ConstraintSet(domain, scaled)
         fit, failures = None, []
         # The engines' feasibility pre-check (an LP) certifies that the constraints can hold: a
@@ -381,8 +383,8 @@ def _solve(task: ParentTask, active: np.ndarray, parent_values, times: dict) -> 
             continue  # solved again as it is, without the tightened bounds
         if not tighten:
             break
-        tightened = origin.ravel() > bound
-        if not (fit.x[tightened] <= -bound * (1.0 - 1e-6)).any():
+        large = origin.ravel() > bound
+        if not (fit.x[large] <= -bound * (1.0 - 1e-6)).any():
             break  # no tightened bound is active: the minimiser of the original problem
     times["l2"] = times.get("l2", 0.0) + time.perf_counter() - tick
     if not fit.success or fit.x is None:
