@@ -63,11 +63,13 @@ def test_smooth_is_registered():
 
 
 def test_certified_optimum_matches_an_independent_primal_solve(domain, rng):
+    """One step with the total free: the single penalised fit ½ χ² + λ D(x ‖ p)."""
     truth = _truth(domain, rng)
     ms = [_noisy(Marginal(domain, ["a", "b"]), truth, 3.0, rng, "ab"),
           _noisy(Marginal(domain, ["b", "c"]), truth, 2.0, rng, "bc")]
-    res = reconstruct(ms, ConstraintSet(domain, [NonNegativity()]), "smooth")
+    res = reconstruct(ms, ConstraintSet(domain, [NonNegativity()]), "smooth", steps=1, total="free")
     assert res.status is Status.OPTIMAL and res.success, res.message
+    assert res.info["smoothing"] == 1.0 and res.info["held_total"] is None
     for key in ("stationarity", "invariant_residual"):
         assert res.info[key] <= 1e-6
     assert abs(res.info["duality_gap"]) <= 1e-6
@@ -80,6 +82,40 @@ def test_certified_optimum_matches_an_independent_primal_solve(domain, rng):
     np.testing.assert_allclose(res.x, ref.x, rtol=1e-5, atol=1e-6)
     assert res.fun == pytest.approx(f(res.x)[0], rel=1e-12)
     assert res.fun <= ref.fun + 1e-9 * abs(ref.fun)
+
+
+def test_default_is_three_proximal_steps_with_the_total_held(domain, rng):
+    """The default estimate: K = 3 steps, step k the minimiser of ½ χ² + λ D(x ‖ x_{k−1}) over
+    tables with the measurements' total, x_0 the uniform prior, λ = (1 / (2^{1/3} − 1)) / σ̄.
+    Each step is checked against an independent primal solve (scipy's SLSQP with the total as an
+    equality constraint), the next step started from the previous step's dpopt table."""
+    truth = _truth(domain, rng)
+    ms = [_noisy(Marginal(domain, ["a", "b"]), truth, 3.0, rng, "ab"),
+          _noisy(Marginal(domain, ["b", "c"]), truth, 2.0, rng, "bc")]
+    cs = ConstraintSet(domain, [NonNegativity()])
+    problem = ConsistencyProblem(ms, cs, "smooth")
+    total = problem.total_estimate()
+    c = 1.0 / (2.0 ** (1.0 / 3.0) - 1.0)
+    previous = np.full(domain.size, total / domain.size)
+    for k in (1, 2, 3):
+        res = reconstruct(ms, cs, "smooth", steps=k, smoothing=c)
+        assert res.success, res.message
+        assert res.info["steps"] == k and res.info["held_total"] == pytest.approx(total, rel=1e-12)
+        assert res.x.sum() == pytest.approx(total, rel=1e-10)
+        assert res.info["lambda"] == pytest.approx(c * np.sqrt((6 / 9 + 6 / 4) / 12), rel=1e-12)
+        f = _objective(problem, res.info["lambda"], previous)
+        ref = minimize(f, previous, jac=True, method="SLSQP", bounds=[(1e-9, None)] * domain.size,
+                       constraints=[{"type": "eq", "fun": lambda x: x.sum() - total, "jac": lambda x: np.ones_like(x)}],
+                       options={"ftol": 1e-14, "maxiter": 1000})
+        assert ref.success, ref.message
+        # SLSQP certifies only its own tolerance (about 1e-6 relative on x here).
+        np.testing.assert_allclose(res.x, ref.x, rtol=1e-4, atol=1e-5)
+        assert res.fun <= ref.fun + 1e-9 * abs(ref.fun)
+        previous = res.x  # the next step's prior
+    default = reconstruct(ms, cs, "smooth")
+    assert default.info["steps"] == 3 and default.info["smoothing"] == pytest.approx(c, rel=1e-12)
+    assert reconstruct(ms, cs, "smooth", steps=2).info["smoothing"] == pytest.approx(1 / (np.sqrt(2) - 1), rel=1e-12)
+    np.testing.assert_allclose(default.x, res.x, rtol=1e-12)
 
 
 def test_unique_optimum_whatever_the_solver_path(domain, rng, monkeypatch):
@@ -95,8 +131,10 @@ def test_unique_optimum_whatever_the_solver_path(domain, rng, monkeypatch):
     assert "conjugate gradients" in iterative.solver and "conjugate" not in explicit.solver
     np.testing.assert_allclose(explicit.x, iterative.x, rtol=1e-7, atol=1e-9)
     problem = ConsistencyProblem(ms, cs, "smooth")
-    prior = np.full(domain.size, truth.sum() / domain.size)
+    # The last of the default's three steps: its prior is the second step's optimum.
+    prior = reconstruct(ms, cs, "smooth", steps=2, smoothing=explicit.info["smoothing"]).x
     f = _objective(problem, explicit.info["lambda"], prior)
+    assert explicit.fun == pytest.approx(f(explicit.x)[0], rel=1e-10)
     base = f(explicit.x)[0]
     gen = np.random.default_rng(3)
     for _ in range(20):
@@ -158,7 +196,8 @@ def test_weight_follows_the_noise_not_the_answers(domain, rng):
     q = Marginal(domain, ["a", "b"])
     first = reconstruct([_noisy(q, truth, 3.0, rng, "ab")], ConstraintSet(domain, [NonNegativity()]), "smooth")
     other = reconstruct([_noisy(q, 2 * truth, 3.0, rng, "ab")], ConstraintSet(domain, [NonNegativity()]), "smooth")
-    assert first.info["lambda"] == pytest.approx(1.0 / 3.0, rel=1e-12)
+    # λ = c / σ̄ with the default c = 1 / (2^{1/3} − 1) of three proximal steps.
+    assert first.info["lambda"] == pytest.approx(1.0 / (2.0 ** (1.0 / 3.0) - 1.0) / 3.0, rel=1e-12)
     assert other.info["lambda"] == pytest.approx(first.info["lambda"], rel=1e-12)
     mixed = [_noisy(q, truth, 3.0, rng, "ab"), _noisy(Marginal(domain, ["c"]), truth, 1.0, rng, "c")]
     res = reconstruct(mixed, ConstraintSet(domain, [NonNegativity()]), "smooth", smoothing=2.0)
@@ -193,6 +232,16 @@ def test_separable_path_agrees_with_the_general_engine(domain, rng):
     assert separable.success and general.success
     np.testing.assert_allclose(separable.x, general.x, rtol=1e-7)
     assert separable.fun == pytest.approx(general.fun, rel=1e-9)
+    # Without invariants both hold the total at the measurements' estimate, over the same three steps.
+    free = ConstraintSet(domain, [NonNegativity()])
+    separable, general = reconstruct(ms, free, "smooth"), reconstruct(ms, free, "smooth", backend="newton")
+    assert separable.backend == "separable" and general.backend == "newton"
+    assert separable.info["held_total"] == pytest.approx(general.info["held_total"], rel=1e-12)
+    assert separable.info["steps"] == general.info["steps"] == 3
+    assert separable.x.sum() == pytest.approx(separable.info["held_total"], rel=1e-9)
+    np.testing.assert_allclose(separable.x, general.x, rtol=1e-7)
+    assert separable.fun == pytest.approx(general.fun, rel=1e-9)
+    assert separable.info["kl_to_prior"] == pytest.approx(general.info["kl_to_prior"], rel=1e-7)
 
 
 def test_bad_input_is_refused(domain, rng):
@@ -205,5 +254,10 @@ def test_bad_input_is_refused(domain, rng):
         reconstruct(ms, None, "smooth", smoothing=0.0)
     with pytest.raises(SolverError, match="prior must be"):
         reconstruct(ms, None, "smooth", prior=np.zeros(domain.size))
+    for steps in (0, 1.5, True):
+        with pytest.raises(SolverError, match="steps must be a positive whole number"):
+            reconstruct(ms, None, "smooth", steps=steps)
+    with pytest.raises(SolverError, match="total must be 'estimate' or 'free'"):
+        reconstruct(ms, None, "smooth", total="fixed")
     with pytest.raises(SolverError, match="does not solve the 'smooth' objective"):
         reconstruct(ms, None, "smooth", backend="highs")

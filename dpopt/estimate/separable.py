@@ -148,6 +148,10 @@ def solve_separable(problem: ConsistencyProblem, time_limit: float | None = None
     extra_total = None
     if problem.objective == "entropy" and not problem.constraints.invariants:
         extra_total = problem.total_estimate()
+    if problem.objective == "smooth":
+        from dpopt.estimate.smooth import held_total
+
+        extra_total = held_total(problem, "estimate")
     cells = _cells(problem, free, extra_total)
     objective = problem.objective
     info: dict = {"method": "separable (diagonal measurements)", "cells": int(free.size),
@@ -155,16 +159,23 @@ def solve_separable(problem: ConsistencyProblem, time_limit: float | None = None
     if objective in ("l2", "entropy"):
         v, certificate = _quadratic(cells)
     elif objective == "smooth":
-        from dpopt.estimate.smooth import prior_total, smooth_weight
+        from dpopt.estimate.smooth import STEPS, default_smoothing, prior_total, smooth_weight
 
+        # The smooth engine's defaults: STEPS proximal steps from the uniform prior (its module notes).
         lam = smooth_weight(problem)
         total = prior_total(problem)
-        prior = np.full(free.size, total / free.size)
-        v, certificate = _smooth(cells, lam, prior)
-        info.update({"lambda": lam, "smoothing": 1.0, "prior_total": float(total),
-                     "full_support": bool((v > 0).all()), "smallest_cell": float(v.min(initial=np.inf)),
-                     "kl_to_prior": float(np.sum(v * np.log(v / prior)) - v.sum() + prior.sum())
-                     if (v > 0).all() else float("inf")})
+        first = previous = np.full(free.size, total / free.size)
+        for step in range(STEPS):
+            v, certificate = _smooth(cells, lam, previous)
+            if step == STEPS - 1 or not (v > 0).all():
+                break
+            previous = v  # the next step's prior: this step's optimum
+        positive = bool((v > 0).all())
+        info.update({"lambda": lam, "smoothing": default_smoothing(STEPS), "steps": STEPS, "held_total": extra_total,
+                     "prior_total": float(total), "full_support": positive,
+                     "smallest_cell": float(v.min(initial=np.inf)),
+                     "kl_to_prior": _kl(v, first) if positive else float("inf"),
+                     "kl_to_previous": _kl(v, previous) if positive else float("inf")})
     elif objective == "l1":
         v, certificate = _l1(cells)
     else:
@@ -182,7 +193,7 @@ def solve_separable(problem: ConsistencyProblem, time_limit: float | None = None
     if objective == "smooth":
         r = (problem.stacked_operator().matvec(x) - problem.targets()) / problem.sigmas()
         info["chi2"] = float(r @ r)
-        fun = 0.5 * info["chi2"] + info["lambda"] * info["kl_to_prior"]
+        fun = 0.5 * info["chi2"] + info["lambda"] * info["kl_to_previous"]
     return make_result(status, x, message=message, fun=fun, objective=objective, backend="separable",
                        solver="dpopt cell-by-cell (diagonal measurements)", time=time.perf_counter() - start,
                        nit=certificate.get("steps"), problem=problem, info=info, incumbent=not ok)
@@ -370,6 +381,11 @@ def _smooth(cells: _Cells, lam: float, prior: np.ndarray):
                         cells.targets)
     return x, _kkt(gradient, x, free_cells, "KKT residual", steps,
                    scale=float(np.max(W * np.abs(mean) + lam * np.abs(np.log(x) - log_p), initial=0.0)))
+
+
+def _kl(x: np.ndarray, p: np.ndarray) -> float:
+    """``D(x ‖ p) = Σ x log(x/p) − x + p`` (positive tables)."""
+    return float(np.sum(x * np.log(x / p)) - x.sum() + p.sum())
 
 
 def _l1(cells: _Cells):

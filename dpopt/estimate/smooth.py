@@ -1,43 +1,54 @@
-"""The smooth objective: least squares plus a relative-entropy penalty whose weight follows the noise.
+"""The smooth estimate: least squares regularised by relative entropy, in proximal steps whose weight follows the noise.
 
-    minimise   Φ(x) = ½ Σ_i ((Q x − y)_i / σ_i)²  +  λ D(x ‖ p)
-    subject to A x = b (invariants),  x_j = 0 on structural zeros,
+    step k = 1..K:   x_k = argmin  Φ_k(x) = ½ Σ_i ((Q x − y)_i / σ_i)²  +  λ D(x ‖ x_{k−1})
+                     subject to A x = b (invariants),  x_j = 0 on structural zeros,
 
-with ``D(x ‖ p) = Σ_j x_j log(x_j / p_j) − x_j + p_j`` the generalised relative entropy of
-the table to a prior table ``p``. It is the maximum a posteriori table under Gaussian noise
-and the *entropic prior* of maximum-entropy image reconstruction (Skilling and Gull 1984;
-Gull 1989): ``exp(−D(x ‖ p))`` is, by Stirling's formula, the probability of the counts
-``x`` under a multinomial (Poisson) draw with expected counts ``p``. Where the least-squares
-and maximum-entropy fits (objectives ``l2`` and ``entropy``) put exact zeros on cells the
-measurements cannot resolve, and so have infinite KL(true ‖ estimate) whenever the data
-hold a record there, this objective:
+with ``x_0 = p`` the prior, ``K = 3`` by default (option ``steps``) and
+``D(x ‖ p) = Σ_j x_j log(x_j / p_j) − x_j + p_j`` the generalised relative entropy. One step is
+the maximum a posteriori table under Gaussian noise and the *entropic prior* of maximum-entropy
+image reconstruction (Skilling and Gull 1984; Gull 1989): ``exp(−D(x ‖ p))`` is, by Stirling's
+formula, the probability of the counts ``x`` under a multinomial (Poisson) draw with expected
+counts ``p``. The ``K`` steps are the Bregman proximal-point method on the least-squares fit
+(iterated Tikhonov regularisation: Censor and Zenios 1992; Hanke and Groetsch 1998), started
+at the prior. Where the least-squares and maximum-entropy fits (objectives ``l2`` and
+``entropy``) put exact zeros on cells the measurements cannot resolve, and so have infinite
+KL(true ‖ estimate) whenever the data hold a record there, this estimate:
 
-- **has a unique optimum**, because ``D`` is strictly convex;
-- **keeps full support**: ``x log x`` has slope ``−∞`` at 0, so the optimum is positive on
-  every free cell (``info["full_support"]`` says whether that held in floating point,
-  ``info["smallest_cell"]`` gives the smallest free cell; nothing is added to the table);
-- **lies in the exponential family of the measured queries**: the optimum is
-  ``x = p ∘ exp(Qᵀ θ + Aᵀ η)`` (a log-linear model whose sufficient statistics are the
-  measured rows, as in the graphical models of Private-PGM), with the natural parameters
-  shrunk towards the prior by the penalty;
-- **equals the exact fit when the noise vanishes**: with ``λ`` as below, ``σ → 0``
-  leaves ``½ ‖Q x − y‖² + σ̄ D(x ‖ p)`` (times ``σ̄²``), whose minimiser tends to the table
-  closest to the prior among those that fit the measurements exactly (the maximum-entropy
-  exact fit), or among the best fits when none is exact.
+- **is unique**: every step minimises a strictly convex function;
+- **keeps full support**: ``x log x`` has slope ``−∞`` at 0, so every step's optimum is
+  positive on every free cell (``info["full_support"]`` says whether that held in floating
+  point, ``info["smallest_cell"]`` gives the smallest free cell; nothing is added to the table);
+- **lies in the exponential family of the measured queries**: ``x = p ∘ exp(Qᵀ θ + Aᵀ η)``
+  (a log-linear model whose sufficient statistics are the measured rows, as in the graphical
+  models of Private-PGM), with the natural parameters shrunk towards the prior;
+- **equals the exact fit when the noise vanishes**: ``σ → 0`` leaves, in every step,
+  ``½ ‖Q x − y‖² + c σ̄ D(x ‖ x_{k−1})`` (times ``σ̄²``), whose minimiser tends to the table
+  closest to the step's prior among those that fit the measurements exactly (the
+  maximum-entropy exact fit), or among the best fits when none is exact.
 
 **The weight λ follows the noise, never the data.** ``λ = c / σ̄`` with ``σ̄`` the root of
-the mean noise variance over the measured rows (``σ̄² = m / Σ_i σ_i⁻²``) and ``c = 1``
-(option ``smoothing``). ``λ`` has the units of 1/count. Along a measured row with count
-``s``, the penalty's curvature is ``λ / s`` and the data's is ``1 / σ²``: their ratio is
-``σ / s`` when ``c = 1``. The prior therefore dominates exactly the rows whose count is
-below the noise's standard deviation (signal-to-noise ratio under 1) and gives way to the
-data on rows the noise cannot hide. It does not depend on the answers ``y``.
+the mean noise variance over the measured rows (``σ̄² = m / Σ_i σ_i⁻²``). Linearised, a
+direction of the natural parameters with Fisher information ``f`` keeps the fraction
+``1 − (κ / (f + κ))^K`` of its least-squares fit, ``κ = λ σ̄² = c σ̄``: one step is Tikhonov's
+filter, many approach Landweber's (the filter of early-stopped mirror descent, Private-PGM's
+regulariser), whose bias on well-measured directions is far smaller. The default
+``c = 1 / (2^{1/K} − 1)`` (:func:`default_smoothing`; 3.85 for three steps, 1 for one; option
+``smoothing``) puts the filter's half-way point at ``f = σ̄``: along a measured row with count
+``s`` (``f = s``) the prior keeps half of the rows whose count equals the noise's standard
+deviation (signal-to-noise ratio 1), more below and less above. ``λ`` does not depend on the
+answers ``y``.
 
 **The prior** is uniform over the free cells with the total ``N̂`` of the measurements
 (:meth:`~dpopt.estimate.problem.ConsistencyProblem.total_estimate`: an invariant's total,
 or the inverse-variance combination of the measured totals; at least its standard error,
 since an estimate at or below zero only says the total is within noise of zero), unless
-``prior=`` gives a table. The penalty does not fix the total: the fit decides it.
+``prior=`` gives a table.
+
+**The total.** Without invariants the table's total is held at ``N̂`` (one more equality row,
+``info["held_total"]``; Private-PGM's ``known_total``): otherwise each step trades the total
+against the penalty, and the steps drift. ``total="free"`` lets the fit decide it. Invariants
+that fix the total fix it; invariants that leave it free leave it free (an estimated total
+could contradict them).
 
 **Solver.** Newton's method on the concave dual (Boyd and Vandenberghe 2004, §5.2 and
 §9.5), in one multiplier per measured row and per invariant row:
@@ -52,10 +63,15 @@ a fast weighted Gram: a marginal workload on a binary domain gets every block fr
 Walsh–Hadamard transform); matrix-free conjugate gradients with a diagonal preconditioner
 beyond (one ``Cᵀ`` and one ``C`` product per iteration).
 
-**Certificate** (checked by dpopt before OPTIMAL): the gradient of ``Φ`` at ``x``, computed
-from ``x`` itself and the invariants' multipliers, vanishes on every free cell
-(``info["stationarity"]``, relative); the invariants hold (``info["invariant_residual"]``);
-and the duality gap ``Φ(x) − g(ν)`` (``info["duality_gap"]``, relative) is below
+Each step is solved this way with the previous step's table as ``p``; a step that does not
+reach OPTIMAL ends the sequence with its status.
+
+**Certificate** (checked by dpopt before OPTIMAL, for the last step): the gradient of ``Φ_K``
+at ``x``, computed from ``x`` itself and the invariants' multipliers, vanishes on every free cell
+(``info["stationarity"]``, relative to the largest of its terms or to the gradient of a misfit
+of one noise s.d. on every row, whichever is larger: a late step barely moves and its terms are
+then rounding-sized); the invariants and the held total hold (``info["invariant_residual"]``);
+and the duality gap ``Φ_K(x) − g(ν)`` (``info["duality_gap"]``, relative) is below
 :data:`~dpopt.estimate.verify.CERTIFICATE_TOL`.
 """
 
@@ -76,14 +92,16 @@ from dpopt.estimate.status import Status
 from dpopt.estimate.verify import CERTIFICATE_TOL
 from dpopt.model.queries import Identity, Marginal, MarginalWorkload, Total
 
-__all__ = ["SMOOTH_OPTIONS", "smooth_weight", "solve_smooth"]
+__all__ = ["SMOOTH_OPTIONS", "STEPS", "default_smoothing", "smooth_weight", "solve_smooth"]
 
 #: Options of the smooth objective (backend "newton").
-SMOOTH_OPTIONS = ("smoothing", "prior", "tol", "max_steps")
+SMOOTH_OPTIONS = ("smoothing", "prior", "steps", "total", "tol", "max_steps")
 #: Explicit Newton systems up to this many rows (with an explicit stacked matrix of at most
 #: EXPLICIT_NNZ non-zeros); conjugate gradients beyond.
 EXPLICIT_ROWS = 3000
 EXPLICIT_NNZ = 3_000_000
+#: Proximal steps of the default estimate (module notes).
+STEPS = 3
 #: Conjugate gradients stop at a relative residual of RTOL_FACTOR times the root of Newton's
 #: (relative) residual: loose early, tight near the optimum (an inexact Newton forcing term).
 RTOL_FACTOR = 0.1
@@ -98,13 +116,31 @@ def prior_total(problem: ConsistencyProblem) -> float:
     return max(total, error)
 
 
-def smooth_weight(problem: ConsistencyProblem, smoothing: float = 1.0) -> float:
-    """``λ = smoothing / σ̄``, ``σ̄² = m / Σ_i σ_i⁻²`` over the ``m`` measured rows (module notes);
-    1 without noisy measurements (then the optimum does not depend on ``λ``)."""
+def default_smoothing(steps: int) -> float:
+    """``c = 1 / (2^{1/K} − 1)``: after ``K`` proximal steps a direction whose data curvature
+    equals the penalty's at signal-to-noise ratio 1 keeps half its fit (module notes); 1 for ``K = 1``."""
+    return 1.0 / (2.0 ** (1.0 / steps) - 1.0)
+
+
+def smooth_weight(problem: ConsistencyProblem, smoothing: float | None = None, steps: int = STEPS) -> float:
+    """``λ = c / σ̄``, ``σ̄² = m / Σ_i σ_i⁻²`` over the ``m`` measured rows, ``c`` by
+    :func:`default_smoothing` unless given (module notes); ``c`` without noisy measurements (then
+    the optimum does not depend on ``λ``)."""
+    c = default_smoothing(steps) if smoothing is None else float(smoothing)
     sigma = problem.sigmas()
     if sigma.size == 0:
-        return 1.0
-    return float(smoothing) * float(np.sqrt(np.mean(1.0 / sigma**2)))
+        return c
+    return c * float(np.sqrt(np.mean(1.0 / sigma**2)))
+
+
+def held_total(problem: ConsistencyProblem, total: str) -> float | None:
+    """The value the table's total is held at, or None (invariants fix it, or ``total="free"``, or
+    invariants that do not fix it: an estimated total could contradict them)."""
+    if total not in ("estimate", "free"):
+        raise SolverError(f"total must be 'estimate' or 'free', got total={total!r}")
+    if total == "free" or problem.constraints.invariants:
+        return None
+    return prior_total(problem)
 
 
 @dataclass
@@ -121,39 +157,53 @@ class _Rows:
 
 
 def solve_smooth(problem: ConsistencyProblem, backend: str | None = None, time_limit: float | None = None, *,
-                 verbose: bool = False, smoothing: float = 1.0, prior: np.ndarray | None = None,
-                 tol: float = 1e-10, max_steps: int = 100) -> Result:
-    """The smooth objective's optimum; see the module notes.
+                 verbose: bool = False, smoothing: float | None = None, prior: np.ndarray | None = None,
+                 steps: int = STEPS, total: str = "estimate", tol: float = 1e-10, max_steps: int = 100) -> Result:
+    """The smooth estimate: ``steps`` proximal steps from the prior; see the module notes.
 
     Parameters
     ----------
     problem : ConsistencyProblem
     backend : {None, "newton"}
     time_limit : float, optional
+        For all the steps together.
     verbose : bool
         Print one line per Newton step.
-    smoothing : float
-        ``c`` in ``λ = c / σ̄`` (default 1; larger is smoother).
+    smoothing : float, optional
+        ``c`` in ``λ = c / σ̄`` (larger is smoother); default ``1 / (2^{1/K} − 1)`` for
+        ``K = steps`` (3.85 for the default 3 steps, 1 for one step).
     prior : ndarray, optional
         The prior table ``p`` over the cells (positive on the free cells); default uniform
         with the measurements' total.
+    steps : int
+        ``K``, the proximal steps (default :data:`STEPS`); 1 gives the single penalised fit
+        ``½ χ² + λ D(x ‖ p)``.
+    total : {"estimate", "free"}
+        Without invariants, ``"estimate"`` holds the table's total at the measurements'
+        inverse-variance total (as Private-PGM's ``known_total``); ``"free"`` lets the fit
+        decide it. With invariants the total is theirs (or free where they leave it free).
     tol : float
         Newton stops when every row's dual residual is below ``tol`` relative.
     max_steps : int
+        Newton steps per proximal step.
 
     Returns
     -------
     Result
-        ``fun`` is ``Φ(x)``; ``info`` holds ``lambda``, ``smoothing``, ``prior_total``,
-        ``full_support``, ``smallest_cell``, ``kl_to_prior`` (``D(x ‖ p)``), ``chi2``
-        (``Σ ((Qx − y)/σ)²``) and the certificate figures (module notes).
+        ``fun`` is the last step's ``Φ(x) = ½ χ² + λ D(x ‖ x_{K−1})``; ``info`` holds ``lambda``,
+        ``smoothing``, ``steps``, ``held_total`` (None when not held), ``prior_total``,
+        ``full_support``, ``smallest_cell``, ``kl_to_prior`` (``D(x ‖ p)`` to the first prior),
+        ``kl_to_previous`` (``D(x ‖ x_{K−1})``), ``chi2`` (``Σ ((Qx − y)/σ)²``) and the last step's
+        certificate figures (module notes).
     """
     if backend not in (None, "newton"):
         raise SolverError(f"the smooth objective is solved by backend 'newton', not {backend!r}")
     if problem.constraints.inequalities:
         raise SolverError("the smooth objective does not take linear inequalities; use objective 'l2' or 'l1'")
-    if not (np.isfinite(smoothing) and smoothing > 0):
+    if smoothing is not None and not (np.isfinite(smoothing) and smoothing > 0):
         raise SolverError(f"smoothing must be a positive number, got smoothing={smoothing!r}")
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
+        raise SolverError(f"steps must be a positive whole number, got steps={steps!r}")
     start = time.perf_counter()
     free = problem.free_cells()
     n = problem.num_cells
@@ -165,24 +215,44 @@ def solve_smooth(problem: ConsistencyProblem, backend: str | None = None, time_l
         if prior.shape != (n,) or not np.isfinite(prior).all() or (prior[free] <= 0).any():
             raise SolverError(f"prior must be a finite table of {n} cells, positive on every free cell")
         p[free] = prior[free]
-    lam = smooth_weight(problem, smoothing)
-    rows = _stack_rows(problem, n)
-    outcome = _newton(rows, p, free, lam, tol, max_steps, time_limit, start, verbose)
-    x, nu, steps, status, message = outcome
-    info = {"lambda": lam, "smoothing": float(smoothing), "prior_total": float(p.sum()), "newton_steps": steps}
+    first_prior = p
+    held = held_total(problem, total)
+    c = default_smoothing(steps) if smoothing is None else float(smoothing)
+    lam = smooth_weight(problem, c)
+    rows = _stack_rows(problem, n, held)
+    info = {"lambda": lam, "smoothing": c, "steps": int(steps), "held_total": held,
+            "prior_total": float(p.sum()), "newton_steps": 0}
+    newton_steps, done = 0, 0
+    for done in range(1, steps + 1):
+        remaining = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - start))
+        x, nu, used, status, message = _newton(rows, p, free, lam, tol, max_steps, remaining, time.perf_counter(),
+                                               verbose)
+        newton_steps += used
+        if x is None or status is not Status.OPTIMAL or done == steps:
+            break
+        if not (x[free] > 0).all():  # underflow: the next prior would not be positive
+            status, message = Status.NUMERICAL_ERROR, f"a free cell underflowed to 0 ({message})"
+            break
+        p = np.zeros(n)
+        p[free] = x[free]  # the next step's prior: this step's optimum
+    info["newton_steps"] = newton_steps
+    solver = "Newton's method on the dual" + (" (conjugate gradients)" if rows.gram is None else "")
+    if steps > 1:
+        message = f"proximal step {done} of {steps}: {message}"
     if x is None:
         return make_result(status, None, message=message, fun=None, objective="smooth", backend="newton",
-                           solver="Newton's method on the dual", time=time.perf_counter() - start, nit=steps,
-                           problem=problem, info=info)
-    certificate = _certificate(problem, rows, x, nu, p, free, lam)
+                           solver=solver, time=time.perf_counter() - start, nit=newton_steps, problem=problem,
+                           info=info)
+    certificate = _certificate(problem, rows, x, nu, p, free, lam, held)
     info.update(certificate)
     positive = x[free] > 0
     info["full_support"] = bool(positive.all())
     info["smallest_cell"] = float(x[free].min()) if free.size else 0.0
-    info["kl_to_prior"] = _divergence(x, p, free)
+    info["kl_to_prior"] = _divergence(x, first_prior, free)
+    info["kl_to_previous"] = _divergence(x, p, free)
     residual = (problem.stacked_operator().matvec(x) - problem.targets()) if problem.noisy else np.zeros(0)
     info["chi2"] = float(np.sum(residual**2 / problem.sigmas() ** 2)) if problem.noisy else 0.0
-    fun = 0.5 * info["chi2"] + lam * info["kl_to_prior"]
+    fun = 0.5 * info["chi2"] + lam * info["kl_to_previous"]
     ok = max(certificate["stationarity"], certificate["invariant_residual"], abs(certificate["duality_gap"])) \
         <= CERTIFICATE_TOL
     if status is Status.OPTIMAL and not ok:
@@ -194,9 +264,8 @@ def solve_smooth(problem: ConsistencyProblem, backend: str | None = None, time_l
         message += (f"; certified: stationarity {certificate['stationarity']:.1e}, duality gap "
                     f"{certificate['duality_gap']:.1e}; {int(positive.sum())} of {free.size} free cells positive "
                     f"(smallest {info['smallest_cell']:.3g})")
-    return make_result(status, x, message=message, fun=fun, objective="smooth", backend="newton",
-                       solver="Newton's method on the dual" + (" (conjugate gradients)" if rows.gram is None else ""),
-                       time=time.perf_counter() - start, nit=steps, problem=problem, info=info,
+    return make_result(status, x, message=message, fun=fun, objective="smooth", backend="newton", solver=solver,
+                       time=time.perf_counter() - start, nit=newton_steps, problem=problem, info=info,
                        incumbent=status is not Status.OPTIMAL)
 
 
@@ -205,38 +274,45 @@ def in_units(info: dict, scale: float) -> dict:
     out = dict(info)
     if "lambda" in out:
         out["lambda"] = out["lambda"] / scale
-    for key in ("prior_total", "smallest_cell"):
+    for key in ("prior_total", "smallest_cell", "kl_to_prior", "kl_to_previous"):  # D is in counts
         if key in out:
             out[key] = out[key] * scale
-    if "kl_to_prior" in out:
-        out["kl_to_prior"] = out["kl_to_prior"] * scale  # D is in counts
+    if out.get("held_total") is not None:
+        out["held_total"] = out["held_total"] * scale
     return out
 
 
 # ---- the stacked rows ------------------------------------------------------------------------
-def _stack_rows(problem: ConsistencyProblem, n: int) -> _Rows:
-    queries = [m.query for m in problem.noisy] + [inv.query for inv in problem.constraints.invariants]
-    targets = np.concatenate([problem.targets()] + [np.asarray(inv.values, dtype=np.float64)
-                                                   for inv in problem.constraints.invariants])
+def _equalities(problem: ConsistencyProblem, held: float | None) -> list[tuple]:
+    """``(query, values)`` of every equality row: the invariants, then the held total."""
+    rows = [(inv.query, np.asarray(inv.values, dtype=np.float64)) for inv in problem.constraints.invariants]
+    if held is not None:
+        rows.append((Total(problem.constraints.domain), np.array([held])))
+    return rows
+
+
+def _stack_rows(problem: ConsistencyProblem, n: int, held: float | None) -> _Rows:
+    invariants = [query for query, _ in _equalities(problem, held)]
+    queries = [m.query for m in problem.noisy] + invariants
+    targets = np.concatenate([problem.targets()] + [values for _, values in _equalities(problem, held)])
     variances = np.concatenate([problem.sigmas() ** 2, np.zeros(targets.size - problem.num_rows)])
     noisy_op = problem.stacked_operator() if problem.noisy else None
-    invariants = problem.constraints.invariants
 
     def matvec(x):
         parts = [noisy_op.matvec(x)] if noisy_op is not None else []
-        return np.concatenate(parts + [inv.query.matvec(x) for inv in invariants])
+        return np.concatenate(parts + [query.matvec(x) for query in invariants])
 
     def rmatvec(u):
         out = noisy_op.rmatvec(u[: problem.num_rows]) if noisy_op is not None else np.zeros(n)
         offset = problem.num_rows
-        for inv in invariants:
-            out = out + inv.query.rmatvec(u[offset : offset + inv.query.num_rows])
-            offset += inv.query.num_rows
+        for query in invariants:
+            out = out + query.rmatvec(u[offset : offset + query.num_rows])
+            offset += query.num_rows
         return out
 
     gram = None
     if targets.size <= EXPLICIT_ROWS:
-        gram = _structured_gram(problem, n) if _nnz_estimate(queries, n) > EXPLICIT_NNZ else None
+        gram = _structured_gram(problem, invariants) if _nnz_estimate(queries, n) > EXPLICIT_NNZ else None
         if gram is None and _nnz_estimate(queries, n) <= EXPLICIT_NNZ:
             C = sp.vstack([q.to_sparse() for q in queries]).tocsr()
             gram = lambda x: np.asarray((C.multiply(x[None, :]) @ C.T).todense())
@@ -246,7 +322,7 @@ def _stack_rows(problem: ConsistencyProblem, n: int) -> _Rows:
     return _Rows(matvec, rmatvec, targets, variances, problem.num_rows, gram, diagonal)
 
 
-def _structured_gram(problem: ConsistencyProblem, n: int):
+def _structured_gram(problem: ConsistencyProblem, invariants: list):
     """``C diag(x) Cᵀ`` without a matrix when the measured rows have a fast weighted Gram (a
     marginal workload on a binary domain, one Fourier query) and the invariants few rows (their
     blocks by one product per row); else None."""
@@ -255,12 +331,11 @@ def _structured_gram(problem: ConsistencyProblem, n: int):
     query = problem.marginal_workload()
     if query is None and len(problem.noisy) == 1:
         query = problem.noisy[0].query
-    invariants = problem.constraints.invariants
     if query is None or not getattr(query, "fast_weighted_gram", False):
         return None
-    if sum(inv.query.num_rows for inv in invariants) > 64:
+    if sum(q.num_rows for q in invariants) > 64:
         return None
-    A = sp.vstack([inv.query.to_sparse() for inv in invariants]).tocsr() if invariants else None
+    A = sp.vstack([q.to_sparse() for q in invariants]).tocsr() if invariants else None
 
     def gram(x):
         top = query.weighted_gram(x)
@@ -376,14 +451,16 @@ def _newton_direction(rows: _Rows, x, var, lam, gradient, worst):
 
 
 # ---- certificate ----------------------------------------------------------------------------------
-def _certificate(problem: ConsistencyProblem, rows: _Rows, x, nu, p, free, lam) -> dict:
+def _certificate(problem: ConsistencyProblem, rows: _Rows, x, nu, p, free, lam, held) -> dict:
     """Stationarity of Φ at ``x`` (with the invariants' multipliers), the invariants' residual and
     the duality gap, each relative (module notes)."""
     k = rows.num_noisy
     data_gradient = np.zeros(p.size)
+    misfit_unit = 0.0  # the data term's gradient for a misfit of one noise s.d. on every row
     if problem.noisy:
         op = problem.stacked_operator()
         data_gradient = op.rmatvec((op.matvec(x) - problem.targets()) / problem.sigmas() ** 2)
+        misfit_unit = float(np.abs(op.rmatvec(1.0 / problem.sigmas()))[free].max(initial=0.0))
     with np.errstate(divide="ignore"):
         log_ratio = np.log(x[free]) - np.log(p[free])
     # Cells whose value underflowed: their log from the dual's exponent (the same formula).
@@ -396,12 +473,14 @@ def _certificate(problem: ConsistencyProblem, rows: _Rows, x, nu, p, free, lam) 
         padded[k:] = nu[k:]
         invariant_term = rows.rmatvec(padded)
     stationarity = data_gradient[free] + lam * log_ratio + invariant_term[free]
+    # Judged against the largest term, or the gradient of a one-s.d. misfit when every term is
+    # smaller (a late proximal step barely moves, and its terms are then rounding-sized).
     scale = max(float(np.abs(data_gradient[free]).max(initial=0.0)), float(np.abs(lam * log_ratio).max(initial=0.0)),
-                float(np.abs(invariant_term[free]).max(initial=0.0)), 1e-300)
+                float(np.abs(invariant_term[free]).max(initial=0.0)), misfit_unit, 1e-300)
     inv_residual = 0.0
-    for inv in problem.constraints.invariants:
-        size = max(1.0, float(np.abs(inv.values).max(initial=0.0)))
-        inv_residual = max(inv_residual, float(np.abs(inv.query.matvec(x) - inv.values).max(initial=0.0)) / size)
+    for query, values in _equalities(problem, held):
+        size = max(1.0, float(np.abs(values).max(initial=0.0)))
+        inv_residual = max(inv_residual, float(np.abs(query.matvec(x) - values).max(initial=0.0)) / size)
     chi2 = 0.0
     if problem.noisy:
         r = problem.stacked_operator().matvec(x) - problem.targets()
