@@ -70,8 +70,9 @@ def reconstruct(
     objective : {"l2", "l1", "linf", "entropy", "smooth"}
         Weighted least squares (weights ``1/sigma^2``), weighted L1 (``1/sigma``),
         weighted L-infinity (the Barak et al. LP), entropy projection (the maximum-entropy
-        best fit) or ``"smooth"``: least squares plus a relative-entropy penalty whose weight
-        follows the noise (:mod:`dpopt.estimate.smooth`; every free cell positive).
+        best fit) or ``"smooth"``: least squares regularised by relative entropy in three
+        proximal steps whose weight follows the noise (:mod:`dpopt.estimate.smooth`; every free
+        cell positive).
     backend : str, optional
         Any installed adapter that fits the objective (see :data:`BACKENDS_FOR`); default:
         the first. ``installed_backends()`` lists what this machine has. Problems whose

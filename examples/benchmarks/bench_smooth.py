@@ -70,9 +70,6 @@ def measure_two_way(data, epsilon: Fraction, seed: int):
 
 def pgm_table(data, ms, iters: int = 1000) -> np.ndarray:
     """Private-PGM's least-squares estimate from the same measurements (full table, counts)."""
-    import jax
-
-    jax.config.update("jax_enable_x64", True)
     import mbi
     from mbi.estimation import MirrorDescent
 
@@ -87,6 +84,10 @@ def pgm_table(data, ms, iters: int = 1000) -> np.ndarray:
 def run(datasets, objectives, runs: int, peer: str | None = None) -> None:
     if peer == "pgm":
         try:
+            import jax
+
+            jax.config.update("jax_enable_x64", True)  # once, before mbi: changing it later discards compiled code
+            jax.config.update("jax_enable_compilation_cache", False)  # mbi's advice for sweeps
             import mbi  # noqa: F401
         except ImportError:
             raise SystemExit("--peer pgm needs Private-PGM: pip install mbi") from None
@@ -99,7 +100,7 @@ def run(datasets, objectives, runs: int, peer: str | None = None) -> None:
         cs = ConstraintSet(data.domain, [NonNegativity()])
         print(f"\n{name}: {data.domain.size} cells, {int(truth.sum())} records, all 2-way marginals measured, "
               f"{runs} runs")
-        print(f"  {'eps':>5} {'objective':>9} {'KL mean':>9} {'finite':>7} {'3-way mean (± s.e.)':>20} "
+        print(f"  {'eps':>5} {'objective':>9} {'KL mean':>9} {'finite':>7} {'3-way mean (± s.e.)':>22} "
               f"{'3-way max':>10} {'s/fit':>7}  status")
         for eps in EPSILONS:
             rows = {obj: [] for obj in objectives}
@@ -132,7 +133,7 @@ def run(datasets, objectives, runs: int, peer: str | None = None) -> None:
                 statuses = sorted({row[4] for row in rows[obj]})
                 spread = np.nanstd(values[:, 1], ddof=1) / np.sqrt(runs) if runs > 1 else float("nan")
                 print(f"  {float(eps):5.2f} {obj:>9} {kl_mean:9.4f} {int(finite.sum()):>3}/{runs:<3} "
-                      f"{np.nanmean(values[:, 1]):11.4f} ± {spread:6.4f} {np.nanmean(values[:, 2]):10.4f} "
+                      f"{np.nanmean(values[:, 1]):12.5f} ± {spread:7.5f} {np.nanmean(values[:, 2]):10.4f} "
                       f"{values[:, 3].mean():7.2f}  {','.join(statuses)}", flush=True)
             if peer == "pgm":
                 diff = np.array([a[1] - b[1] for a, b in zip(rows[objectives[0]], rows["PGM"], strict=True)])
@@ -141,7 +142,7 @@ def run(datasets, objectives, runs: int, peer: str | None = None) -> None:
                       f"{objectives[0]} lower in {int(np.sum(diff < 0))} of {runs} runs")
             if name == "nltcs":
                 pgm = PGM_NLTCS[eps]
-                print(f"  {float(eps):5.2f} {'PGM (LS)':>9} {pgm[0]:9.2f} {'':>7} {pgm[1]:11.4f}{'':>9}   "
+                print(f"  {float(eps):5.2f} {'PGM (LS)':>9} {pgm[0]:9.2f} {'':>7} {pgm[1]:12.4f}{'':>10}   "
                       "(issue 12's quoted figures)")
 
 
