@@ -49,13 +49,13 @@ from dpopt.algorithms.dualquery_privacy import (
     solve_samples,
 )
 from dpopt.errors import DpoptError, ParameterError, PrivacyParameterError, QueryError, at_key
-from dpopt.estimate.best_response import MIP_BACKENDS, BestResponse, RecordProgram, best_response
+from dpopt.estimate.best_response import MIP_BACKENDS, RecordProgram, best_response
 from dpopt.estimate.status import Status
 from dpopt.model.constraints import ConstraintSet, Invariant
 from dpopt.model.data import Dataset, decode_codes
 from dpopt.model.domain import Domain
 from dpopt.model.queries.literal_conjunctions import Conjunctions
-from dpopt.privacy.accountant import Accountant, PrivacyCost, as_fraction
+from dpopt.privacy.accountant import Accountant, as_fraction
 from dpopt.privacy.budget import Budget
 from dpopt.privacy.randomness import RandomSource
 

@@ -83,8 +83,8 @@ from dpopt.algorithms.base import (
 from dpopt.errors import DataError, ParameterError, QueryError, at_key
 from dpopt.estimate.status import Status
 from dpopt.model.constraints import ConstraintSet, NonNegativity
-from dpopt.model.data import Dataset, decode_codes
-from dpopt.model.domain import MAX_DENSE_CELLS, Domain
+from dpopt.model.data import Dataset
+from dpopt.model.domain import Domain
 from dpopt.model.measurement import Measurement
 from dpopt.model.polynomial_queries import (
     Answers,

@@ -11,9 +11,12 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from dpopt.errors import DpoptError, PrivacyParameterError, SpecError
+
+if TYPE_CHECKING:
+    from fractions import Fraction
 
 __all__ = ["SpecContext", "SpecTable", "SpecReader", "format_path", "type_name", "close_match"]
 

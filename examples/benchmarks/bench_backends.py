@@ -4,7 +4,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator
 from dpopt.estimate.form import ProgramForm, LeastSquaresForm
-from dpopt.estimate.backends import get_backend, find_conflicting_rows
+from dpopt.estimate.backends import get_backend
 
 
 def timed(label, fn):

@@ -23,7 +23,6 @@ import argparse
 import sys
 import tempfile
 import time
-from itertools import combinations
 from pathlib import Path
 
 import numpy as np

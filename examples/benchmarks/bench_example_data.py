@@ -1,4 +1,4 @@
-import time, sys
+import time
 from dpopt.datasets.census import generate_census
 for n in [10**3, 10**5, 10**6, 10**7]:
     ts = []

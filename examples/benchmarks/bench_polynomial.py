@@ -34,7 +34,6 @@ Timings depend on the machine's load (report it with the figures).
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import tempfile
 import time
