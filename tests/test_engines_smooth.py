@@ -219,6 +219,15 @@ def test_invariants_hold_and_units_do_not_matter(domain, rng):
                                                                1000 * Marginal(domain, ["a"]).matvec(truth), name="a")])
     res_big = reconstruct(big, cs_big, "smooth")
     np.testing.assert_allclose(res_big.x, 1000 * res.x, rtol=1e-7)
+    # A prior is a table of counts: in other units it scales with them (here the prior's total
+    # matters: no invariant, the total free).
+    prior = rng.uniform(0.5, 2.0, domain.size) * truth.sum() / domain.size
+    cs_free = ConstraintSet(domain, [NonNegativity()])
+    res = reconstruct(ms, cs_free, "smooth", prior=prior, total="free")
+    res_big = reconstruct(big, cs_free, "smooth", prior=1000 * prior, total="free")
+    assert res.success and res_big.success and res_big.info["count_scale"] != 1.0
+    np.testing.assert_allclose(res_big.x, 1000 * res.x, rtol=1e-7)
+    assert res_big.info["prior_total"] == pytest.approx(1000 * prior.sum(), rel=1e-12)
 
 
 def test_separable_path_agrees_with_the_general_engine(domain, rng):

@@ -28,7 +28,7 @@ from dpopt.estimate.result import Result
 from dpopt.estimate.rounding import round_to_integers
 from dpopt.estimate.scaling import prepare
 from dpopt.estimate.separable import separable_applies, solve_separable
-from dpopt.estimate.smooth import solve_smooth
+from dpopt.estimate.smooth import options_in_units, solve_smooth
 from dpopt.estimate.status import Status
 from dpopt.model.constraints import ConstraintSet
 from dpopt.model.measurement import Measurement
@@ -114,6 +114,8 @@ def reconstruct(
     check_backend(objective, backend)
     problem.constraints.check()
     prepared = prepare(problem)
+    if objective == "smooth":
+        options = options_in_units(options, prepared.scale)
     if backend is None and not options and separable_applies(prepared.problem):
         result = solve_separable(prepared.problem, time_limit)
     elif backend is None and not options and coupled_applies(prepared.problem):

@@ -46,7 +46,9 @@ since an estimate at or below zero only says the total is within noise of zero),
 
 **The total.** Without invariants the table's total is held at ``N̂`` (one more equality row,
 ``info["held_total"]``; Private-PGM's ``known_total``): otherwise each step trades the total
-against the penalty, and the steps drift. ``total="free"`` lets the fit decide it. Invariants
+against the penalty (nltcs, all 2-way marginals, ε = 0.1, 3-way error: 0.0160 free against
+0.0156 held at the default ``c``; 0.0153 against 0.0147 at ``c = 6``).
+``total="free"`` lets the fit decide it. Invariants
 that fix the total fix it; invariants that leave it free leave it free (an estimated total
 could contradict them).
 
@@ -267,6 +269,14 @@ def solve_smooth(problem: ConsistencyProblem, backend: str | None = None, time_l
     return make_result(status, x, message=message, fun=fun, objective="smooth", backend="newton", solver=solver,
                        time=time.perf_counter() - start, nit=newton_steps, problem=problem, info=info,
                        incumbent=status is not Status.OPTIMAL)
+
+
+def options_in_units(options: dict, scale: float) -> dict:
+    """The options for a problem whose counts are divided by ``scale``: the prior table is a
+    table of counts too (the other options are pure numbers)."""
+    if options.get("prior") is None:
+        return options
+    return {**options, "prior": np.asarray(options["prior"], dtype=np.float64) / scale}
 
 
 def in_units(info: dict, scale: float) -> dict:

@@ -24,6 +24,9 @@ error). Issue 12 quoted Private-PGM's least squares on nltcs at KL 1.32 / 0.59 /
 
     python examples/benchmarks/bench_smooth.py --runs 10 [--datasets nltcs] [--objectives smooth l2] [--peer pgm]
 
+An objective may carry engine options after a colon, e.g. ``smooth:steps=1,total=free`` (the
+single penalised fit of issue 12's first version) or ``smooth:smoothing=6``.
+
 Set OPENBLAS_NUM_THREADS=1 when timing; ``DPOPT_SHARED_DATA`` points at ../shared/data from a worktree.
 """
 
@@ -81,6 +84,21 @@ def pgm_table(data, ms, iters: int = 1000) -> np.ndarray:
     return np.asarray(model.project(tuple(attrs)).datavector(), dtype=float).ravel()
 
 
+def parse_objective(spec: str) -> tuple[str, dict]:
+    """``"smooth:steps=1,total=free"`` -> ``("smooth", {"steps": 1, "total": "free"})``."""
+    name, _, options = spec.partition(":")
+    parsed = {}
+    for item in filter(None, options.split(",")):
+        key, _, value = item.partition("=")
+        for kind in (int, float):
+            try:
+                parsed[key] = kind(value)
+                break
+            except ValueError:
+                parsed[key] = value
+    return name, parsed
+
+
 def run(datasets, objectives, runs: int, peer: str | None = None) -> None:
     if peer == "pgm":
         try:
@@ -114,7 +132,8 @@ def run(datasets, objectives, runs: int, peer: str | None = None) -> None:
                         rows[obj].append((kl(truth, x), err.mean(), err.max(), time.perf_counter() - start, "PGM"))
                         continue
                     try:
-                        res = reconstruct(ms, cs, obj)
+                        name, options = parse_objective(obj)
+                        res = reconstruct(ms, cs, name, **options)
                     except SolverError as exc:  # e.g. entropy with a non-positive noisy total: refused
                         rows[obj].append((np.nan, np.nan, np.nan, time.perf_counter() - start, "refused"))
                         print(f"    {obj} refused in run {r}: {exc}")
