@@ -19,8 +19,9 @@ McKenna et al. 2019, with JAX) each run's noisy marginals also go to Private-PGM
 estimate (``mbi.estimation.MirrorDescent``, its default 1,000 iterations, float64, the total
 at its minimum-variance estimate), and the table says by how much the first objective's 3-way
 error differs from PGM's on the same measurements (paired: mean difference ± its standard
-error; ``--pgm-iters`` changes its iteration count). Issue 12 quoted Private-PGM's least squares on nltcs at KL 1.32 / 0.59 / 0.34 and
-3-way mean 0.0172 / 0.0057 / 0.0032 (printed for nltcs as well).
+error; ``--pgm-iters`` changes its iteration count). Issue 12 quoted Private-PGM's least
+squares on nltcs at KL 1.32 / 0.59 / 0.34 and 3-way mean 0.0172 / 0.0057 / 0.0032 (printed for
+nltcs as well).
 
     python examples/benchmarks/bench_smooth.py --runs 10 [--datasets nltcs] [--objectives smooth l2] [--peer pgm]
 
@@ -87,16 +88,17 @@ def pgm_table(data, ms, iters: int = 1000) -> np.ndarray:
 def parse_objective(spec: str) -> tuple[str, dict]:
     """``"smooth:steps=1,total=free"`` -> ``("smooth", {"steps": 1, "total": "free"})``."""
     name, _, options = spec.partition(":")
-    parsed = {}
-    for item in filter(None, options.split(",")):
-        key, _, value = item.partition("=")
-        for kind in (int, float):
-            try:
-                parsed[key] = kind(value)
-                break
-            except ValueError:
-                parsed[key] = value
-    return name, parsed
+    pairs = (item.partition("=") for item in options.split(",") if item)
+    return name, {key: _number_or_text(value) for key, _, value in pairs}
+
+
+def _number_or_text(value: str):
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
 
 
 def run(datasets, objectives, runs: int, peer: str | None = None, pgm_iters: int = 1000) -> None:
