@@ -24,6 +24,7 @@ squares on nltcs at KL 1.32 / 0.59 / 0.34 and 3-way mean 0.0172 / 0.0057 / 0.003
 nltcs as well).
 
     python examples/benchmarks/bench_smooth.py --runs 10 [--datasets nltcs] [--objectives smooth l2] [--peer pgm]
+        [--plots DIR]   # DIR/smooth_3way_errors.png: error against epsilon, one panel per dataset
 
 An objective may carry engine options after a colon, e.g. ``smooth:steps=1,total=free`` (the
 single penalised fit of issue 12's first version) or ``smooth:smoothing=6``.
@@ -37,6 +38,7 @@ import argparse
 import itertools
 import time
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 from _common import load_binary
@@ -101,7 +103,8 @@ def _number_or_text(value: str):
     return value
 
 
-def run(datasets, objectives, runs: int, peer: str | None = None, pgm_iters: int = 1000) -> None:
+def run(datasets, objectives, runs: int, peer: str | None = None, pgm_iters: int = 1000) -> dict:
+    """Print the table; return ``{dataset: {objective: [(eps, mean 3-way error, its s.e.)]}}``."""
     if peer == "pgm":
         try:
             import jax
@@ -112,6 +115,7 @@ def run(datasets, objectives, runs: int, peer: str | None = None, pgm_iters: int
         except ImportError:
             raise SystemExit("--peer pgm needs Private-PGM: pip install mbi") from None
         objectives = [*objectives, "PGM"]
+    curves: dict = {}
     for name in datasets:
         data = load_binary(name)
         truth = data.histogram().astype(float)
@@ -134,8 +138,8 @@ def run(datasets, objectives, runs: int, peer: str | None = None, pgm_iters: int
                         rows[obj].append((kl(truth, x), err.mean(), err.max(), time.perf_counter() - start, "PGM"))
                         continue
                     try:
-                        name, options = parse_objective(obj)
-                        res = reconstruct(ms, cs, name, **options)
+                        objective, options = parse_objective(obj)
+                        res = reconstruct(ms, cs, objective, **options)
                     except SolverError as exc:  # e.g. entropy with a non-positive noisy total: refused
                         rows[obj].append((np.nan, np.nan, np.nan, time.perf_counter() - start, "refused"))
                         print(f"    {obj} refused in run {r}: {exc}")
@@ -153,6 +157,7 @@ def run(datasets, objectives, runs: int, peer: str | None = None, pgm_iters: int
                 kl_mean = values[finite, 0].mean() if finite[solved].all() and finite.any() else float("inf")
                 statuses = sorted({row[4] for row in rows[obj]})
                 spread = np.nanstd(values[:, 1], ddof=1) / np.sqrt(runs) if runs > 1 else float("nan")
+                curves.setdefault(name, {}).setdefault(obj, []).append((float(eps), np.nanmean(values[:, 1]), spread))
                 print(f"  {float(eps):5.2f} {obj:>9} {kl_mean:9.4f} {int(finite.sum()):>3}/{runs:<3} "
                       f"{np.nanmean(values[:, 1]):12.5f} ± {spread:7.5f} {np.nanmean(values[:, 2]):10.4f} "
                       f"{values[:, 3].mean():7.2f}  {','.join(statuses)}", flush=True)
@@ -165,6 +170,29 @@ def run(datasets, objectives, runs: int, peer: str | None = None, pgm_iters: int
                 pgm = PGM_NLTCS[eps]
                 print(f"  {float(eps):5.2f} {'PGM (LS)':>9} {pgm[0]:9.2f} {'':>7} {pgm[1]:12.4f}{'':>10}   "
                       "(issue 12's quoted figures)")
+    return curves
+
+
+def plot(curves: dict, directory: Path) -> None:
+    """One panel per dataset: mean 3-way error against epsilon, ± one standard error, log scales."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    directory.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(1, len(curves), figsize=(4.2 * len(curves), 3.8), squeeze=False)
+    for ax, (name, by_objective) in zip(axes[0], curves.items(), strict=True):
+        for obj, points in by_objective.items():
+            eps, mean, se = np.array(points).T
+            ax.errorbar(eps, mean, yerr=se, marker="o", capsize=3, label=obj)
+        ax.set(xscale="log", yscale="log", xlabel="epsilon", title=name)
+    axes[0][0].set_ylabel("mean 3-way marginal error (probability)")
+    axes[0][-1].legend(fontsize=8)
+    fig.tight_layout()
+    path = directory / "smooth_3way_errors.png"
+    fig.savefig(path, dpi=120)
+    print(f"plot: {path}")
 
 
 def main() -> None:
@@ -175,8 +203,11 @@ def main() -> None:
     parser.add_argument("--peer", choices=["pgm"], help="also run Private-PGM (pip install mbi) on the same noise")
     parser.add_argument("--pgm-iters", type=int, default=1000, help="Private-PGM's mirror-descent iterations "
                         "(default 1000, its own default)")
+    parser.add_argument("--plots", type=Path, default=None, help="directory for a plot of the 3-way errors")
     args = parser.parse_args()
-    run(args.datasets, args.objectives, args.runs, args.peer, args.pgm_iters)
+    curves = run(args.datasets, args.objectives, args.runs, args.peer, args.pgm_iters)
+    if args.plots is not None:
+        plot(curves, args.plots)
 
 
 if __name__ == "__main__":
