@@ -159,10 +159,11 @@ def solve_separable(problem: ConsistencyProblem, time_limit: float | None = None
     if objective in ("l2", "entropy"):
         v, certificate = _quadratic(cells)
     elif objective == "smooth":
-        from dpopt.estimate.smooth import STEPS, default_smoothing, prior_total, smooth_weight
+        from dpopt.estimate.smooth import STEPS, default_smoothing, prior_total, relative_entropy, smooth_weight
 
         # The smooth engine's defaults: STEPS proximal steps from the uniform prior (its module notes).
-        lam = smooth_weight(problem)
+        c = default_smoothing(STEPS)
+        lam = smooth_weight(problem, c)
         total = prior_total(problem)
         first = previous = np.full(free.size, total / free.size)
         for step in range(STEPS):
@@ -171,11 +172,11 @@ def solve_separable(problem: ConsistencyProblem, time_limit: float | None = None
                 break
             previous = v  # the next step's prior: this step's optimum
         positive = bool((v > 0).all())
-        info.update({"lambda": lam, "smoothing": default_smoothing(STEPS), "steps": STEPS, "held_total": extra_total,
+        info.update({"lambda": lam, "smoothing": c, "steps": STEPS, "held_total": extra_total,
                      "prior_total": float(total), "full_support": positive,
                      "smallest_cell": float(v.min(initial=np.inf)),
-                     "kl_to_prior": _kl(v, first) if positive else float("inf"),
-                     "kl_to_previous": _kl(v, previous) if positive else float("inf")})
+                     "kl_to_prior": relative_entropy(v, first) if positive else float("inf"),
+                     "kl_to_previous": relative_entropy(v, previous) if positive else float("inf")})
     elif objective == "l1":
         v, certificate = _l1(cells)
     else:
@@ -381,11 +382,6 @@ def _smooth(cells: _Cells, lam: float, prior: np.ndarray):
                         cells.targets)
     return x, _kkt(gradient, x, free_cells, "KKT residual", steps,
                    scale=float(np.max(W * np.abs(mean) + lam * np.abs(np.log(x) - log_p), initial=0.0)))
-
-
-def _kl(x: np.ndarray, p: np.ndarray) -> float:
-    """``D(x ‖ p) = Σ x log(x/p) − x + p`` (positive tables)."""
-    return float(np.sum(x * np.log(x / p)) - x.sum() + p.sum())
 
 
 def _l1(cells: _Cells):

@@ -94,7 +94,7 @@ from dpopt.estimate.status import Status
 from dpopt.estimate.verify import CERTIFICATE_TOL
 from dpopt.model.queries import Identity, Marginal, MarginalWorkload, Total
 
-__all__ = ["SMOOTH_OPTIONS", "STEPS", "default_smoothing", "smooth_weight", "solve_smooth"]
+__all__ = ["SMOOTH_OPTIONS", "STEPS", "default_smoothing", "relative_entropy", "smooth_weight", "solve_smooth"]
 
 #: Options of the smooth objective (backend "newton").
 SMOOTH_OPTIONS = ("smoothing", "prior", "steps", "total", "tol", "max_steps")
@@ -124,11 +124,9 @@ def default_smoothing(steps: int) -> float:
     return 1.0 / (2.0 ** (1.0 / steps) - 1.0)
 
 
-def smooth_weight(problem: ConsistencyProblem, smoothing: float | None = None, steps: int = STEPS) -> float:
-    """``λ = c / σ̄``, ``σ̄² = m / Σ_i σ_i⁻²`` over the ``m`` measured rows, ``c`` by
-    :func:`default_smoothing` unless given (module notes); ``c`` without noisy measurements (then
-    the optimum does not depend on ``λ``)."""
-    c = default_smoothing(steps) if smoothing is None else float(smoothing)
+def smooth_weight(problem: ConsistencyProblem, c: float) -> float:
+    """``λ = c / σ̄``, ``σ̄² = m / Σ_i σ_i⁻²`` over the ``m`` measured rows (module notes); ``c``
+    without noisy measurements (then the optimum does not depend on ``λ``)."""
     sigma = problem.sigmas()
     if sigma.size == 0:
         return c
@@ -250,8 +248,8 @@ def solve_smooth(problem: ConsistencyProblem, backend: str | None = None, time_l
     positive = x[free] > 0
     info["full_support"] = bool(positive.all())
     info["smallest_cell"] = float(x[free].min()) if free.size else 0.0
-    info["kl_to_prior"] = _divergence(x, first_prior, free)
-    info["kl_to_previous"] = _divergence(x, p, free)
+    info["kl_to_prior"] = relative_entropy(x[free], first_prior[free])
+    info["kl_to_previous"] = relative_entropy(x[free], p[free])
     residual = (problem.stacked_operator().matvec(x) - problem.targets()) if problem.noisy else np.zeros(0)
     info["chi2"] = float(np.sum(residual**2 / problem.sigmas() ** 2)) if problem.noisy else 0.0
     fun = 0.5 * info["chi2"] + lam * info["kl_to_previous"]
@@ -302,9 +300,10 @@ def _equalities(problem: ConsistencyProblem, held: float | None) -> list[tuple]:
 
 
 def _stack_rows(problem: ConsistencyProblem, n: int, held: float | None) -> _Rows:
-    invariants = [query for query, _ in _equalities(problem, held)]
+    equalities = _equalities(problem, held)
+    invariants = [query for query, _ in equalities]
     queries = [m.query for m in problem.noisy] + invariants
-    targets = np.concatenate([problem.targets()] + [values for _, values in _equalities(problem, held)])
+    targets = np.concatenate([problem.targets()] + [values for _, values in equalities])
     variances = np.concatenate([problem.sigmas() ** 2, np.zeros(targets.size - problem.num_rows)])
     noisy_op = problem.stacked_operator() if problem.noisy else None
 
@@ -495,7 +494,7 @@ def _certificate(problem: ConsistencyProblem, rows: _Rows, x, nu, p, free, lam, 
     if problem.noisy:
         r = problem.stacked_operator().matvec(x) - problem.targets()
         chi2 = float(np.sum(r**2 / problem.sigmas() ** 2))
-    primal = 0.5 * chi2 + lam * _divergence(x, p, free)
+    primal = 0.5 * chi2 + lam * relative_entropy(x[free], p[free])
     d, var = rows.targets, rows.variances
     dual = float(lam * (p.sum() - x.sum()) - nu @ d - 0.5 * np.sum(var * nu * nu))
     gap = (primal - dual) / (1.0 + abs(primal) + abs(dual))
@@ -503,8 +502,7 @@ def _certificate(problem: ConsistencyProblem, rows: _Rows, x, nu, p, free, lam, 
             "duality_gap": float(gap)}
 
 
-def _divergence(x, p, free) -> float:
-    """``D(x ‖ p) = Σ x log(x/p) − x + p`` over the free cells (0 log 0 = 0)."""
-    xf, pf = x[free], p[free]
-    positive = xf > 0
-    return float(np.sum(xf[positive] * np.log(xf[positive] / pf[positive])) - xf.sum() + pf.sum())
+def relative_entropy(x: np.ndarray, p: np.ndarray) -> float:
+    """``D(x ‖ p) = Σ x log(x/p) − x + p`` (``p > 0``; 0 log 0 = 0)."""
+    positive = x > 0
+    return float(np.sum(x[positive] * np.log(x[positive] / p[positive])) - x.sum() + p.sum())
