@@ -20,7 +20,7 @@ import numpy as np
 
 from dpopt.algorithms.dualquery import DualQuery
 from dpopt.datasets.census import STRUCTURAL_ZEROS, census_domain, generate_census
-from dpopt.estimate.best_response import RecordProgram
+from dpopt.estimate.engines.best_response import RecordProgram
 from dpopt.model.constraints import ConstraintSet, NonNegativity, StructuralZeros
 from dpopt.model.data import Dataset
 from dpopt.model.queries import Marginal

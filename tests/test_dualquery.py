@@ -21,7 +21,7 @@ from dpopt.algorithms.dualquery_privacy import (
     solve_samples,
 )
 from dpopt.errors import BudgetExceededError, ParameterError
-from dpopt.estimate.best_response import BestResponse, RecordProgram
+from dpopt.estimate.engines.best_response import BestResponse, RecordProgram
 from dpopt.estimate.status import Status
 from dpopt.model.constraints import ConstraintSet, Integrality, NonNegativity, StructuralZeros
 from dpopt.model.data import Dataset

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from dpopt.errors import InconsistentConstraintsError, SolverError
-from dpopt.estimate.best_response import RecordProgram, best_response, merge_sampled
+from dpopt.estimate.engines.best_response import RecordProgram, best_response, merge_sampled
 from dpopt.estimate.status import Status
 from dpopt.model.constraints import ConstraintSet, Hierarchy, StructuralZeros
 from dpopt.model.domain import Domain

@@ -22,7 +22,7 @@ from dpopt.errors import SolverError
 from dpopt.estimate import Status, reconstruct
 from dpopt.estimate.backends import get_backend
 from dpopt.estimate.backends.base import SolveSettings
-from dpopt.estimate.finalize import polish_equalities
+from dpopt.estimate.certificates.finalize import polish_equalities
 from dpopt.estimate.form import ProgramForm
 from dpopt.estimate.problem import ConsistencyProblem
 from dpopt.estimate.scaling import RESOLUTION, prepare
@@ -313,7 +313,7 @@ def test_an_l2_point_far_from_the_optimum_in_noise_units_is_not_released(sigma):
 
 
 def test_the_noise_unit_check_is_zero_at_the_optimum_and_counts_a_move_in_noise_units():
-    from dpopt.estimate.least_squares import noise_unit_kkt
+    from dpopt.estimate.engines.least_squares import noise_unit_kkt
 
     ms, cs = _large_counts_problem(30.0)
     problem = prepare(ConsistencyProblem(ms, cs, "l2")).problem

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-import dpopt.estimate.coupled as coupled
+import dpopt.estimate.engines.coupled as coupled
 from dpopt.estimate import reconstruct
-from dpopt.estimate.coupled import coupled_applies, solve_coupled
+from dpopt.estimate.engines.coupled import coupled_applies, solve_coupled
 from dpopt.estimate.problem import ConsistencyProblem
 from dpopt.estimate.status import Status
 from dpopt.model.constraints import ConstraintSet, Invariant, NonNegativity, StructuralZeros

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import dpopt.estimate.entropy as entropy_module
-import dpopt.estimate.linear as linear_module
-import dpopt.estimate.mw_step as mw_module
+import dpopt.estimate.engines.entropy as entropy_module
+import dpopt.estimate.engines.linear as linear_module
+import dpopt.estimate.engines.mw_step as mw_module
 from dpopt.errors import SolverError
 from dpopt.estimate import BACKENDS_FOR, OBJECTIVES, reconstruct
 from dpopt.estimate.backends import BACKENDS, PREFERRED, get_backend, installed_backends
@@ -23,7 +23,7 @@ from dpopt.estimate.policy import (
     choose_backend,
     installed_backends_for,
 )
-from dpopt.estimate.proportional import (
+from dpopt.estimate.engines.proportional import (
     BoostSchedule,
     counting_invariant,
     proportional_fit,

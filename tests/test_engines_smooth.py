@@ -15,7 +15,7 @@ from scipy.optimize import minimize
 
 from dpopt.errors import SolverError
 from dpopt.estimate import BACKENDS_FOR, OBJECTIVES, Status, reconstruct
-from dpopt.estimate import smooth as smooth_module
+from dpopt.estimate.engines import smooth as smooth_module
 from dpopt.estimate.problem import ConsistencyProblem
 from dpopt.model.constraints import (
     ConstraintSet,

@@ -13,7 +13,7 @@ import pytest
 
 from dpopt.errors import QueryError, SolverError
 from dpopt.estimate import reconstruct, standard_errors
-from dpopt.estimate.errorbars import active_bounds
+from dpopt.estimate.certificates.errorbars import active_bounds
 from dpopt.model.constraints import ConstraintSet, NonNegativity
 from dpopt.model.domain import Domain
 from dpopt.model.measurement import Measurement

@@ -192,7 +192,7 @@ def test_infeasible_is_a_status_naming_constraints(binary4):
     with pytest.raises(InconsistentConstraintsError, match="'invariant:total', 'invariant:a_counts'"):
         reconstruct([noiseless(Identity(dom), binary4)], cs)
     # The engines themselves report infeasibility as a status with the conflicting groups.
-    from dpopt.estimate.linear import solve_linear
+    from dpopt.estimate.engines.linear import solve_linear
     from dpopt.estimate.problem import ConsistencyProblem
 
     res = solve_linear(ConsistencyProblem([noiseless(Identity(dom), binary4)], cs, "l1"), None)

@@ -9,7 +9,7 @@ import pytest
 from scipy.optimize import linprog
 
 from dpopt.estimate import reconstruct
-from dpopt.estimate.exact_fit import basic_exact_fit, exact_fit_applies, positive_exact_fit
+from dpopt.estimate.engines.exact_fit import basic_exact_fit, exact_fit_applies, positive_exact_fit
 from dpopt.estimate.problem import ConsistencyProblem
 from dpopt.model.constraints import ConstraintSet, Invariant, NonNegativity, StructuralZeros
 from dpopt.model.domain import Domain
@@ -176,7 +176,7 @@ def noisy_sparse_coefficients(k: int, rng, noise: float = 15.0):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_interior_columns_hold_an_l1_optimum(seed):
     """Brute force: the LP over the chosen cells has the optimum of the LP over all cells."""
-    from dpopt.estimate.interior_point import l1_interior_columns
+    from dpopt.estimate.engines.interior_point import l1_interior_columns
 
     rng = np.random.default_rng(seed)
     q, y = noisy_sparse_coefficients(8, rng)
@@ -221,7 +221,7 @@ def test_l2_returns_the_exact_fit_where_nnls_reaches_the_same_objective(rng):
     fast = reconstruct([m], cs, "l2", working_set=True)
     assert fast.success and fast.info["exact_fit"] and fast.fun <= 1e-12
     assert (fast.x >= 0).all() and (fast.x > 0).sum() <= q.num_rows
-    from dpopt.estimate.least_squares import nnls_by_column_generation
+    from dpopt.estimate.engines.least_squares import nnls_by_column_generation
 
     p = ConsistencyProblem([m], cs, "l2")
     slow = nnls_by_column_generation(p, p.free_cells(), p.sigmas(), p.targets(), None, 0.0)
@@ -232,7 +232,7 @@ def test_entropy_on_exactly_fittable_coefficients_is_the_exponential_cone_optimu
     """The entropy objective's shortcut against cvxpy's exponential-cone program on the same
     problem: minimise sum x log(x / prior) subject to Q x = y and sum x = N."""
     cp = pytest.importorskip("cvxpy")
-    from dpopt.estimate.max_entropy import solve_max_entropy
+    from dpopt.estimate.engines.max_entropy import solve_max_entropy
 
     dom = binary_domain(6)
     q = FourierParity(dom, [s for s in downward_closure(list(combinations(dom.attrs, 2)), dom) if s != ()])
@@ -267,7 +267,7 @@ def test_column_generation_stops_when_highs_finds_no_improving_column(monkeypatc
     """A pricing tolerance far below HiGHS's dual tolerance makes the pricing offer columns
     that HiGHS will not pivot on; column generation must stop there (it once added 22,000
     such columns 50 at a time) with the dense LP's optimum."""
-    import dpopt.estimate.linear as linear
+    import dpopt.estimate.engines.linear as linear
 
     rng = np.random.default_rng(5)
     q, y = noisy_sparse_coefficients(11, rng)

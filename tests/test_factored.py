@@ -11,7 +11,7 @@ import pytest
 from dpopt.algorithms.mwem import mwem
 from dpopt.algorithms.mwem_factored import binary_marginal_counts, factored_mwem
 from dpopt.errors import DataError, DomainError, ParameterError, PrivacyParameterError, QueryError, SolverError
-from dpopt.estimate.factored import (
+from dpopt.estimate.engines.factored import (
     BinaryMarginalCells,
     FactoredMWState,
     FactoredTable,
@@ -19,7 +19,7 @@ from dpopt.estimate.factored import (
     inclusion_exclusion_matrix,
     superset_sums,
 )
-from dpopt.estimate.mw_step import MWState
+from dpopt.estimate.engines.mw_step import MWState
 from dpopt.model.data import Dataset
 from dpopt.model.domain import Domain
 from dpopt.model.queries import Marginal, all_marginals

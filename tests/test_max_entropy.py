@@ -8,7 +8,7 @@ import pytest
 
 from dpopt.errors import SolverError
 from dpopt.estimate import Status, reconstruct
-from dpopt.estimate.least_squares import solve_l2
+from dpopt.estimate.engines.least_squares import solve_l2
 from dpopt.estimate.problem import ConsistencyProblem
 from dpopt.model.constraints import ConstraintSet, Invariant, LinearInequality, NonNegativity, StructuralZeros
 from dpopt.model.data import Dataset

@@ -9,7 +9,7 @@ from scipy import stats
 
 from dpopt.algorithms.mwem import SelectedRows, WorkloadEvaluator, mwem
 from dpopt.errors import ParameterError, PrivacyParameterError, QueryError
-from dpopt.estimate.mw_step import MarginalIndex, MWState
+from dpopt.estimate.engines.mw_step import MarginalIndex, MWState
 from dpopt.model.constraints import ConstraintSet, Invariant, StructuralZeros
 from dpopt.model.data import Dataset
 from dpopt.model.domain import Domain

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from dpopt.errors import QueryError
 from dpopt.estimate import Status, round_to_integers
-from dpopt.estimate.controlled_rounding import CONTROLLED_MIP_GAP
+from dpopt.estimate.rounding.controlled import CONTROLLED_MIP_GAP
 from dpopt.model.constraints import (
     ConstraintSet,
     Hierarchy,

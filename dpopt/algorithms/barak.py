@@ -24,7 +24,7 @@ orthonormal basis this is the paper's ``Lap(|B| / (eps 2^{k/2}))``. Under zCDP o
   rounded to integers;
 * ``"l1"``, ``"l2"`` — least absolute / weighted least-squares deviations, same constraints;
 * ``"entropy"`` — the maximum-entropy table among the best least-squares fits of the
-  coefficients (exact, :mod:`dpopt.estimate.max_entropy`); with
+  coefficients (exact, :mod:`dpopt.estimate.engines.max_entropy`); with
   ``engine_options={"max_passes": ...}`` multiplicative weights from all coefficients, the
   "modified Barak" baseline of Hardt, Ligett, McSherry (NIPS 2012, §3);
 * ``"shift"`` — no optimisation (Barak et al. Theorem 6 / Corollary 1): add

@@ -9,7 +9,7 @@ k-way conjunctions as in the paper's experiments) and their negations:
   rows from it (exactly: :mod:`dpopt.privacy.exp_weights`);
 * the **data player** answers with the record ``x_t`` that satisfies the most sampled rows,
   an integer program over the domain's one-hot value binaries with the structural zeros as
-  constraints (:func:`dpopt.estimate.best_response.best_response`; HiGHS by default, CBC
+  constraints (:func:`dpopt.estimate.engines.best_response.best_response`; HiGHS by default, CBC
   through PuLP by name), with a time limit per round.
 
 The synthetic dataset is ``x_1..x_T``. Privacy comes from the sampling alone and is charged
@@ -49,7 +49,7 @@ from dpopt.algorithms.dualquery_privacy import (
     solve_samples,
 )
 from dpopt.errors import DpoptError, ParameterError, PrivacyParameterError, QueryError, at_key
-from dpopt.estimate.best_response import MIP_BACKENDS, RecordProgram, best_response
+from dpopt.estimate.engines.best_response import MIP_BACKENDS, RecordProgram, best_response
 from dpopt.estimate.status import Status
 from dpopt.model.constraints import ConstraintSet, Invariant
 from dpopt.model.data import Dataset, decode_codes

@@ -644,7 +644,7 @@ def _unconstrained(measurement, constraints):
 
 def _constrained(measurement, constraints, params):
     from dpopt.estimate import reconstruct
-    from dpopt.estimate.least_squares import MATRIX_FREE_NNZ
+    from dpopt.estimate.engines.least_squares import MATRIX_FREE_NNZ
 
     backend, options = params.backend, dict(params.solver_options)
     if (backend is None and not options and params.objective == "l2" and constraints.nonnegative

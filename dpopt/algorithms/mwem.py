@@ -30,7 +30,7 @@ A zCDP variant (``rho=``) selects with the exponential mechanism at ``eps_sel`` 
 mechanism, each round taking ``rho/T``.
 
 Structural zeros are cells held at zero from the start, and invariants (totals, marginals)
-hold after every update (:mod:`dpopt.estimate.mw_step`). Candidate scores are computed for
+hold after every update (:mod:`dpopt.estimate.engines.mw_step`). Candidate scores are computed for
 all queries at once per round: one ``matvec`` per block, and for marginals of a binary
 domain one Walsh-Hadamard transform of the estimate and 2^k coefficients per marginal.
 """
@@ -49,7 +49,7 @@ import scipy.sparse as sp
 from dpopt.algorithms.base import Algorithm, AlgorithmParams, PlannedMeasure, Release
 from dpopt.algorithms.base import check_marginals, make_release, marginal_answers, register, round_release
 from dpopt.errors import DpoptError, ParameterError, PrivacyParameterError, QueryError, at_key
-from dpopt.estimate.mw_step import MWState
+from dpopt.estimate.engines.mw_step import MWState
 from dpopt.estimate.status import Status
 from dpopt.model.constraints import ConstraintSet
 from dpopt.model.data import Dataset

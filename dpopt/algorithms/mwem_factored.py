@@ -12,12 +12,12 @@ between
 3. **update**: the MW step ``A(x) ∝ A(x) exp(q(x)(m - q(A))/(2n))`` (optionally repeated
    passes over all past measurements, as in the paper's Section 3).
 
-What changes is the representation (:mod:`dpopt.estimate.factored`): the estimate is
+What changes is the representation (:mod:`dpopt.estimate.engines.factored`): the estimate is
 ``n`` times a product of small tables over groups of attributes, merged only when a
 measured marginal spans several groups, so domains of ``2^1000`` cells are fine as long as
 the groups stay small; a merge beyond ``max_group_cells`` is never done (never approximated).
 Scoring is vectorised over all candidates: the model's cells come from its moments
-(:class:`~dpopt.estimate.factored.BinaryMarginalCells`, only the marginals touching a
+(:class:`~dpopt.estimate.engines.factored.BinaryMarginalCells`, only the marginals touching a
 changed group are recomputed), and the data's cells are computed once from matrix
 products of the 0/1 record matrix (:func:`binary_marginal_counts`).
 
@@ -36,7 +36,7 @@ default) each round's candidate set is therefore restricted, *before* the select
 queries whose measurement keeps every group within ``max_group_cells``: a marginal on the
 attributes ``S`` (all its cells with ``select="query"``, the marginal itself with
 ``"block"``) is a candidate iff the product of the cell counts of the distinct groups
-holding ``S`` is at most the cap (:meth:`~dpopt.estimate.factored.FactoredTable.within_cap`,
+holding ``S`` is at most the cap (:meth:`~dpopt.estimate.engines.factored.FactoredTable.within_cap`,
 one vectorised mask over all marginals).
 
 *Privacy.* The group structure is a function of the marginals selected in earlier rounds
@@ -77,8 +77,8 @@ from dpopt.algorithms.mwem import (
     split_round_budget,
 )
 from dpopt.errors import DataError, DomainError, DpoptError, ParameterError, QueryError, at_key
-from dpopt.estimate.factored import MAX_GROUP_CELLS, BinaryMarginalCells, FactoredMWState, FactoredTable
-from dpopt.estimate.proportional import counting_invariant
+from dpopt.estimate.engines.factored import MAX_GROUP_CELLS, BinaryMarginalCells, FactoredMWState, FactoredTable
+from dpopt.estimate.engines.proportional import counting_invariant
 from dpopt.estimate.status import Status
 from dpopt.model.binary_marginals import binary_marginal_counts, check_ways, require_binary
 from dpopt.model.constraints import ConstraintSet

@@ -16,19 +16,19 @@ from contextvars import ContextVar
 from typing import Sequence
 
 from dpopt.estimate.backends import available_backends, get_backend, installed_backends
-from dpopt.estimate.coupled import coupled_applies, solve_coupled
-from dpopt.estimate.entropy import solve_entropy
-from dpopt.estimate.errorbars import bootstrap_replicates, gls_covariance, standard_errors
-from dpopt.estimate.finalize import in_original_units
-from dpopt.estimate.least_squares import solve_l2
-from dpopt.estimate.linear import solve_linear
+from dpopt.estimate.engines.coupled import coupled_applies, solve_coupled
+from dpopt.estimate.engines.entropy import solve_entropy
+from dpopt.estimate.certificates.errorbars import bootstrap_replicates, gls_covariance, standard_errors
+from dpopt.estimate.certificates.finalize import in_original_units
+from dpopt.estimate.engines.least_squares import solve_l2
+from dpopt.estimate.engines.linear import solve_linear
 from dpopt.estimate.policy import BACKENDS_FOR, backends_for, check_backend, installed_backends_for
 from dpopt.estimate.problem import OBJECTIVES, ConsistencyProblem
 from dpopt.estimate.result import Result
 from dpopt.estimate.rounding import round_to_integers
 from dpopt.estimate.scaling import prepare
-from dpopt.estimate.separable import separable_applies, solve_separable
-from dpopt.estimate.smooth import options_in_units, solve_smooth
+from dpopt.estimate.engines.separable import separable_applies, solve_separable
+from dpopt.estimate.engines.smooth import options_in_units, solve_smooth
 from dpopt.estimate.status import Status
 from dpopt.model.constraints import ConstraintSet
 from dpopt.model.measurement import Measurement
@@ -71,15 +71,15 @@ def reconstruct(
         Weighted least squares (weights ``1/sigma^2``), weighted L1 (``1/sigma``),
         weighted L-infinity (the Barak et al. LP), entropy projection (the maximum-entropy
         best fit) or ``"smooth"``: least squares regularised by relative entropy in three
-        proximal steps whose weight follows the noise (:mod:`dpopt.estimate.smooth`; every free
+        proximal steps whose weight follows the noise (:mod:`dpopt.estimate.engines.smooth`; every free
         cell positive).
     backend : str, optional
         Any installed adapter that fits the objective (see :data:`BACKENDS_FOR`); default:
         the first. ``installed_backends()`` lists what this machine has. Problems whose
         measurements are all diagonal (the identity) are solved exactly cell by cell
-        (:mod:`dpopt.estimate.separable`), and L2 problems with an identity beside other
+        (:mod:`dpopt.estimate.engines.separable`), and L2 problems with an identity beside other
         measurements, disjoint invariant rows and ``x >= 0`` (at least 1,000 cells: a top-down
-        parent) by accelerated projected gradient (:mod:`dpopt.estimate.coupled`; the general
+        parent) by accelerated projected gradient (:mod:`dpopt.estimate.engines.coupled`; the general
         engine when its certificate fails), unless a backend or an engine option is named.
     time_limit : float, optional
         Seconds; a solve that hits it returns status TIME_LIMIT, not an estimate.
@@ -103,9 +103,9 @@ def reconstruct(
         measurements whose noise is below a solver's resolution imposed as exact equalities
         (``info["exact_by_resolution"]``, also named in the message). A status OPTIMAL means
         dpopt has checked the point itself: optimality certificate of the solve
-        (:mod:`dpopt.estimate.verify`) and every constraint to
-        :func:`~dpopt.estimate.verify.feasibility_tolerance` in the original units
-        (:mod:`dpopt.estimate.finalize`). A failed check is status NUMERICAL_ERROR with the
+        (:mod:`dpopt.estimate.certificates.verify`) and every constraint to
+        :func:`~dpopt.estimate.certificates.verify.feasibility_tolerance` in the original units
+        (:mod:`dpopt.estimate.certificates.finalize`). A failed check is status NUMERICAL_ERROR with the
         solver's message, never a success.
     """
     if verbose is None:

@@ -129,7 +129,7 @@ def constraint_tolerance(problem) -> float:
     """Largest violation that counts as satisfied in the residual table: 1e-6 persons, or 1e-9 of
     the problem's count scale when counts are so large that double precision cannot do better."""
     from dpopt.estimate.scaling import count_scale
-    from dpopt.estimate.verify import feasibility_tolerance
+    from dpopt.estimate.certificates.verify import feasibility_tolerance
 
     return feasibility_tolerance(count_scale(problem))
 

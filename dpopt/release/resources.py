@@ -235,11 +235,11 @@ def _general(p) -> bool:
 def _engine(p, rc, measured) -> str:
     """Which kind of solve the plan's ``[reconstruct]`` settings lead to (see the module notes)."""
     try:
-        from dpopt.estimate.least_squares import MATRIX_FREE_NNZ
+        from dpopt.estimate.engines.least_squares import MATRIX_FREE_NNZ
     except ImportError:  # pragma: no cover - the engines keep this name
         MATRIX_FREE_NNZ = 3_000_000
     try:
-        from dpopt.estimate.linear import FULL_LP_CELLS, FULL_LP_NNZ
+        from dpopt.estimate.engines.linear import FULL_LP_CELLS, FULL_LP_NNZ
     except ImportError:  # pragma: no cover
         FULL_LP_CELLS, FULL_LP_NNZ = 20_000, 2_000_000
     nnz = sum(m.nnz + m.rows for m in measured)

@@ -41,7 +41,7 @@ import numpy as np
 from _common import peak_memory_mb
 from dpopt.algorithms.mwem_factored import binary_marginal_counts, factored_mwem
 from dpopt.errors import DomainError
-from dpopt.estimate.factored import BinaryMarginalCells, FactoredTable
+from dpopt.estimate.engines.factored import BinaryMarginalCells, FactoredTable
 from dpopt.model.data import Dataset
 from dpopt.model.domain import Domain
 from dpopt.privacy.randomness import make_random

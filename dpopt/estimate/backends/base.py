@@ -226,9 +226,9 @@ class Backend(ABC):
 
     def _certified(self, form: ProgramForm | LeastSquaresForm, outcome: SolveOutcome,
                    settings: SolveSettings) -> SolveOutcome:
-        """The outcome with dpopt's own check of its point (:mod:`dpopt.estimate.verify`): an
+        """The outcome with dpopt's own check of its point (:mod:`dpopt.estimate.certificates.verify`): an
         "optimal" point that fails it becomes NUMERICAL_ERROR, kept only as an incumbent."""
-        from dpopt.estimate.verify import CERTIFICATE_TOL, certify_least_squares, certify_program
+        from dpopt.estimate.certificates.verify import CERTIFICATE_TOL, certify_least_squares, certify_program
 
         tol = max(CERTIFICATE_TOL, 10.0 * settings.tolerance) if settings.tolerance else CERTIFICATE_TOL
         if isinstance(form, LeastSquaresForm):

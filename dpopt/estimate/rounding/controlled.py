@@ -28,7 +28,7 @@ Passes (coarse first, as the Census's multi-pass rounder): pass ``p`` rounds wit
 own queries in the objective and holds the answers released by earlier passes as equalities;
 the previous pass's table satisfies them, so every later pass has a point to start from.
 
-The solve is :func:`~dpopt.estimate.rounding_solve.solve_integer_program`: the LP vertex, a MIP
+The solve is :func:`~dpopt.estimate.rounding.solve.solve_integer_program`: the LP vertex, a MIP
 over its fractional part, then the full MIP; the result states the certified gap to the LP
 bound.
 """
@@ -43,8 +43,8 @@ import scipy.sparse as sp
 from dpopt.errors import QueryError
 from dpopt.estimate.backends.base import Backend
 from dpopt.estimate.form import ProgramForm
-from dpopt.estimate.rounding_model import RoundingTable, looks_totally_unimodular
-from dpopt.estimate.rounding_solve import Deadline, IntegerSolve, solve_integer_program
+from dpopt.estimate.rounding.model import RoundingTable, looks_totally_unimodular
+from dpopt.estimate.rounding.solve import Deadline, IntegerSolve, solve_integer_program
 from dpopt.estimate.status import Status
 
 __all__ = ["MeasuredQuery", "round_controlled", "CONTROLLED_MIP_GAP", "CELL_WEIGHT", "MAX_PASS_ROWS"]

@@ -25,7 +25,7 @@ free cell), so:
 independently of how it was found (the separable engine's check): each row's multiplier
 fitted from its cells strictly inside their bound, the reduced gradient zero on those cells and
 non-negative on the cells at their bound, every row's sum exact — to
-:data:`~dpopt.estimate.verify.CERTIFICATE_TOL` relative. A point that fails it is never
+:data:`~dpopt.estimate.certificates.verify.CERTIFICATE_TOL` relative. A point that fails it is never
 released: :func:`dpopt.estimate.reconstruct` then solves with the general engine.
 """
 
@@ -39,9 +39,9 @@ import scipy.sparse as sp
 
 from dpopt.estimate.problem import ConsistencyProblem
 from dpopt.estimate.result import Result, make_result
-from dpopt.estimate.separable import _kkt, row_groups
+from dpopt.estimate.engines.separable import _kkt, row_groups
 from dpopt.estimate.status import Status
-from dpopt.estimate.verify import CERTIFICATE_TOL, largest_eigenvalue
+from dpopt.estimate.certificates.verify import CERTIFICATE_TOL, largest_eigenvalue
 
 __all__ = ["COUPLED_MIN_CELLS", "coupled_applies", "solve_coupled"]
 
@@ -122,7 +122,7 @@ class _Projector:
 
     def _simplex(self, z: np.ndarray) -> np.ndarray:
         if not self.padded:
-            from dpopt.estimate.verify import project_rows
+            from dpopt.estimate.certificates.verify import project_rows
 
             return project_rows(z, self.gi, self.target)
         buf = np.full((self.rows, self.width), -np.inf)
@@ -170,7 +170,7 @@ def solve_coupled(problem: ConsistencyProblem, time_limit: float | None = None) 
     KKT certificate holds, NUMERICAL_ERROR (an incumbent, never released) or TIME_LIMIT otherwise;
     ``info`` has the steps taken, ``L``, the strong-convexity bound ``μ`` and the certificate.
     """
-    from dpopt.estimate.least_squares import normalised_sigmas
+    from dpopt.estimate.engines.least_squares import normalised_sigmas
 
     start = time.perf_counter()
     deadline = None if time_limit is None else start + float(time_limit)

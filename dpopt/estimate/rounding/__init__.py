@@ -5,17 +5,17 @@ every invariant, inequality, structural zero and the hierarchy exactly. Three qu
 asked of it (``method``):
 
 - ``"cellwise"`` — the integer table closest to ``x~`` in L1 *per cell*
-  (:mod:`~dpopt.estimate.rounding_cellwise`: nearest integer, largest remainder, LP vertex or
+  (:mod:`~dpopt.estimate.rounding.cellwise`: nearest integer, largest remainder, LP vertex or
   MIP, whichever is exact for the constraints at hand);
 - ``"controlled"`` — every cell at its floor or ceiling and every *measured* answer at the
   floor or ceiling of its fractional value, with the least L1 change on those answers
-  (:mod:`~dpopt.estimate.controlled_rounding`, the 2020 Census's controlled rounding);
+  (:mod:`~dpopt.estimate.rounding.controlled`, the 2020 Census's controlled rounding);
 - ``"randomized"`` — unbiased (``E[x] = x~``) systematic sampling keeping nested totals, from
-  uniforms the caller draws (:mod:`~dpopt.estimate.rounding_random`).
+  uniforms the caller draws (:mod:`~dpopt.estimate.rounding.randomized`).
 
 ``method="auto"`` is ``"controlled"`` when ``measured`` is given, else ``"cellwise"``. With
 ``failsafe=True`` invariants that admit no integer table are relaxed with the least weighted L1
-slack first (:mod:`~dpopt.estimate.rounding_failsafe`) and the relaxation is reported.
+slack first (:mod:`~dpopt.estimate.rounding.failsafe`) and the relaxation is reported.
 
 Every result states which method and which step produced it, how far each measured query moved
 (``info["measured_change"]``), which answers left their floor/ceil interval
@@ -33,13 +33,13 @@ import pandas as pd
 
 from dpopt.errors import QueryError
 from dpopt.estimate.backends import get_backend
-from dpopt.estimate.controlled_rounding import CELL_WEIGHT, MeasuredQuery, round_controlled
+from dpopt.estimate.rounding.controlled import CELL_WEIGHT, MeasuredQuery, round_controlled
 from dpopt.estimate.result import Result, make_result
-from dpopt.estimate.rounding_cellwise import round_cellwise
-from dpopt.estimate.rounding_failsafe import fractional_invariant_rows, relax_invariants
-from dpopt.estimate.rounding_model import RoundingTable
-from dpopt.estimate.rounding_random import round_randomized
-from dpopt.estimate.rounding_solve import Deadline
+from dpopt.estimate.rounding.cellwise import round_cellwise
+from dpopt.estimate.rounding.failsafe import fractional_invariant_rows, relax_invariants
+from dpopt.estimate.rounding.model import RoundingTable
+from dpopt.estimate.rounding.randomized import round_randomized
+from dpopt.estimate.rounding.solve import Deadline
 from dpopt.estimate.status import Status
 from dpopt.model.constraints import ConstraintSet
 from dpopt.model.measurement import Measurement
@@ -109,12 +109,12 @@ def round_to_integers(
     passes : "auto", "single" or list of lists of int
         Controlled rounding in passes: each list holds indices into ``measured``; pass ``p``
         keeps the answers of earlier passes exactly. ``"auto"``: one pass up to
-        :data:`~dpopt.estimate.controlled_rounding.MAX_PASS_ROWS` measured answers, else
+        :data:`~dpopt.estimate.rounding.controlled.MAX_PASS_ROWS` measured answers, else
         coarse (fewest rows) first.
     mip_gap : float, optional
         Relative gap to the LP bound at which a MIP point counts as optimal (cell-wise:
         1e-9, the exact optimum; controlled: 2e-2, see
-        :data:`~dpopt.estimate.controlled_rounding.CONTROLLED_MIP_GAP`).
+        :data:`~dpopt.estimate.rounding.controlled.CONTROLLED_MIP_GAP`).
     relax : iterable of str, optional
         Names of the invariants the failsafe may relax (default: all of them).
     slack_weights : mapping of str to float, optional

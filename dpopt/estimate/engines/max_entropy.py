@@ -8,11 +8,11 @@ prior (uniform over the free cells unless one is given):
 
 It is the fixed point multiplicative weights converge to from the prior (Hardt, Ligett,
 McSherry 2012, whose updates are entropic mirror descent on the squared loss; see
-:mod:`dpopt.estimate.entropy`), but mirror descent reaches boundary points only
+:mod:`dpopt.estimate.engines.entropy`), but mirror descent reaches boundary points only
 sublinearly. Here it is computed exactly in two convex stages:
 
 1. **The fit.** Non-negative least squares with the total as an exact equality
-   (:func:`dpopt.estimate.least_squares.solve_l2`). Its answers ``b* = Q x*`` are unique
+   (:func:`dpopt.estimate.engines.least_squares.solve_l2`). Its answers ``b* = Q x*`` are unique
    (the loss is strictly convex in ``Q x``), and so is its gradient ``g = Q^T W (Q x* - y)``.
 2. **The face.** Every best fit ``x`` has ``Q x = b*`` and, by complementary slackness
    with the unique gradient, is zero wherever the reduced gradient ``g + A^T mu`` is
@@ -33,8 +33,8 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from dpopt.estimate.exact_fit import MAX_EXACT_FIT_ROWS, fit_exactly, newton_dual, prior_weights
-from dpopt.estimate.least_squares import solve_l2
+from dpopt.estimate.engines.exact_fit import MAX_EXACT_FIT_ROWS, fit_exactly, newton_dual, prior_weights
+from dpopt.estimate.engines.least_squares import solve_l2
 from dpopt.estimate.problem import ConsistencyProblem
 from dpopt.estimate.result import Result, make_result
 from dpopt.estimate.status import Status
@@ -154,7 +154,7 @@ def simplex_gap(problem: ConsistencyProblem, x: np.ndarray, free: np.ndarray,
 def _exact_fourier_fit(problem: ConsistencyProblem, total: float, prior, free: np.ndarray):
     """Fourier coefficients with total ``N`` that some positive table reproduces exactly:
     that table, by Newton's method on the entropy dual over the parities and the total
-    (:func:`dpopt.estimate.exact_fit.fit_exactly`). It is the answer of both stages at once:
+    (:func:`dpopt.estimate.engines.exact_fit.fit_exactly`). It is the answer of both stages at once:
     the loss is 0, so the best fits are the exact fits, and it is their minimum-KL point.
     None when the measurements are not all unnormalised parities, constraints with equality
     or inequality rows are present, or no exact fit exists."""
@@ -307,7 +307,7 @@ def _newton_polish(C, d, weights, v):
 
 
 def _newton_dual(C, d, weights, lam, max_steps: int = 100):
-    """Newton's method on the entropy dual (:func:`dpopt.estimate.exact_fit.newton_dual`) for an
+    """Newton's method on the entropy dual (:func:`dpopt.estimate.engines.exact_fit.newton_dual`) for an
     explicit ``C`` (sparse or dense); the primal ``v`` once ``C v = d`` holds to 1e-11
     relative, else None. Redundant rows are fine (least-squares Newton steps)."""
     if sp.issparse(C):

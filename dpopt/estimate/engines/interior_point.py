@@ -14,7 +14,7 @@ instead works on the dense ``697 x 65,536`` matrix and needs thousands of simple
 The interior point does not stand as the answer. It converges to the analytic centre of
 the optimal face, where the face's cells hold values far above the others (which shrink
 like ``mu / s_j``). Those cells become column generation's first master, and HiGHS then
-solves the LP and certifies it by pricing every cell (:func:`dpopt.estimate.linear.solve_linear`,
+solves the LP and certifies it by pricing every cell (:func:`dpopt.estimate.engines.linear.solve_linear`,
 ``initial="interior"``).
 """
 
@@ -23,14 +23,14 @@ from __future__ import annotations
 import numpy as np
 import scipy.linalg as la
 
-from dpopt.estimate.exact_fit import exact_fit_applies
+from dpopt.estimate.engines.exact_fit import exact_fit_applies
 from dpopt.estimate.problem import ConsistencyProblem
 
 
 def l1_interior_columns(problem: ConsistencyProblem, limit: int, max_iter: int = 80,
                         tol: float = 1e-7) -> np.ndarray | None:
     """Up to ``limit`` free cells most likely in an L1-optimal basis, or None when the method
-    does not apply (see :func:`dpopt.estimate.exact_fit.exact_fit_applies`) or does not converge."""
+    does not apply (see :func:`dpopt.estimate.engines.exact_fit.exact_fit_applies`) or does not converge."""
     if not exact_fit_applies(problem):
         return None
     m = problem.noisy[0]

@@ -48,7 +48,7 @@ import numpy as np
 from dpopt.estimate.problem import ConsistencyProblem, diagonal_of
 from dpopt.estimate.result import Result, make_result
 from dpopt.estimate.status import Status
-from dpopt.estimate.verify import CERTIFICATE_TOL
+from dpopt.estimate.certificates.verify import CERTIFICATE_TOL
 
 __all__ = ["diagonal_of", "separable_applies", "solve_separable"]
 
@@ -149,7 +149,7 @@ def solve_separable(problem: ConsistencyProblem, time_limit: float | None = None
     if problem.objective == "entropy" and not problem.constraints.invariants:
         extra_total = problem.total_estimate()
     if problem.objective == "smooth":
-        from dpopt.estimate.smooth import held_total
+        from dpopt.estimate.engines.smooth import held_total
 
         extra_total = held_total(problem, "estimate")
     cells = _cells(problem, free, extra_total)
@@ -159,7 +159,7 @@ def solve_separable(problem: ConsistencyProblem, time_limit: float | None = None
     if objective in ("l2", "entropy"):
         v, certificate = _quadratic(cells)
     elif objective == "smooth":
-        from dpopt.estimate.smooth import STEPS, default_smoothing, prior_total, relative_entropy, smooth_weight
+        from dpopt.estimate.engines.smooth import STEPS, default_smoothing, prior_total, relative_entropy, smooth_weight
 
         # The smooth engine's defaults: STEPS proximal steps from the uniform prior (its module notes).
         c = default_smoothing(STEPS)

@@ -1,6 +1,6 @@
 """Warm-started multiplicative-weights passes over a growing list of measurements.
 
-The entropy engine (:mod:`dpopt.estimate.entropy`) solves a whole problem from scratch.
+The entropy engine (:mod:`dpopt.estimate.engines.entropy`) solves a whole problem from scratch.
 MWEM (Hardt, Ligett, McSherry, NIPS 2012, Fig. 1) instead adds one measurement per round
 and re-applies the update over all past measurements, starting from the previous
 estimate. This module holds that state: a dense table ``x`` with a fixed total, the
@@ -22,7 +22,7 @@ Marginal blocks on dense domains take a fast path (:class:`MarginalIndex`): the 
 viewed as a matrix and ``Q x``, ``Q^T r`` are two thin matrix products each.
 
 Repeated passes follow the boost schedule shared with the entropy engine
-(:class:`~dpopt.estimate.proportional.BoostSchedule`): the step grows by half after a pass
+(:class:`~dpopt.estimate.engines.proportional.BoostSchedule`): the step grows by half after a pass
 that lowered the squared residual (up to ``max_boost`` times the paper's) and a pass that
 raised it is undone with a smaller step. Structural zeros are cells held at zero from the
 start; invariants (totals, marginals: counting queries with disjoint rows) are restored by
@@ -36,7 +36,7 @@ from typing import Hashable, Sequence
 import numpy as np
 
 from dpopt.errors import SolverError
-from dpopt.estimate.proportional import BoostSchedule, counting_invariant, proportional_fit
+from dpopt.estimate.engines.proportional import BoostSchedule, counting_invariant, proportional_fit
 from dpopt.model.domain import Domain
 from dpopt.model.queries import abs_power_rmatvec
 from dpopt.model.queries.base import LinearQuery

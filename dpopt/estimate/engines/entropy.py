@@ -27,15 +27,15 @@ import time
 import numpy as np
 
 from dpopt.errors import SolverError
-from dpopt.estimate.max_entropy import exact_entropy_applies, simplex_gap, solve_max_entropy
+from dpopt.estimate.engines.max_entropy import exact_entropy_applies, simplex_gap, solve_max_entropy
 from dpopt.estimate.problem import ConsistencyProblem
-from dpopt.estimate.proportional import BoostSchedule, counting_invariant, proportional_fit
+from dpopt.estimate.engines.proportional import BoostSchedule, counting_invariant, proportional_fit
 from dpopt.estimate.result import Result, make_result
 from dpopt.estimate.status import Status
-from dpopt.estimate.verify import largest_eigenvalue, project_rows
+from dpopt.estimate.certificates.verify import largest_eigenvalue, project_rows
 
 ENTROPY_OPTIONS = ("max_passes", "tol", "ipf_sweeps", "initial", "simultaneous")
-#: The entropy objective's solvers: the exact two-stage method (:mod:`dpopt.estimate.max_entropy`)
+#: The entropy objective's solvers: the exact two-stage method (:mod:`dpopt.estimate.engines.max_entropy`)
 #: and multiplicative weights (this module).
 ENTROPY_BACKENDS = ("exact", "mw")
 #: Largest multiple of the paper's step the adaptive schedule may reach.
@@ -60,7 +60,7 @@ def solve_entropy(
 
     Backends: ``"exact"`` (the default where it applies: non-negative tables without
     inequalities) computes it in two convex stages, a least-squares fit and an
-    exponential-cone program on the optimal face (:mod:`dpopt.estimate.max_entropy`);
+    exponential-cone program on the optimal face (:mod:`dpopt.estimate.engines.max_entropy`);
     ``"mw"`` runs multiplicative weights from the uniform table (this module's notes),
     which approaches the same point, only sublinearly near the boundary, and takes the
     options ``max_passes``, ``tol``, ``ipf_sweeps`` and ``simultaneous`` (passing one of
@@ -216,7 +216,7 @@ def _frank_wolfe_gap(problem: ConsistencyProblem, x: np.ndarray, free: np.ndarra
         return 0.0  # no loss: every feasible table is a best fit
     if not invariants:
         return simplex_gap(problem, x, free)
-    from dpopt.estimate.separable import row_groups
+    from dpopt.estimate.engines.separable import row_groups
 
     groups = row_groups(problem)
     if groups is None or (groups[0][free] < 0).any():
@@ -238,7 +238,7 @@ def _natural_residual(problem: ConsistencyProblem, x: np.ndarray, free: np.ndarr
     set (the scaled simplex, or the invariants' disjoint rows when they cover every free cell)
     and ``L`` the gradient's Lipschitz constant: 0 exactly at the best fits; None when the
     invariants overlap (no cheap projection)."""
-    from dpopt.estimate.separable import row_groups
+    from dpopt.estimate.engines.separable import row_groups
 
     if not problem.noisy:
         return 0.0

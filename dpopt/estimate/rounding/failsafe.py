@@ -24,8 +24,8 @@ import scipy.sparse as sp
 from dpopt.errors import QueryError
 from dpopt.estimate.backends.base import Backend
 from dpopt.estimate.form import ProgramForm
-from dpopt.estimate.rounding_model import RoundingTable
-from dpopt.estimate.rounding_solve import Deadline, IntegerSolve, solve_integer_program
+from dpopt.estimate.rounding.model import RoundingTable
+from dpopt.estimate.rounding.solve import Deadline, IntegerSolve, solve_integer_program
 from dpopt.model.constraints import ConstraintSet, Invariant
 
 __all__ = ["relax_invariants", "fractional_invariant_rows"]

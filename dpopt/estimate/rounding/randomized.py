@@ -28,8 +28,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from dpopt.errors import QueryError
-from dpopt.estimate.rounding_model import RoundingTable, disjoint_counting_rows
-from dpopt.estimate.rounding_solve import IntegerSolve
+from dpopt.estimate.rounding.model import RoundingTable, disjoint_counting_rows
+from dpopt.estimate.rounding.solve import IntegerSolve
 from dpopt.estimate.status import Status
 
 __all__ = ["round_randomized", "GRID_BITS"]

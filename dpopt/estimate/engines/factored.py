@@ -18,7 +18,7 @@ for a query ``q`` on attributes ``S`` inside one group ``g`` multiplies only ``P
 other factors cancel in the renormalisation. Repeated passes over past measurements
 therefore act group by group (a group's passes use only its own measurements), and updates
 of different groups commute; passing over every measurement in creation order gives
-exactly the dense :class:`~dpopt.estimate.mw_step.MWState` result. The total ``n`` holds by
+exactly the dense :class:`~dpopt.estimate.engines.mw_step.MWState` result. The total ``n`` holds by
 construction (each ``P_g`` sums to 1).
 
 For binary domains, :class:`BinaryMarginalCells` keeps every cell of every ``k``-way
@@ -46,7 +46,7 @@ from typing import Hashable, Iterable, Mapping, Sequence
 import numpy as np
 
 from dpopt.errors import DomainError, QueryError, SolverError
-from dpopt.estimate.proportional import counting_invariant, proportional_fit
+from dpopt.estimate.engines.proportional import counting_invariant, proportional_fit
 from dpopt.model.binary_marginals import (
     attribute_combinations,
     cells_from_subset_moments,
@@ -354,7 +354,7 @@ class FactoredTable:
         ``query`` is a counting query of the domain with 0/1 entries and disjoint rows (a total
         or a marginal) depending only on ``attrs``, which must lie in one group (:meth:`merge`
         them first). Each such group's table is fitted by
-        :func:`~dpopt.estimate.proportional.proportional_fit` (the KL projection), kept at the
+        :func:`~dpopt.estimate.engines.proportional.proportional_fit` (the KL projection), kept at the
         table's total, until every invariant holds within ``tol`` times ``1 + max |value|``.
         Returns the most sweeps a group needed; raises :class:`SolverError` when ``max_sweeps``
         do not get there (the invariants then contradict the structural zeros or each other).
@@ -394,7 +394,7 @@ def _preview_groups(groups: list[list[str]], k: int = 4) -> str:
 class FactoredTerm:
     """Every measurement of one marginal: the sums and counts of the noisy answers per cell.
 
-    As :class:`~dpopt.estimate.mw_step.MWTerm` for a marginal block: the update of a term
+    As :class:`~dpopt.estimate.engines.mw_step.MWTerm` for a marginal block: the update of a term
     applies all its measurements at once, ``r = sums - counts * q(A)``.
     """
 
@@ -417,7 +417,7 @@ class FactoredTerm:
 class FactoredMWState:
     """MW over a :class:`FactoredTable` with marginal-cell and whole-marginal measurements.
 
-    The factored counterpart of :class:`~dpopt.estimate.mw_step.MWState` (same terms,
+    The factored counterpart of :class:`~dpopt.estimate.engines.mw_step.MWState` (same terms,
     same step ``eta = 1/(2n)`` for marginal cells, whose columns have L1 norm 1), so that
     the same sequence of measurements and passes gives the same estimate.
 

@@ -33,7 +33,7 @@ import scipy.sparse as sp
 
 from dpopt.estimate.backends.base import Backend
 from dpopt.estimate.form import ProgramForm
-from dpopt.estimate.rounding_model import INTEGRAL_TOL
+from dpopt.estimate.rounding.model import INTEGRAL_TOL
 from dpopt.estimate.status import Status
 
 __all__ = ["IntegerSolve", "solve_integer_program", "Deadline"]

@@ -6,7 +6,7 @@ back to the original units and checked against the *original* problem:
 
 - the objective, the constraint table and the measurement table are recomputed by dpopt
   at the returned table (never taken from a solver);
-- every constraint must hold to :func:`~dpopt.estimate.verify.feasibility_tolerance`. A
+- every constraint must hold to :func:`~dpopt.estimate.certificates.verify.feasibility_tolerance`. A
   solver's point that misses an invariant by a little more than that (CBC stops at 1e-7
   relative) is *polished*: the smallest change of its positive cells that meets every
   equality exactly (:func:`polish_equalities`), recorded in ``info["polished"]``. A point
@@ -34,7 +34,7 @@ def in_original_units(result: Result, problem: ConsistencyProblem, prepared: Pre
     x = None if result.x is None else np.asarray(result.x, dtype=np.float64) * scale
     info = dict(result.info)
     if problem.objective == "smooth":
-        from dpopt.estimate.smooth import in_units
+        from dpopt.estimate.engines.smooth import in_units
 
         info = in_units(info, scale)
     if scale != 1.0:

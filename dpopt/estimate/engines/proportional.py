@@ -1,7 +1,7 @@
 """What the multiplicative-weights engines share: proportional fitting and the boost schedule.
 
-Both :mod:`dpopt.estimate.entropy` (a whole problem from the uniform table) and
-:mod:`dpopt.estimate.mw_step` (MWEM's warm-started passes) keep invariants by iterative
+Both :mod:`dpopt.estimate.engines.entropy` (a whole problem from the uniform table) and
+:mod:`dpopt.estimate.engines.mw_step` (MWEM's warm-started passes) keep invariants by iterative
 proportional fitting and let the update's step grow while the squared residual falls.
 
 **Proportional fitting** (Deming and Stephan 1940; the Bregman projection for the KL

@@ -15,12 +15,12 @@ solution exists whenever any integer table meets the constraints). Fast paths, e
   the cheapest ``1 − 2 f`` steps are those of the largest fractions ``f``, and any further
   step costs 1, so greedy is optimal;
 - otherwise the LP (integral vertex when the rows are totally unimodular), then the MIP
-  (:func:`~dpopt.estimate.rounding_solve.solve_integer_program`).
+  (:func:`~dpopt.estimate.rounding.solve.solve_integer_program`).
 
 This per-cell objective is what the issue that introduced controlled rounding measured as
 biased on sparse tables: with 0.06 persons per cell it sends thousands of small fractions to
 0 and piles the mass elsewhere. It stays the exact answer to its own question and the last
-fallback of :mod:`dpopt.estimate.controlled_rounding`.
+fallback of :mod:`dpopt.estimate.rounding.controlled`.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ import scipy.sparse as sp
 
 from dpopt.estimate.backends.base import Backend
 from dpopt.estimate.form import ProgramForm
-from dpopt.estimate.rounding_model import RoundingTable, disjoint_counting_rows, looks_totally_unimodular
-from dpopt.estimate.rounding_solve import Deadline, IntegerSolve, solve_integer_program
+from dpopt.estimate.rounding.model import RoundingTable, disjoint_counting_rows, looks_totally_unimodular
+from dpopt.estimate.rounding.solve import Deadline, IntegerSolve, solve_integer_program
 from dpopt.estimate.status import Status
 
 __all__ = ["round_cellwise", "CELLWISE_MIP_GAP"]

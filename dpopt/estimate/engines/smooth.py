@@ -74,7 +74,7 @@ at ``x``, computed from ``x`` itself and the invariants' multipliers, vanishes o
 of one noise s.d. on every row, whichever is larger: a late step barely moves and its terms are
 then rounding-sized); the invariants and the held total hold (``info["invariant_residual"]``);
 and the duality gap ``Φ_K(x) − g(ν)`` (``info["duality_gap"]``, relative) is below
-:data:`~dpopt.estimate.verify.CERTIFICATE_TOL`.
+:data:`~dpopt.estimate.certificates.verify.CERTIFICATE_TOL`.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ from dpopt.errors import SolverError
 from dpopt.estimate.problem import ConsistencyProblem
 from dpopt.estimate.result import Result, make_result
 from dpopt.estimate.status import Status
-from dpopt.estimate.verify import CERTIFICATE_TOL
+from dpopt.estimate.certificates.verify import CERTIFICATE_TOL
 from dpopt.model.queries import Identity, Marginal, MarginalWorkload, Total
 
 __all__ = ["SMOOTH_OPTIONS", "STEPS", "default_smoothing", "relative_entropy", "smooth_weight", "solve_smooth"]

@@ -21,7 +21,7 @@ from scipy.sparse.linalg import LinearOperator, lsqr
 
 from dpopt.errors import SolverError
 from dpopt.estimate.backends import get_backend
-from dpopt.estimate.exact_fit import exact_fit_result
+from dpopt.estimate.engines.exact_fit import exact_fit_result
 from dpopt.estimate.form import LeastSquaresForm, ProgramForm
 from dpopt.estimate.policy import choose_backend
 from dpopt.estimate.problem import ConsistencyProblem

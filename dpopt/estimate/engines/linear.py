@@ -28,9 +28,9 @@ import scipy.sparse as sp
 
 from dpopt.errors import SolverError
 from dpopt.estimate.form import ProgramForm
-from dpopt.estimate.exact_fit import certified_exact_fit, exact_fit_result
-from dpopt.estimate.interior_point import l1_interior_columns
-from dpopt.estimate.least_squares import nnls_by_column_generation, normalised_sigmas
+from dpopt.estimate.engines.exact_fit import certified_exact_fit, exact_fit_result
+from dpopt.estimate.engines.interior_point import l1_interior_columns
+from dpopt.estimate.engines.least_squares import nnls_by_column_generation, normalised_sigmas
 from dpopt.estimate.policy import choose_backend
 from dpopt.estimate.problem import ConsistencyProblem
 from dpopt.estimate.result import Result, from_outcome, make_result
@@ -83,11 +83,11 @@ def solve_linear(
     every measurement exactly it is returned at once: zero is the objective's lower bound.
     ``"score"`` starts from the cells most supported by the measurements only.
     ``"interior"`` (L1 on Fourier coefficients) starts from the optimal face as a matrix-free
-    interior-point method sees it (:mod:`dpopt.estimate.interior_point`), which usually
+    interior-point method sees it (:mod:`dpopt.estimate.engines.interior_point`), which usually
     leaves one simplex round. ``"auto"`` (default) is ``"interior"`` where it applies, else
     ``"nnls"``. ``first_method`` is HiGHS's method for the first master (default ``"ipm"``,
     ``"simplex"`` after the interior start). ``exact_fit`` first looks for a
-    table that reproduces every measurement (:mod:`dpopt.estimate.exact_fit`; Fourier
+    table that reproduces every measurement (:mod:`dpopt.estimate.engines.exact_fit`; Fourier
     coefficients on large domains), which is optimal at once: ``"basic"`` a vertex (at most
     one positive cell per row, as a simplex method returns), ``"interior"`` the
     maximum-entropy exact fit (every free cell positive), None not at all.
