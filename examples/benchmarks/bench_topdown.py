@@ -405,38 +405,43 @@ def size_bias(released: np.ndarray, true: np.ndarray, allowed: np.ndarray) -> np
 
 
 def _census_plots(out: dict, directory: Path, names: list) -> None:
+    """Left: each table's error over its bottom-up's (``bu_issue`` for ``td_new_leaves``, ``bu`` for the
+    others); right: the bias of each level's detailed cells by true count, one panel per level."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     directory.mkdir(parents=True, exist_ok=True)
     keys = list(out["errors"])
-    fig = Figure(figsize=(12, 4.5), dpi=100)
+    levels = list(dict.fromkeys(k.split(" | ")[0] for k in out["bias"]))
+    fig = Figure(figsize=(6 + 3.6 * len(levels), 4.6), dpi=100)
     FigureCanvasAgg(fig)
-    ax = fig.add_subplot(1, 2, 1)
-    base = np.array([out["errors"][k]["bu"] for k in keys])
+    grid = fig.add_gridspec(1, 1 + len(levels), width_ratios=[1.7] + [1] * len(levels))
+    ax = fig.add_subplot(grid[0, 0])
     for name in names:
-        if name != "bu":
-            ax.plot(np.arange(len(keys)), [out["errors"][k][name] for k in keys] / base, marker="o", label=name)
+        if name.startswith("bu"):
+            continue
+        base = "bu_issue" if name == "td_new_leaves" else "bu"
+        ratio = [out["errors"][k][name] / out["errors"][k][base] for k in keys]
+        ax.plot(np.arange(len(keys)), ratio, marker="o", label=f"{name} / {base}")
     ax.axhline(1.0, color="k", lw=0.8, ls="--")
     ax.set_yscale("log")
     ax.set_xticks(np.arange(len(keys)))
     ax.set_xticklabels(keys, rotation=75, fontsize=7)
-    ax.set_ylabel("error / bottom-up's error")
+    ax.set_ylabel("mean absolute error / bottom-up's")
     ax.set_title(f"{out['rows']:,} persons, {out['seeds']} seeds")
     ax.legend(fontsize=7)
-    ax = fig.add_subplot(1, 2, 2)
-    levels = list(dict.fromkeys(k.split(" | ")[0] for k in out["bias"]))
-    for name in names:
-        for level, style in zip(levels, ("-", "--", ":")):
-            ax.plot(range(11), [out["bias"][f"{level} | {g}"][name] for g in BIAS_GROUPS], ls=style,
-                    marker=".", label=f"{name}, {level}")
-    ax.axhline(0.0, color="k", lw=0.8)
-    ax.set_xticks(range(11))
-    ax.set_xticklabels(["0"] + [str(d) for d in range(1, 11)])
-    ax.set_xlabel("true count: 0, then deciles of the others (1 = smallest)")
-    ax.set_ylabel("mean released − true per cell")
-    ax.set_title("small-count bias of the detailed tables")
-    ax.legend(fontsize=5, ncol=2)
+    for i, level in enumerate(levels):
+        ax = fig.add_subplot(grid[0, 1 + i])
+        for name in names:
+            ax.plot(range(11), [out["bias"][f"{level} | {g}"][name] for g in BIAS_GROUPS], marker=".", label=name)
+        ax.axhline(0.0, color="k", lw=0.8)
+        ax.set_xticks(range(11))
+        ax.set_xticklabels(["0"] + [str(d) for d in range(1, 11)], fontsize=7)
+        ax.set_xlabel("true count: 0, then deciles")
+        ax.set_title(f"bias of the {level} cells")
+        if i == 0:
+            ax.set_ylabel("mean released − true per cell")
+            ax.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(directory / f"topdown_census_{out['rows']}.png")
 

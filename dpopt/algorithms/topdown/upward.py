@@ -2,8 +2,8 @@
 
 Top-down fits each level against its parent, so a parent's table should be estimated as well
 as the data allow: from its own noisy answers *and* from everything measured below it. Hay,
-Rastogi, Miklau and Suciu (VLDB 2010, §4.2, "Boosting the accuracy of differentially private
-histograms through consistency") do this for a tree of single counts in two passes; the upward
+Rastogi, Miklau and Suciu (VLDB 2010, "Boosting the accuracy of differentially private histograms
+through consistency") do this for a tree of single counts in two passes; the upward
 pass computes, leaves first,
 
     z_v = (y_v / σ_v² + s_v / τ_v²) / (1 / σ_v² + 1 / τ_v²),    s_v = Σ_{c child of v} z_c,
@@ -17,11 +17,15 @@ The recursion runs once per distinct query (:func:`estimates`): for every unit a
 asked on its level or below, the answers and their variance per unit. The parent's table is
 then fitted (:mod:`~dpopt.algorithms.topdown.solve`) to all its queries' combined answers at
 once — generalised least squares with weights ``1/Var`` — which is where the queries inform
-each other. In a tree whose subtrees of a level are alike (the same number of children below
-every unit of a level) this is the exact GLS estimate of each unit from every measurement in
-its subtree (its own and its descendants': by symmetry it depends on a level's answers only
-through their sums); otherwise it is unbiased with the stated variances and within a little of
-it.
+each other. Per query the recursion is the exact best linear unbiased estimate of each unit's
+answers from that query's measurements in its subtree, in any tree (each row of a query is a
+tree of single counts, Hay et al.'s case). Across queries it is the exact GLS estimate of each
+unit from every measurement in its subtree when the subtrees of a level are alike (as many
+descendants below every unit of a level: by symmetry the estimate then depends on a level's
+answers only through their sums); otherwise it is unbiased with the stated variances and a
+little above the GLS variance, which Cumings-Menon and Zhuravlev (2024, "Least squares
+estimation for hierarchical data", arXiv:2404.13164, the Census Bureau's estimator for the 2020
+noisy measurements) compute exactly with full covariance blocks per unit.
 
 The children's problem then uses each child's combined answers too (the downward half: the
 children are fitted to their subtree estimates, under the parent's table). Everything here is
