@@ -296,6 +296,8 @@ def test_a_sparse_level_is_warned_of_from_the_release_itself(tmp_path):
     sparse = run(parse_spec_text(AUTO_SPEC.format(rows=300, epsilon="0.1")), seed=3)
     dense = run(parse_spec_text(AUTO_SPEC.format(rows=60000, epsilon=4)), seed=3)
     assert sparse.success and dense.success
+    split = sparse.report["algorithm"]["split"]
+    assert sum(Fraction(v) for v in split["shares"].values()) == 1 and set(split["expected_rmse"]) == set(split["shares"])
     warned = [n for n in sparse.notes if "above their average released count per cell" in n]
     assert warned and not [n for n in dense.notes if "above their average released count per cell" in n]
     # The average is the release's own: its root total over units and allowed cells (no confidential value).

@@ -648,6 +648,9 @@ class TopDown(Algorithm):
                 "levels": [lv.report for lv in outcome.levels], "failsafe": outcome.failsafe,
                 "invariants": [{"name": inv.name, "level": geography.names[inv.level], "units": int(inv.units.size),
                                 "derived": inv.derived} for inv in invariants]}
+        if details.split is not None:
+            info["split"] = {"chosen_by": "expected error", "shares": {k: str(v) for k, v in details.split.shares.items()},
+                             "expected_rmse": details.split.rmse, "expected_rmse_last_level_only": details.split.baseline}
         extra = {"geography": geography, "characteristics": chars, "level_tables": tables, "noisy": noisy,
                  "failsafe": outcome.failsafe,
                  "solve_times": {lv.name: np.array([s.times.get("total", 0.0) for s in lv.solutions])
