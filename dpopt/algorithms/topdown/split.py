@@ -101,7 +101,7 @@ class SplitChoice:
     objective: float
 
 
-def _eigen(query, chars: Domain) -> np.ndarray:
+def _eigen(query) -> np.ndarray:
     gram = gram_of(query)
     if not isinstance(gram, MarginalsGram):
         raise ParameterError(f"the budget split by expected error needs detailed tables, marginals or totals; "
@@ -118,7 +118,7 @@ class _Model:
         self.depth = geography.depth
         self.m = sizes[:, None] / sizes[None, :]          # m[i, j]: level-i units below a level-j unit
         self.D = np.diff(np.concatenate([[0.0], sizes]))  # D[j]: dimensions of component j per cell
-        self.lam = np.stack([_eigen(e.query, chars).ravel() for e in entries])    # (queries, subsets)
+        self.lam = np.stack([_eigen(e.query).ravel() for e in entries])    # (queries, subsets)
         self.dims = MarginalsGram.of_sets(chars, [()]).dimensions().ravel()
         self.level = np.array([e.level for e in entries])
         self.weight = np.array([e.weight for e in entries], dtype=np.float64)
