@@ -165,6 +165,36 @@ def test_check_prints_the_plan_without_reading_data(tmp_path, capsys, monkeypatc
     assert sorted(tmp_path.iterdir()) == sorted([data, spec])
 
 
+@pytest.mark.parametrize("path", sorted((REPO / "models").glob("*.toml")), ids=lambda p: p.stem)
+def test_check_passes_on_every_shipped_spec_without_data(path, capsys):
+    """``dpopt check models/X.toml``, as the specs' own header comments show it: no --data."""
+    assert main(["check", str(path)]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    name = load_spec(path).name
+    assert out.startswith(f"release {name!r} ({path})\n")
+    assert out.rstrip().endswith("spec OK: nothing was read or written")
+    if "source = \"file\"" in path.read_text():  # the real-data specs name their file at run time
+        assert "data: a CSV or Parquet file, not named yet" in out
+
+
+def test_run_without_data_and_check_with_a_missing_file_fail_before_the_plan(tmp_path, capsys, monkeypatch):
+    """The data path is the run's business: ``run`` without one, or ``check --data`` naming a file
+    that is not there, fail at once, before the algorithm's (possibly slow) plan."""
+    from dpopt.algorithms.base import get_algorithm
+
+    def no_planning(*args, **kwargs):
+        raise AssertionError("the data path is checked before the algorithm plans")
+
+    monkeypatch.setattr(get_algorithm("measure_reconstruct"), "plan", no_planning)
+    out = tmp_path / "out"
+    assert main(["run", str(REPO / "models" / "czech.toml"), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "key 'data.path': no data file given" in err and "--data PATH" in err and len(err.splitlines()) == 1
+    assert main(["check", str(REPO / "models" / "czech.toml"), "--data", str(tmp_path / "missing.csv")]) == 1
+    assert "--data: file" in capsys.readouterr().err
+    assert sorted(tmp_path.iterdir()) == []
+
+
 def test_models_lists_the_builtin_specs(capsys):
     assert main(["models"]) == 0
     text = capsys.readouterr().out
