@@ -18,6 +18,7 @@ from dpopt.datasets.census import (
     state_totals,
     structural_zero_mask_of_records,
 )
+from dpopt.errors import DpoptError
 from dpopt.release.outputs import read_released
 from dpopt.spec import load_spec
 
@@ -193,6 +194,26 @@ def test_run_without_data_and_check_with_a_missing_file_fail_before_the_plan(tmp
     assert main(["check", str(REPO / "models" / "czech.toml"), "--data", str(tmp_path / "missing.csv")]) == 1
     assert "--data: file" in capsys.readouterr().err
     assert sorted(tmp_path.iterdir()) == []
+
+
+def test_spark_without_the_extra_is_a_one_line_error_naming_it(tmp_path, capsys, monkeypatch):
+    """pyspark is the ``spark`` extra: a spec asking for the Spark executor where it is not
+    installed fails at ``check`` (before any data), in one line that says what to install."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pyspark", None)  # as if not installed: find_spec and import both fail
+    text = (REPO / "models" / "census_topdown.toml").read_text()
+    assert 'executor = "serial"' in text
+    spec = tmp_path / "spark.toml"
+    spec.write_text(text.replace('executor = "serial"', 'executor = "spark"'))
+    assert main(["check", str(spec)]) == 1
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "key 'topdown" in err, err
+    assert "executor 'spark' needs pyspark" in err and 'pip install "dpopt[spark]"' in err
+    from dpopt.algorithms.topdown.executors import spark_session
+
+    with pytest.raises(DpoptError, match=r"dpopt\[spark\]"):
+        spark_session("local[1]")
 
 
 def test_models_lists_the_builtin_specs(capsys):
