@@ -196,6 +196,19 @@ def test_run_without_data_and_check_with_a_missing_file_fail_before_the_plan(tmp
     assert sorted(tmp_path.iterdir()) == []
 
 
+def test_a_spec_naming_a_file_that_is_not_here_passes_check_and_fails_run(tmp_path, capsys):
+    """A spec written for the machine that holds the data is checked anywhere; the run refuses."""
+    spec = tmp_path / "spec.toml"
+    spec.write_text(_edit(SMALL, 'source = "example"\nrows = 800', 'path = "elsewhere/people.csv"'))
+    assert main(["check", str(spec)]) == 0
+    out = capsys.readouterr().out
+    assert f"data: {tmp_path / 'elsewhere' / 'people.csv'}, not found here" in out
+    assert main(["run", str(spec), "--out", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert "key 'data.path': file 'elsewhere/people.csv' does not exist (looked for" in err
+    assert len(err.splitlines()) == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["spec.toml"]
+
+
 def test_spark_without_the_extra_is_a_one_line_error_naming_it(tmp_path, capsys, monkeypatch):
     """pyspark is the ``spark`` extra: a spec asking for the Spark executor where it is not
     installed fails at ``check`` (before any data), in one line that says what to install."""

@@ -124,6 +124,8 @@ class ReleasePlan:
         elif self.data_source == "none":
             lines.append(f"data: a {spec.data.format or 'CSV or Parquet'} file, not named yet "
                          "(`dpopt run` needs data.path in the spec or --data PATH)")
+        elif self.data_format is None:
+            lines.append(f"data: {self.data_path}, not found here (`dpopt run` needs it, or --data PATH)")
         else:
             lines.append(f"data: {self.data_path} ({self.data_format}"
                          + (f", count column {spec.data.count_column!r}" if spec.data.count_column else "") + ")")
@@ -363,11 +365,17 @@ def _plan_data(spec: ReleaseSpec, data: Any, domain: Domain, required: bool = Tr
     if data is None:
         if spec.data.source == "example":
             return "example", None, None, None
-        if spec.data.path is None and not required:
+        path = spec.data.path
+        if path is None and not required:
             return "none", None, None, None
-        if spec.data.path is None:
+        if path is None:
             raise spec.error(("data", "path"), NO_DATA)
-        return "file", spec.data.path, spec.data.format, None
+        if not path.is_file():
+            if not required:  # named, but not on this machine: described as such
+                return "file", path, None, None
+            raise spec.error(("data", "path"), f"file {spec.raw['data']['path']!r} does not exist (looked for "
+                                               f"{str(path)!r})")
+        return "file", path, spec.data.format or data_format(path, spec.where(("data", "path"))), None
     if isinstance(data, (pd.DataFrame, Dataset)):
         if isinstance(data, Dataset) and data.domain != domain:
             raise SpecError(f"data: the given Dataset is over {data.domain}, not the spec's domain {domain}")
