@@ -184,11 +184,10 @@ def _run_summary(release, seconds: float) -> str:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from dpopt.release.plan import describe_heading, plan
     from dpopt.spec import load_spec
 
     spec = load_spec(args.spec)
-    from dpopt.release.plan import describe_heading, plan
-
     print("\n".join(describe_heading(spec)), flush=True)  # at once: the plan may take a while
     p = plan(spec, data=args.data, require_data=False)  # the data file is the run's business (or --data's)
     print(p.describe(heading=False))

@@ -214,7 +214,8 @@ def test_spark_without_the_extra_is_a_one_line_error_naming_it(tmp_path, capsys,
     installed fails at ``check`` (before any data), in one line that says what to install."""
     import sys
 
-    monkeypatch.setitem(sys.modules, "pyspark", None)  # as if not installed: find_spec and import both fail
+    for name in ["pyspark"] + [m for m in sys.modules if m.startswith("pyspark.")]:  # as if not installed (even
+        monkeypatch.setitem(sys.modules, name, None)  # after the Spark tests): find_spec and import both fail
     text = (REPO / "models" / "census_topdown.toml").read_text()
     assert 'executor = "serial"' in text
     spec = tmp_path / "spark.toml"
