@@ -61,6 +61,16 @@ class Deadline:
     def expired(self) -> bool:
         return self.end is not None and time.perf_counter() >= self.end
 
+    def capped(self, seconds: float | None) -> "Deadline":
+        """A deadline ``seconds`` from now, or this one if it comes first."""
+        out = Deadline(None)
+        if seconds is None:
+            out.end = self.end
+        else:
+            end = time.perf_counter() + float(seconds)
+            out.end = end if self.end is None else min(end, self.end)
+        return out
+
 
 @dataclass
 class IntegerSolve:
@@ -149,7 +159,9 @@ def solve_integer_program(
         Backend options (``mip_gap`` is set here).
     """
     stages: list[dict] = []
-    options = {k: v for k, v in options.items() if k != "mip_gap"}
+    # Rounding never needs the conflicting rows of an infeasible program (an IIS search is one
+    # MIP per group: minutes on rochdale); the caller reports infeasibility itself.
+    options = {**{k: v for k, v in options.items() if k != "mip_gap"}, "conflicts": False}
     lp = engine.solve(replace(form, integrality=None), time_limit=deadline.left(), **options)
     stages.append(_stage("LP relaxation", lp))
     common = {"backend": lp.backend, "solver": lp.solver, "stages": stages}
