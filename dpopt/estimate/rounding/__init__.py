@@ -185,7 +185,7 @@ def round_to_integers(
             return round_cellwise(tab, engine, deadline, mip_gap, options)
         values, solve, inf = round_controlled(tab, specs, engine, deadline, mip_gap=mip_gap,
                                               cell_weight=cell_weight, passes=passes, options=options)
-        if values is None and not (solve.status is Status.TIME_LIMIT and solve.x is not None):
+        if values is None and not (solve.status in (Status.TIME_LIMIT, Status.ITERATION_LIMIT) and solve.x is not None):
             # Last fallback: the per-cell optimum, reported.
             fallback = {"from": "controlled", "status": solve.status.name, "reason": solve.message,
                         "passes": inf["passes"]}

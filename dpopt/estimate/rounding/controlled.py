@@ -196,8 +196,10 @@ def round_controlled(
             fixed.append(_Rows(r.label, r.query, released, released, "released"))
     done = b is not None and len(records) == len(groups)
     if done and solve is not None and any(r["status"] != "OPTIMAL" for r in records):
-        # An earlier pass stopped on its time limit: the whole rounding is an incumbent.
-        solve.status, solve.incumbent = Status.TIME_LIMIT, True
+        # Some pass was not certified (time limit, or a local search short of the gap): the whole
+        # rounding is an incumbent, with that pass's status.
+        worst = next(r["status"] for r in records if r["status"] != "OPTIMAL")
+        solve.status, solve.incumbent = Status[worst], True
     info = {
         "method": "controlled" + (f" ({len(groups)} passes)" if len(groups) > 1 else ""),
         "passes": records,
@@ -391,7 +393,8 @@ def _one_pass(table, current, others, engine, deadline, gap, cell_weight, option
     whole = table.k <= DIRECT_MAX
     tu = whole and prog.looks_totally_unimodular()
     record["totally_unimodular_rows"] = tu
-    if not whole and prog.fractional.size > NEIGHBOURHOOD_CELLS:
+    searched = None if whole else _walk_and_search(prog, b, deadline, record)
+    if searched is None and not whole and prog.fractional.size > NEIGHBOURHOOD_CELLS:
         axes = prog.walk_families()
         if axes is not None:
             cells = table.free[prog.fractional]
@@ -400,6 +403,18 @@ def _one_pass(table, current, others, engine, deadline, gap, cell_weight, option
                                       axes, deadline)
             b[prog.fractional] = y
             record["walk"] = stats.as_dict()
+    if searched is not None:
+        b, solve = searched
+        bound = row_bound(table, current, cell_weight)
+        solve.bound = bound
+        certified = solve.gap is not None and solve.gap <= gap
+        solve.status = Status.OPTIMAL if certified else Status.ITERATION_LIMIT
+        solve.incumbent = not certified
+        solve.message += f"; certified gap {solve.gap:.3g} against the per-query bound (requested {gap:g})"
+        exceptions = prog.exceptions(b)
+        record.update(mode="soft" if exceptions else "hard", exceptions=exceptions, status=solve.status.name,
+                      step=solve.step, gap=solve.gap, objective=solve.objective, lower_bound=solve.bound, stages=[])
+        return b, solve, record
     cols, pricing, bound = _neighbourhood(prog, b, engine, deadline, whole, options)
     record["pricing"] = pricing
     if not whole:
@@ -434,6 +449,70 @@ def _one_pass(table, current, others, engine, deadline, gap, cell_weight, option
                   step=solve.step, gap=solve.gap, objective=solve.objective, lower_bound=solve.bound,
                   stages=solve.stages)
     return b, solve, record
+
+
+def _walk_and_search(prog: "_Pass", b: np.ndarray, deadline: Deadline, record: dict):
+    """Large product-domain tables: walk, round the last fractions, then local search (or None).
+
+    Applies when every row family is a marginal, the invariants are marginals (their attributes
+    never move) and there is no inequality and no earlier pass. Returns ``(b, IntegerSolve)``.
+    """
+    from dpopt.estimate.rounding.local_search import neighbour_search
+
+    table = prog.table
+    domain = table.constraints.domain
+    if table.k != domain.size or any(r.kind not in ("measured", "invariant") for r in prog.families):
+        return None
+    axes = prog.walk_families()
+    if axes is None:
+        return None
+    fixed_axes = {a for r, ax in zip(prog.families, axes) if r.kind == "invariant" for a in ax}
+    b = b.copy()
+    coords = domain.unravel(table.free)
+    if prog.fractional.size > NEIGHBOURHOOD_CELLS:
+        y, stats = reduce_support(b[prog.fractional], prog.cost[prog.fractional], coords[prog.fractional],
+                                  domain.shape, axes, deadline)
+        b[prog.fractional] = y
+        record["walk"] = stats.as_dict()
+    # The last fractions: largest remainder within each invariant row (the cells that agree on
+    # the invariants' attributes), which keeps every invariant.
+    fixed = sorted(fixed_axes)
+    group = np.ravel_multi_index(coords[:, fixed].T, np.asarray(domain.shape)[fixed]) if fixed \
+        else np.zeros(table.k, np.int64)
+    frac_idx = np.flatnonzero((b > _FRACTIONAL) & (b < 1.0 - _FRACTIONAL))
+    order = frac_idx[np.lexsort((-b[frac_idx], group[frac_idx]))]
+    sums = np.bincount(group[frac_idx], weights=b[frac_idx], minlength=int(group.max()) + 1)
+    if fixed and np.any(np.abs(sums - np.round(sums)) > 1e-6):
+        return None
+    need = np.round(sums).astype(np.int64)
+    counts = np.bincount(group[order], minlength=sums.size)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    rank = np.arange(order.size) - starts[group[order]]
+    b[frac_idx] = 0.0
+    b[order[rank < need[group[order]]]] = 1.0
+    measured = [r for r in prog.families if r.kind == "measured"]
+    x = table.table(table.base + b)
+    shift = [r.query.matvec(table.table(table.base)) for r in measured]
+    values = [r.query.matvec(x) - sh for r, sh in zip(measured, shift)]
+    targets = [r.target - sh for r, sh in zip(measured, shift)]
+    b, info = neighbour_search(b, prog.cell_weight * (1.0 - 2.0 * table.frac), coords, domain.shape,
+                               [marginal_axes(r.query, domain) for r in measured], values, targets,
+                               [r.weight for r in measured], fixed_axes, deadline)
+    record["search"] = info
+    objective = prog.c0 + float(prog.cost @ b) + _excursion_cost(prog, b)
+    solve = IntegerSolve(Status.OPTIMAL, b, objective, None, f"support walk, then {info['moves']} local moves "
+                         f"in {info['sweeps']} sweeps", backend="numpy", solver="numpy", step="walk and local search")
+    return b, solve
+
+
+def _excursion_cost(prog: "_Pass", b: np.ndarray) -> float:
+    """What the chord objective misses for answers outside their windows (their true L1 excess)."""
+    if not prog.m:
+        return 0.0
+    values = prog.row_values(b)[:prog.m]
+    above = np.maximum(values - prog.hi[:prog.m], 0.0)
+    below = np.maximum(prog.lo[:prog.m] - values, 0.0)
+    return float(prog.cost_above @ above + prog.cost_below @ below)
 
 
 def _solve_windows(prog: "_Pass", cols, b, tu: bool, engine, deadline: Deadline, gap: float, options: dict):
