@@ -162,8 +162,8 @@ def test_rochdale_like_rounding_without_floor_ceil_solution_ends_fast():
     cs = ConstraintSet(dom, [NonNegativity()])
     triples = [Marginal(dom, list(t)) for t in itertools.combinations(dom.attrs, 3)]
     start = time.perf_counter()
-    res = round_to_integers(x, cs, measured=triples, time_limit=20)
-    assert time.perf_counter() - start < 25
+    res = round_to_integers(x, cs, measured=triples, time_limit=4)
+    assert time.perf_counter() - start < 10
     assert res.x is not None and res.max_violation == 0.0
     assert res.status in (Status.OPTIMAL, Status.TIME_LIMIT)
     assert res.info["gap"] is not None and res.info["lower_bound"] <= res.fun + 1e-9
