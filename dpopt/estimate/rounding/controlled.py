@@ -18,31 +18,28 @@ on that interval: ``f + (1 − 2f)(q(b) − lo)`` with ``f`` the fraction of the
 its floor minus ``q(base)``. So the program is a 0/1 LP with one row per measured answer.
 At ``b = frac(x~)`` every row holds, so the LP relaxation is always feasible when ``x~`` meets
 the constraints; the integer program may not be (three or more crossing families of rows have
-no floor/ceil rounding in general). Then the measured rows go *soft*: an answer may leave its
-floor/ceil interval at a price ``P`` per unit (plus its true L1 cost), with ``P`` larger than
-the whole L1 objective can vary over floor/ceil roundings, so an excursion is made only when
-the equalities leave no floor/ceil rounding; every answer left outside is reported as an
-exception.
+no floor/ceil rounding in general). The floor/ceil (hard) program is tried under a share of the
+time left (:data:`HARD_SHARE`); if it has no solution (or none was found in that time) the
+measured rows go *soft*: an answer may leave its window, and the excursion columns make the
+objective the answer's true L1 change, so the least total L1 change is found and every answer
+left outside is reported as an exception. No infeasibility is ever explained by a conflict
+(IIS) search (issue 24: rochdale's 56 three-way marginals sat for minutes in one).
 
 Passes (coarse first, as the Census's multi-pass rounder): pass ``p`` rounds with the rows of its
 own queries in the objective and holds the answers released by earlier passes as equalities;
 the previous pass's table satisfies them, so every later pass has a point to start from.
 
-Only the *fractional* cells get a variable (an integral ``x~_c`` is its own floor and ceiling),
-and the rows are soft from the start unless they look totally unimodular (then the LP vertex is
-integral and hard rows cost nothing): with the penalty ``P`` the soft optimum *is* the hard one
-whenever a floor/ceil rounding exists, so no infeasibility proof — let alone a conflict search
-— is ever needed (issue 24: rochdale's 56 three-way marginals sat for minutes in one).
-
-Large tables (more than :data:`DIRECT_MAX` fractional cells) are first reduced by the
-support walk of :mod:`~dpopt.estimate.rounding.walk` (every row kept exactly, at most
-``rank(A)`` cells left fractional) when every row family is a marginal; the MIP then runs over
-those cells and a neighbourhood chosen by reduced costs (column generation against the LP duals
-until no cell outside prices in, which makes the neighbourhood's LP bound the global one). The
-result's ``lower_bound`` is always a bound for the *whole* program: the LP bound when the
-program was solved whole or column generation converged, else the larger of the Lagrangian
-bound at the last duals and the per-query bound of :func:`row_bound` (largest remainder within
-each query); ``gap`` is certified against it.
+Large tables (more than :data:`DIRECT_MAX` free cells) of a product domain whose row families
+are all marginals (invariants too; no inequality) are rounded without a MIP: the support walk
+of :mod:`~dpopt.estimate.rounding.walk` (every row kept exactly, at most ``rank(A)`` cells left
+fractional), largest remainder within the invariant rows for the last fractions, then the local
+search of :mod:`~dpopt.estimate.rounding.local_search` (2 × 2 cycles and one-attribute moves,
+which never change an invariant). Its ``gap`` is certified against the per-query bound of
+:func:`row_bound` (largest remainder within each query); a point short of the requested gap is
+an incumbent with status ITERATION_LIMIT. Other large programs go to a MIP over the cells the
+walk left fractional and a neighbourhood chosen by reduced costs (column generation against the
+LP duals until no cell prices in, which makes the neighbourhood's LP bound the whole program's,
+else the Lagrangian bound at the last duals).
 
 The MIPs are :func:`~dpopt.estimate.rounding.solve.solve_integer_program` (the LP vertex, a
 MIP over its fractional part, then the full MIP), under the rounding's deadline; when it
@@ -240,9 +237,9 @@ def _pass_groups(rows: list[_Rows], passes) -> list[list[int]]:
 class _Pass:
     """The 0/1 program of one pass over the fractional cells (see the module notes).
 
-    Variables ``b_j`` for the *movable* cells (strictly fractional ``x~``); every other free cell
-    stays at its floor. Rows: the measured windows of this pass (soft), then ``others`` (earlier
-    passes' answers, invariants, inequalities: exact).
+    Variables ``b_j`` for every free cell (``x = floor + b``); ``fractional`` lists those whose
+    ``x~`` is not an integer. Rows: the measured windows of this pass (soft when asked), then
+    ``others`` (earlier passes' answers, invariants, inequalities: exact).
     """
 
     def __init__(self, table: RoundingTable, current: list[_Rows], others: list[_Rows], cell_weight: float):
