@@ -320,8 +320,40 @@ def deferred_signals() -> Iterator[None]:
                 raise KeyboardInterrupt
 
 
+class _SolverThread:
+    """One long-lived daemon thread that runs solver calls handed to it.
+
+    Long-lived on purpose: a solver that keeps per-thread state (HiGHS's task scheduler, also
+    inside scipy) deadlocks when every solve runs on a new short-lived thread (HiGHS PR #1886).
+    A daemon thread never keeps the process alive. If a call was abandoned (its caller was
+    interrupted) and still runs, the next call gets a fresh thread.
+    """
+
+    def __init__(self) -> None:
+        import queue
+
+        self.jobs: "queue.Queue" = queue.Queue()
+        self.busy = False
+        self.thread = threading.Thread(target=self._loop, name="dpopt-solver", daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            function, args, kwargs, outcome, done = self.jobs.get()
+            try:
+                outcome["value"] = function(*args, **kwargs)
+            except BaseException as exc:  # handed to the caller's thread
+                outcome["error"] = exc
+            finally:
+                self.busy = False
+                done.set()
+
+
+_solver_thread: _SolverThread | None = None
+
+
 def run_interruptibly(function, *args, **kwargs):
-    """``function(*args, **kwargs)`` in a helper thread while the main thread waits in short steps.
+    """``function(*args, **kwargs)`` on dpopt's solver thread while the main thread waits in short steps.
 
     For solvers that never call back into Python (Clarabel through cvxpy, scipy's HiGHS): the
     main thread keeps running Python, so a signal's handler runs within 0.1 s and its exception
@@ -329,20 +361,18 @@ def run_interruptibly(function, *args, **kwargs):
     in a daemon thread, which does not keep the process alive. Outside the main thread the call
     is made directly.
     """
+    global _solver_thread
     if threading.current_thread() is not threading.main_thread():
         return function(*args, **kwargs)
+    if _solver_thread is None or _solver_thread.busy or not _solver_thread.thread.is_alive():
+        _solver_thread = _SolverThread()
+    worker = _solver_thread
     outcome: dict = {}
-
-    def target():
-        try:
-            outcome["value"] = function(*args, **kwargs)
-        except BaseException as exc:  # handed to the caller's thread
-            outcome["error"] = exc
-
-    worker = threading.Thread(target=target, name="dpopt-solver", daemon=True)
-    worker.start()
-    while worker.is_alive():
-        worker.join(0.1)
+    done = threading.Event()
+    worker.busy = True
+    worker.jobs.put((function, args, kwargs, outcome, done))
+    while not done.wait(0.1):
+        pass
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]

@@ -215,3 +215,25 @@ def test_deferred_signals_raise_after_the_block():
             time.sleep(0.05)
             assert signal_pending()
     assert not signal_pending()
+
+
+def test_solvers_without_callbacks_run_on_one_thread_and_a_signal_stops_the_wait():
+    """cvxpy / scipy solves run on dpopt's long-lived solver thread; SIGTERM reaches the waiting
+    main thread within 0.1 s even while the solver is busy."""
+    from dpopt.atomic import run_interruptibly
+
+    names = {run_interruptibly(lambda: threading.current_thread().name) for _ in range(50)}
+    idents = {run_interruptibly(threading.get_ident) for _ in range(50)}
+    assert names == {"dpopt-solver"} and len(idents) == 1
+    sent = []
+
+    def kill():
+        sent.append(time.perf_counter())
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    timer = threading.Timer(0.3, kill)
+    with pytest.raises(Interrupted):
+        with handle_signals():
+            timer.start()
+            run_interruptibly(time.sleep, 5.0)  # stands for a C solver that never returns to Python
+    assert time.perf_counter() - sent[0] < 0.5

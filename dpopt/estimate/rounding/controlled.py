@@ -78,8 +78,11 @@ CELL_WEIGHT = 1e-3
 MAX_PASS_ROWS = 50_000
 
 #: Up to this many free cells the program is solved whole (the census example's 7,300 in about a
-#: second); above, the walk reduces it first.
+#: second); above, the walk and the local search take product-domain tables of marginals.
 DIRECT_MAX = 20_000
+
+#: Programs outside the walk-and-search path are solved whole up to this many free cells.
+WHOLE_MAX = 250_000
 
 #: Cells of the neighbourhood MIP besides the ones left fractional by the walk ...
 NEIGHBOURHOOD_CELLS = 2000
@@ -387,10 +390,13 @@ def _one_pass(table, current, others, engine, deadline, gap, cell_weight, option
     record = {"queries": [r.label for r in current], "fractional_cells": int(prog.fractional.size)}
     b = np.zeros(table.k)
     b[prog.fractional] = table.frac[prog.fractional]
-    whole = table.k <= DIRECT_MAX
+    searched = None if table.k <= DIRECT_MAX else _walk_and_search(prog, b, deadline, record)
+    # Programs the walk and search do not cover (structural zeros, inequalities, other queries)
+    # are solved whole up to WHOLE_MAX cells (the census example's 73,000 free cells: the LP
+    # vertex and one MIP around it), beyond that by the neighbourhood MIP.
+    whole = searched is None and table.k <= WHOLE_MAX
     tu = whole and prog.looks_totally_unimodular()
     record["totally_unimodular_rows"] = tu
-    searched = None if whole else _walk_and_search(prog, b, deadline, record)
     if searched is None and not whole and prog.fractional.size > NEIGHBOURHOOD_CELLS:
         axes = prog.walk_families()
         if axes is not None:
@@ -401,13 +407,23 @@ def _one_pass(table, current, others, engine, deadline, gap, cell_weight, option
             b[prog.fractional] = y
             record["walk"] = stats.as_dict()
     if searched is not None:
-        b, solve = searched
-        bound = row_bound(table, current, cell_weight)
-        solve.bound = bound
+        b, solve, b_walk = searched
+        solve.bound = row_bound(table, current, cell_weight)
+        which = "the per-query bound"
+        if solve.gap > gap and not deadline.expired():
+            # The per-query bound is loose where the queries cross: the LP bound (Lagrangian at the
+            # duals of an LP around the walk's point, priced until it certifies the point).
+            target = solve.objective
+            _, pricing, lp_bound = _neighbourhood(prog, b_walk, engine, deadline, False, options,
+                                                  enough=lambda lb: (target - lb) / max(abs(target), 1.0) <= gap)
+            record["pricing"] = pricing
+            if lp_bound > solve.bound:
+                solve.bound, which = lp_bound, "the LP bound"
         certified = solve.gap is not None and solve.gap <= gap
-        solve.status = Status.OPTIMAL if certified else Status.ITERATION_LIMIT
+        solve.status = Status.OPTIMAL if certified else (Status.TIME_LIMIT if deadline.expired()
+                                                         else Status.ITERATION_LIMIT)
         solve.incumbent = not certified
-        solve.message += f"; certified gap {solve.gap:.3g} against the per-query bound (requested {gap:g})"
+        solve.message += f"; certified gap {solve.gap:.3g} against {which} (requested {gap:g})"
         exceptions = prog.exceptions(b)
         record.update(mode="soft" if exceptions else "hard", exceptions=exceptions, status=solve.status.name,
                       step=solve.step, gap=solve.gap, objective=solve.objective, lower_bound=solve.bound, stages=[])
@@ -452,7 +468,8 @@ def _walk_and_search(prog: "_Pass", b: np.ndarray, deadline: Deadline, record: d
     """Large product-domain tables: walk, round the last fractions, then local search (or None).
 
     Applies when every row family is a marginal, the invariants are marginals (their attributes
-    never move) and there is no inequality and no earlier pass. Returns ``(b, IntegerSolve)``.
+    never move) and there is no inequality and no earlier pass. Returns ``(b, IntegerSolve, the
+    walk's point)``.
     """
     from dpopt.estimate.rounding.local_search import neighbour_search
 
@@ -473,6 +490,7 @@ def _walk_and_search(prog: "_Pass", b: np.ndarray, deadline: Deadline, record: d
         record["walk"] = stats.as_dict()
     # The last fractions: largest remainder within each invariant row (the cells that agree on
     # the invariants' attributes), which keeps every invariant.
+    b_walk = b.copy()
     fixed = sorted(fixed_axes)
     group = np.ravel_multi_index(coords[:, fixed].T, np.asarray(domain.shape)[fixed]) if fixed \
         else np.zeros(table.k, np.int64)
@@ -499,7 +517,7 @@ def _walk_and_search(prog: "_Pass", b: np.ndarray, deadline: Deadline, record: d
     objective = prog.c0 + float(prog.cost @ b) + _excursion_cost(prog, b)
     solve = IntegerSolve(Status.OPTIMAL, b, objective, None, f"support walk, then {info['moves']} local moves "
                          f"in {info['sweeps']} sweeps", backend="numpy", solver="numpy", step="walk and local search")
-    return b, solve
+    return b, solve, b_walk
 
 
 def _excursion_cost(prog: "_Pass", b: np.ndarray) -> float:
@@ -540,11 +558,11 @@ def _solve_windows(prog: "_Pass", cols, b, tu: bool, engine, deadline: Deadline,
     return soft, "soft"
 
 
-def _neighbourhood(prog: _Pass, b: np.ndarray, engine, deadline, whole: bool, options):
+def _neighbourhood(prog: _Pass, b: np.ndarray, engine, deadline, whole: bool, options, enough=None):
     """The cells of the MIP and a lower bound on the whole pass program.
 
     Whole programs: every movable cell (the MIP's own LP bound is then global; returned bound
-    -inf). Otherwise the cells the walk left fractional, the cheapest others to flip, and then
+    -inf). ``enough(bound)`` ends the pricing early (the caller's point is certified). Otherwise the cells the walk left fractional, the cheapest others to flip, and then
     every cell whose reduced cost at the neighbourhood LP's duals says it should move (column
     generation), until none does: the neighbourhood LP's optimum is then the whole LP's.
     """
@@ -571,6 +589,9 @@ def _neighbourhood(prog: _Pass, b: np.ndarray, engine, deadline, whole: bool, op
             pricing.append({"cells": int(cols.size), "status": lp.status.name})
             break
         bound = max(bound, prog.lagrangian_bound(lp.row_duals))
+        if enough is not None and enough(bound):
+            pricing.append({"cells": int(cols.size), "lp_objective": float(lp.objective), "bound": bound})
+            break
         reduced = prog.reduced_costs(lp.row_duals)
         outside = np.setdiff1d(movable, cols)
         tol = 1e-9 * max(1.0, float(np.abs(prog.cost).max(initial=0.0)))
