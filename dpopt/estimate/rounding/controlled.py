@@ -18,9 +18,9 @@ on that interval: ``f + (1 − 2f)(q(b) − lo)`` with ``f`` the fraction of the
 its floor minus ``q(base)``. So the program is a 0/1 LP with one row per measured answer.
 At ``b = frac(x~)`` every row holds, so the LP relaxation is always feasible when ``x~`` meets
 the constraints; the integer program may not be (three or more crossing families of rows have
-no floor/ceil rounding in general). The floor/ceil (hard) program is tried under a share of the
-time left (:data:`HARD_SHARE`); if it has no solution (or none was found in that time) the
-measured rows go *soft*: an answer may leave its window, and the excursion columns make the
+no floor/ceil rounding in general). The floor/ceil (hard) program is tried first, its MIPs
+under a share of the time left after its LP (:data:`HARD_SHARE`); if it has no solution (or
+none was found in that time) the measured rows go *soft*: an answer may leave its window, and the excursion columns make the
 objective the answer's true L1 change, so the least total L1 change is found and every answer
 left outside is reported as an exception. No infeasibility is ever explained by a conflict
 (IIS) search (issue 24: rochdale's 56 three-way marginals sat for minutes in one).
@@ -94,10 +94,9 @@ _SNAP = 1e-9
 #: A cell whose fraction is below this (or above 1 minus it) is integral: it gets no variable
 #: (a fit's 1e-9 is a solver's zero).
 _FRACTIONAL = INTEGRAL_TOL
-#: The floor/ceil (hard) program gets this share of the time left, and at least HARD_SECONDS,
-#: before the soft one is solved instead.
+#: After its LP, the floor/ceil (hard) program's MIPs get this share of the time left (and at
+#: least a second) before the soft one is solved instead.
 HARD_SHARE = 0.25
-HARD_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -539,10 +538,10 @@ def _solve_windows(prog: "_Pass", cols, b, tu: bool, engine, deadline: Deadline,
     point the one with the smaller objective is kept (certified against the soft bound).
     """
     hard_form = prog.form(cols, b, soft=False)
-    left = deadline.left()
-    # Totally unimodular rows: the LP vertex is integral, so the LP alone decides the windows.
-    share = None if left is None or tu else max(HARD_SECONDS, HARD_SHARE * left)
-    hard = solve_integer_program(hard_form, engine, deadline=deadline.capped(share), mip_gap=gap, options=options)
+    # The LP gets the whole time left; the MIPs after it a share (totally unimodular rows: the LP
+    # vertex is integral, so the LP alone decides the windows).
+    hard = solve_integer_program(hard_form, engine, deadline=deadline, mip_gap=gap, options=options,
+                                 mip_share=None if tu else HARD_SHARE)
     if hard.success or deadline.expired():
         return hard, "hard"
     soft = solve_integer_program(prog.form(cols, b, soft=True), engine, deadline=deadline, mip_gap=gap,
