@@ -19,8 +19,9 @@ its floor minus ``q(base)``. So the program is a 0/1 LP with one row per measure
 At ``b = frac(x~)`` every row holds, so the LP relaxation is always feasible when ``x~`` meets
 the constraints; the integer program may not be (three or more crossing families of rows have
 no floor/ceil rounding in general). The floor/ceil (hard) program is tried first, its MIPs
-under a share of the time left after its LP (:data:`HARD_SHARE`); if it has no solution (or
-none was found in that time) the measured rows go *soft*: an answer may leave its window, and the excursion columns make the
+under a share of the time left after its LP (:data:`HARD_SHARE`) — unless there are more
+measured answers than fractional cells, where it almost never has a solution; if it has none
+(or none was found in that time) the measured rows go *soft*: an answer may leave its window, and the excursion columns make the
 objective the answer's true L1 change, so the least total L1 change is found and every answer
 left outside is reported as an exception. No infeasibility is ever explained by a conflict
 (IIS) search (issue 24: rochdale's 56 three-way marginals sat for minutes in one).
@@ -537,6 +538,15 @@ def _solve_windows(prog: "_Pass", cols, b, tu: bool, engine, deadline: Deadline,
     The soft program relaxes the hard one, so its LP bound is valid for both; when both gave a
     point the one with the smaller objective is kept (certified against the soft bound).
     """
+    if not tu and prog.m > prog.fractional.size:
+        # More measured answers than fractional cells (rochdale: 448 and 82): the windows almost
+        # never admit a table, and HiGHS can spend its whole share without deciding. The soft
+        # program's optimum is the least true L1 change, windows met or not.
+        soft = solve_integer_program(prog.form(cols, b, soft=True), engine, deadline=deadline, mip_gap=gap,
+                                     options=options)
+        soft.message = f"{prog.m} measured answers and {prog.fractional.size} fractional cells: least true L1: " \
+                       f"{soft.message}"
+        return soft, "soft"
     hard_form = prog.form(cols, b, soft=False)
     # The LP gets the whole time left; the MIPs after it a share (totally unimodular rows: the LP
     # vertex is integral, so the LP alone decides the windows).
