@@ -26,6 +26,10 @@ __all__ = ["swap_search"]
 
 #: Candidates per side for the pair search.
 PAIR_CANDIDATES = 64
+#: A sweep of :func:`neighbour_search` keeps this many of the best moves of each kind (attribute
+#: and shift): moves of one kind mostly share rows, and one applied makes the others wait for
+#: the next sweep anyway.
+MOVES_PER_KIND = 64
 
 
 def swap_search(b: np.ndarray, up_cost: np.ndarray, labels: list[np.ndarray], values: list[np.ndarray],
@@ -152,32 +156,38 @@ def neighbour_search(b: np.ndarray, up_cost: np.ndarray, coords: np.ndarray, siz
             break
         up_rows = [w * (np.abs(v + 1 - t) - np.abs(v - t)) for v, t, w in zip(values, targets, weights)]
         dn_rows = [w * (np.abs(v - 1 - t) - np.abs(v - t)) for v, t, w in zip(values, targets, weights)]
-        cands = []  # (gain, plus cells (n, 2), minus cells (n, 2), moved axes)
+        cands = []  # (gain, plus cells (n, 1 or 2), minus cells, moved axes)
+        ones = np.flatnonzero(b > 0.5)  # every move takes a unit from a cell at its ceiling
+        codes = coords[ones]
+
+        def moved(cells, cell_codes, a, shift):
+            return cells + ((cell_codes[:, a] + shift) % sizes[a] - cell_codes[:, a]) * strides[a]
+
         for a in range(d):
             if a in fixed_axes or sizes[a] < 2:
                 continue
             for shift in range(1, int(sizes[a])):
-                j = np.arange(k) + ((coords[:, a] + shift) % sizes[a] - coords[:, a]) * strides[a]
-                i_idx = np.flatnonzero((b < 0.5) & (b[j] > 0.5))
-                if i_idx.size:
-                    _collect(cands, (a,), i_idx[:, None], j[i_idx][:, None], up_cost, families, labels,
+                i = moved(ones, codes, a, shift)  # the unit goes from j (in ones) to i
+                ok = b[i] < 0.5
+                if ok.any():
+                    _collect(cands, (a,), i[ok][:, None], ones[ok][:, None], up_cost, families, labels,
                              up_rows, dn_rows)
         for a in range(d):
             for c_ in range(a + 1, d):
                 if a in fixed_axes or c_ in fixed_axes or not any(a in f and c_ in f for f in families):
                     continue
-                # 2 x 2 cycles (Diaconis & Sturmfels 1998): +1 on (u, v), (u', v'), -1 on (u', v), (u, v').
+                # 2 x 2 cycles (Diaconis & Sturmfels 1998): +1 on (u, v), (u', v'), -1 on (u', v), (u, v'),
+                # enumerated from the corner (u', v) among the cells at their ceiling.
                 for sa in range(1, int(sizes[a])):
                     for sc in range(1, int(sizes[c_])):
-                        i00 = np.arange(k)
-                        i10 = i00 + ((coords[:, a] + sa) % sizes[a] - coords[:, a]) * strides[a]
-                        i01 = i00 + ((coords[:, c_] + sc) % sizes[c_] - coords[:, c_]) * strides[c_]
-                        i11 = i10 + (i01 - i00)
-                        ok = (b < 0.5) & (b[i11] < 0.5) & (b[i10] > 0.5) & (b[i01] > 0.5)
-                        idx = np.flatnonzero(ok)
-                        if idx.size:
-                            _collect(cands, (a, c_), np.stack([i00[idx], i11[idx]], 1),
-                                     np.stack([i10[idx], i01[idx]], 1), up_cost, families, labels, up_rows, dn_rows)
+                        i10 = ones
+                        i00 = moved(ones, codes, a, sa)
+                        i11 = moved(ones, codes, c_, sc)
+                        i01 = i00 + (i11 - i10)
+                        ok = (b[i00] < 0.5) & (b[i11] < 0.5) & (b[i01] > 0.5)
+                        if ok.any():
+                            _collect(cands, (a, c_), np.stack([i00[ok], i11[ok]], 1),
+                                     np.stack([i10[ok], i01[ok]], 1), up_cost, families, labels, up_rows, dn_rows)
         sweeps += 1
         if not cands:
             break
@@ -189,31 +199,36 @@ def neighbour_search(b: np.ndarray, up_cost: np.ndarray, coords: np.ndarray, siz
         local = np.concatenate([np.arange(g.size) for g, _, _, _ in cands])
         order = np.argsort(gain, kind="stable")
         used = np.zeros(k, bool)
+        touched = [np.zeros(v.size, bool) for v in values]
         applied = 0
-        weight = dict(enumerate(weights))
-        for m in order[:20000]:  # over the improving moves of a sweep, not over cells
+        changed_by = {ax: [f for f, fam in enumerate(families) if all(x in fam for x in ax)] for ax in set(axes)}
+        for m in order:  # the improving moves of a sweep (at most MOVES_PER_KIND of each kind), not the cells
             n, r = which[m], local[m]
             up, down = plus[n][r], minus[n][r]
-            cells = np.concatenate([up, down])
-            if used[cells].any():
+            if used[up].any() or used[down].any():
                 continue
-            changed = [f for f, fam in enumerate(families) if all(x in fam for x in axes[n])]
-            # The gain again, from the current row values (earlier moves of this sweep may share rows).
+            changed = changed_by[axes[n]]
+            if any(touched[f][labels[f][up]].any() or touched[f][labels[f][down]].any() for f in changed):
+                continue  # its rows moved in this sweep: the next sweep prices it afresh
+            # The gain again, from the current row values (earlier moves of this sweep may share
+            # rows). In a changed family the moved cells lie in distinct rows, so the rows' changes
+            # add up.
             g = float(up_cost[up].sum() - up_cost[down].sum())
             for f in changed:
-                v, t = values[f], targets[f]
-                delta = np.zeros(v.size)
-                np.add.at(delta, labels[f][up], 1.0)
-                np.add.at(delta, labels[f][down], -1.0)
-                rows = np.flatnonzero(delta)
-                g += weight[f] * float(np.sum(np.abs(v[rows] + delta[rows] - t[rows]) - np.abs(v[rows] - t[rows])))
+                v, t, lab = values[f], targets[f], labels[f]
+                ru, rd = lab[up], lab[down]
+                g += weights[f] * float(np.abs(v[ru] + 1.0 - t[ru]).sum() - np.abs(v[ru] - t[ru]).sum()
+                                        + np.abs(v[rd] - 1.0 - t[rd]).sum() - np.abs(v[rd] - t[rd]).sum())
             if g >= -1e-9:
                 continue
-            used[cells] = True
+            used[up] = True
+            used[down] = True
             b[up], b[down] = 1.0, 0.0
             for f in changed:
-                np.add.at(values[f], labels[f][up], 1.0)
-                np.add.at(values[f], labels[f][down], -1.0)
+                values[f][labels[f][up]] += 1.0
+                values[f][labels[f][down]] -= 1.0
+                touched[f][labels[f][up]] = True
+                touched[f][labels[f][down]] = True
             gain_total += g
             applied += 1
         moves += applied
@@ -232,6 +247,8 @@ def _collect(cands, axes, plus, minus, up_cost, families, labels, up_rows, dn_ro
     for f, fam in enumerate(families):
         if all(a in fam for a in axes):
             g = g + up_rows[f][labels[f][plus]].sum(axis=1) + dn_rows[f][labels[f][minus]].sum(axis=1)
-    good = g < -1e-9
-    if good.any():
+    good = np.flatnonzero(g < -1e-9)
+    if good.size > MOVES_PER_KIND:
+        good = good[np.argpartition(g[good], MOVES_PER_KIND - 1)[:MOVES_PER_KIND]]
+    if good.size:
         cands.append((g[good], plus[good], minus[good], axes))
