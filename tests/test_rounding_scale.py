@@ -23,7 +23,7 @@ from dpopt.estimate.rounding.controlled import (MeasuredQuery, _constraint_rows,
                                                 row_bound)
 from dpopt.estimate.rounding.local_search import neighbour_search
 from dpopt.estimate.rounding.model import RoundingTable
-from dpopt.estimate.rounding.walk import finish_rounding, marginal_axes, reduce_support
+from dpopt.estimate.rounding.walk import marginal_axes, reduce_support
 from dpopt.estimate.status import Status
 from dpopt.model.constraints import ConstraintSet, Invariant, NonNegativity
 from dpopt.model.domain import Domain
@@ -51,19 +51,6 @@ def test_the_walk_keeps_every_row_and_leaves_at_most_rank_fractional_cells(seed)
     fractional = int(np.sum((out > 1e-9) & (out < 1 - 1e-9)))
     assert fractional <= _rank(PAIRS + [Total(BIN5)]) == 16  # 1 + 5 + 10
     assert stats.rounds
-
-
-def test_finish_rounding_keeps_exact_rows_and_rounds_everything():
-    rng = np.random.default_rng(7)  # test input only
-    y = rng.random(BIN5.size)
-    axes = [marginal_axes(q, BIN5) for q in PAIRS]
-    coords = BIN5.unravel(np.arange(BIN5.size))
-    y, _ = reduce_support(y, np.zeros(y.size), coords, BIN5.shape, axes + [()])
-    total = y.sum()
-    out, info = finish_rounding(y, rng.normal(size=y.size), coords, BIN5.shape, axes + [()],
-                                [True] * len(axes) + [False])
-    assert info["fractional_left"] == 0 or info["fractional_left"] <= 1
-    assert abs(out.sum() - total) < 1e-8  # the exact row (the total) is never let go
 
 
 def _brute_force_controlled(x, cs, measured, cell_weight=1e-3):

@@ -1,111 +1,37 @@
-"""Swap local search for controlled rounding when a MIP solver cannot find points.
+"""Local search for controlled rounding of large product-domain tables, where a MIP finds no points.
 
 All 2-way marginals of a 2^16 table put every cell in 120 rows of width-1 windows: HiGHS did
 not find a floor/ceil point for 4,000 such cells in 120 s (issue 24), and its soft points were
-70 % above the LP bound. This search starts from the LP solution rounded by largest remainder
-within the invariant's rows and improves the true objective
+70 % above the LP bound. :func:`neighbour_search` starts from the support walk's point (last
+fractions rounded by largest remainder within the invariant rows) and improves the true
+objective
 
     Σ_k w_k ‖Q_k x − t_k‖₁ + λ ‖x − x~‖₁
 
-by the best *swap* (one cell up by 1, one down by 1, within the same invariant row, so every
-invariant holds throughout) or, with no invariant, the best single step. Gains are exact and
-vectorised: for each row the change of ``|q − t|`` when ``q`` goes up or down by one, gathered
-per cell; a pair sharing a row changes it by 0, which the pair term corrects. The best of the
-``K × K`` pairs among the cells of best single gains is applied until no pair improves.
+by moves that keep every cell at its floor or ceiling and never change an invariant:
 
-Used for programs whose row families are all marginals (labels from the cells' attribute
-codes) and whose invariants are one family of disjoint rows (a total, state totals); the
-caller certifies the result against its lower bound.
+- *one-attribute moves*: a unit goes from a cell to the cell that differs from it in one
+  attribute ``a`` only; a marginal over ``T`` changes only if ``a ∈ T`` (two rows);
+- *2 × 2 cycles* (the basic moves of Diaconis & Sturmfels, "Algebraic algorithms for sampling
+  from conditional distributions", Ann. Statist. 26(1), 1998): ``+1`` on ``(u, v), (u', v')`` and
+  ``−1`` on ``(u', v), (u, v')`` of attributes ``a, c``, every other attribute fixed; only the
+  marginals holding both ``a`` and ``c`` change (four rows), so one marginal's rounding can be
+  changed without upsetting the others.
+
+Gains are exact and vectorised over the cells; each sweep applies the improving moves in order
+of gain, skipping those that share a row with one applied before them in the sweep.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["swap_search"]
+__all__ = ["neighbour_search"]
 
-#: Candidates per side for the pair search.
-PAIR_CANDIDATES = 64
 #: A sweep of :func:`neighbour_search` keeps this many of the best moves of each kind (attribute
 #: and shift): moves of one kind mostly share rows, and one applied makes the others wait for
 #: the next sweep anyway.
 MOVES_PER_KIND = 64
-
-
-def swap_search(b: np.ndarray, up_cost: np.ndarray, labels: list[np.ndarray], values: list[np.ndarray],
-                targets: list[np.ndarray], weights: list[float], group: np.ndarray | None, deadline=None,
-                max_moves: int = 100_000) -> tuple[np.ndarray, dict]:
-    """Improve a 0/1 vector ``b`` over candidate cells by swaps (see the module notes).
-
-    Parameters
-    ----------
-    b : ndarray of 0/1, shape (c,)
-    up_cost : ndarray, shape (c,)
-        Change of the cell term when a cell goes from 0 to 1 (``λ (1 − 2 frac)``).
-    labels : list of int arrays, shape (c,)
-        For each measured family, the row of each candidate cell.
-    values, targets : list of float arrays
-        Each family's current integer row values (the whole table) and fractional targets.
-    weights : list of float
-    group : int array, shape (c,), or None
-        The invariant row of each cell (swaps stay within one; -1: a cell in no invariant row,
-        which may step alone); None: no invariant, every cell may step alone.
-
-    Returns
-    -------
-    (b, info) with ``info = {"moves": int, "gain": float}``.
-    """
-    b = np.array(b, dtype=np.float64)
-    values = [np.array(v, dtype=np.float64) for v in values]
-    c = b.size
-    free_single = np.ones(c, bool) if group is None else group < 0
-    moves, gain_total = 0, 0.0
-    K = min(PAIR_CANDIDATES, c)
-    while moves < max_moves:
-        if deadline is not None and deadline.expired():
-            break
-        up_rows = [w * (np.abs(v + 1 - t) - np.abs(v - t)) for v, t, w in zip(values, targets, weights)]
-        dn_rows = [w * (np.abs(v - 1 - t) - np.abs(v - t)) for v, t, w in zip(values, targets, weights)]
-        g_up = up_cost + sum(r[lab] for r, lab in zip(up_rows, labels))
-        g_dn = -up_cost + sum(r[lab] for r, lab in zip(dn_rows, labels))
-        g_up = np.where(b < 0.5, g_up, np.inf)
-        g_dn = np.where(b > 0.5, g_dn, np.inf)
-        best_gain, move = -1e-9, None
-        single = np.where(free_single, np.minimum(g_up, g_dn), np.inf)
-        i = int(np.argmin(single))
-        if single[i] < best_gain:
-            best_gain, move = float(single[i]), ("up" if g_up[i] <= g_dn[i] else "down", i)
-        U = np.argpartition(g_up, K - 1)[:K] if K < c else np.arange(c)
-        D = np.argpartition(g_dn, K - 1)[:K] if K < c else np.arange(c)
-        U, D = U[np.isfinite(g_up[U])], D[np.isfinite(g_dn[D])]
-        if U.size and D.size:
-            pair = g_up[U][:, None] + g_dn[D][None, :]
-            for lab, ur, dr in zip(labels, up_rows, dn_rows):
-                same = lab[U][:, None] == lab[D][None, :]
-                pair -= same * (ur + dr)[lab[U]][:, None]
-            if group is not None:
-                pair = np.where(group[U][:, None] == group[D][None, :], pair, np.inf)
-            flat = int(np.argmin(pair))
-            ui, di = divmod(flat, D.size)
-            if pair[ui, di] < best_gain - 1e-12:
-                best_gain, move = float(pair[ui, di]), ("swap", int(U[ui]), int(D[di]))
-        if move is None:
-            break
-        if move[0] == "swap":
-            _, i, j = move
-            b[i], b[j] = 1.0, 0.0
-            for lab, v in zip(labels, values):
-                v[lab[i]] += 1.0
-                v[lab[j]] -= 1.0
-        else:
-            kind, i = move
-            step = 1.0 if kind == "up" else -1.0
-            b[i] += step
-            for lab, v in zip(labels, values):
-                v[lab[i]] += step
-        moves += 1
-        gain_total += best_gain
-    return b, {"moves": moves, "gain": gain_total}
 
 
 def neighbour_search(b: np.ndarray, up_cost: np.ndarray, coords: np.ndarray, sizes, families: list[tuple[int, ...]],
@@ -146,7 +72,6 @@ def neighbour_search(b: np.ndarray, up_cost: np.ndarray, coords: np.ndarray, siz
     k = b.size
     labels = [np.ravel_multi_index(coords[:, list(f)].T, sizes[list(f)]) if f else np.zeros(k, np.int64)
               for f in families]
-    offsets = np.concatenate([[0], np.cumsum([v.size for v in values])])
     values = [np.array(v, dtype=np.float64) for v in values]
     strides = np.array([int(np.prod(sizes[a + 1:], dtype=np.int64)) for a in range(d)])
     moves = sweeps = 0

@@ -29,7 +29,7 @@ cell). Rounds change ``S`` (growing sub-grids as the fractional cells thin out) 
 the whole table.
 
 The walk needs no solver and no randomness; on nltcs (2^16 cells, all 2-way marginals, every
-cell fractional) it leaves a few hundred fractional cells in about a second.
+cell fractional) it leaves 137 fractional cells (the rank) in about 2.5 CPU seconds.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["marginal_axes", "reduce_support", "finish_rounding", "WalkStats"]
+__all__ = ["marginal_axes", "reduce_support", "WalkStats"]
 
 #: Values within this distance of 0 or 1 are snapped there (and the cell is fixed).
 SNAP_TOL = 1e-9
@@ -281,56 +281,3 @@ def _eliminate(N, alive, coords) -> None:
             norms = np.sqrt(np.einsum("bpq,bpq->bq", N, N))
             N /= np.where(norms > 1e-300, norms, 1.0)[:, None, :]
 
-
-def finish_rounding(y: np.ndarray, cost: np.ndarray, coords: np.ndarray, sizes, families: list[tuple[int, ...]],
-                    droppable: list[bool], deadline=None) -> tuple[np.ndarray, dict]:
-    """Round the last fractional entries of ``y`` by the walk, letting go of soft rows as needed.
-
-    Iterative rounding with relaxation (Beck & Fiala 1981; Lau, Ravi & Singh, *Iterative Methods
-    in Combinatorial Optimization*, 2011): at a vertex (no null direction among the fractional
-    cells) the rows of ``droppable`` families with the fewest fractional cells are let go and the
-    walk goes on, now descending the full ``cost`` (which prices the rows let go). A row let go
-    with ``t`` fractional cells ends within ``t`` of its value then: with ``t = 1`` inside its
-    floor/ceil window. Rows of the other families (invariants, inequalities, earlier passes) are
-    never let go and stay exact; if a vertex has fractional cells only in those, they are left
-    as they are (the caller's MIP decides them).
-
-    Returns ``(y, info)`` with info ``{"released_rows": {t: count}, "fractional_left": int}``.
-    """
-    y = np.array(y, dtype=np.float64)
-    coords = np.asarray(coords, dtype=np.int64)
-    sizes = np.asarray(sizes, dtype=np.int64)
-    patterns = sorted(set(families))
-    soft = {p: all(d for f, d in zip(families, droppable) if f == p) for p in patterns}
-    released: dict[int, int] = {}
-    dropped = {p: np.zeros(int(np.prod(sizes[list(p)], dtype=np.int64)) if p else 1, bool) for p in patterns}
-    for _ in range(10_000):
-        frac_idx = np.flatnonzero((y > SNAP_TOL) & (y < 1.0 - SNAP_TOL))
-        if frac_idx.size == 0 or (deadline is not None and deadline.expired()):
-            break
-        labels = []
-        for p in patterns:
-            lab = np.ravel_multi_index(coords[frac_idx][:, list(p)].T, sizes[list(p)]) if p \
-                else np.zeros(frac_idx.size, np.int64)
-            labels.append(np.where(dropped[p][lab], -1, lab))
-        before = y[frac_idx].copy()
-        _walk_chunk(y, cost, frac_idx, labels, np.array([0]), np.array([frac_idx.size]), frac_idx.size)
-        if np.any(np.abs(y[frac_idx] - before) > 0):
-            continue
-        # A vertex: let go of the soft rows with the fewest fractional cells.
-        counts = []
-        for p, lab in zip(patterns, labels):
-            if soft[p]:
-                live = lab[lab >= 0]
-                c = np.bincount(live, minlength=dropped[p].size) if live.size else np.zeros(dropped[p].size, np.int64)
-                counts.append((p, c))
-        present = [c[c > 0].min() for _, c in counts if np.any(c > 0)]
-        if not present:
-            break  # only exact rows hold the fractional cells
-        t = int(min(present))
-        for p, c in counts:
-            drop = c == t
-            dropped[p] |= drop
-            released[t] = released.get(t, 0) + int(drop.sum())
-    left = int(np.sum((y > SNAP_TOL) & (y < 1.0 - SNAP_TOL)))
-    return y, {"released_rows": released, "fractional_left": left}
