@@ -6,7 +6,7 @@
 The default release is nltcs (16 binary attributes, 65,536 cells): every 2-way marginal with the
 discrete Gaussian mechanism, a smooth fit and integer output — a release that spends seconds in
 the fit, the support walk, the local search and HiGHS solves, so the instants fall in every
-phase. For each instant (uniform over the release's measured duration) the script starts
+phase. For each instant (uniform over the first 80 % of the release's measured duration) the script starts
 ``dpopt run``, sends SIGTERM, and measures how long the process takes to exit; it then checks
 that nothing is left behind: no output directory, no ``.NAME.tmp-*`` temporary, no child
 process. Issue 24's target: every exit within 2 s. Timings depend on the machine's load.
@@ -84,7 +84,7 @@ def main() -> None:
     latencies, leftovers = [], []
     for k in range(args.instants):
         out = work / f"run{k}"
-        at = rng.uniform(0.2, max(duration, 1.0))
+        at = rng.uniform(0.2, max(0.8 * duration, 1.0))  # inside the release (its length varies with load)
         proc = subprocess.Popen(dpopt + ["run", str(spec), "--data", str(data), "--out", str(out)], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(at)
@@ -102,11 +102,12 @@ def main() -> None:
         finished = out.exists() and code == 0
         if temps or alive or (out.exists() and not finished):
             leftovers.append((k, temps, alive))
-        latencies.append(latency)
+        if not finished:
+            latencies.append(latency)
         print(f"  instant {k + 1:2d}: SIGTERM at {at:5.1f} s -> exit {code} after {latency:.3f} s"
               + (" (release had finished)" if finished else "") + (f"  LEFT: {temps} {alive}" if temps or alive else ""))
     worst = max(latencies)
-    print(f"\nexit latency over {len(latencies)} instants: median {sorted(latencies)[len(latencies) // 2]:.3f} s, "
+    print(f"\nexit latency over {len(latencies)} interrupted releases (of {args.instants} instants): median {sorted(latencies)[len(latencies) // 2]:.3f} s, "
           f"max {worst:.3f} s; target <= 2 s: {'MET' if worst <= 2.0 else 'NOT MET'}; "
           f"left behind: {'nothing' if not leftovers else leftovers}")
     shutil.rmtree(work, ignore_errors=True)
