@@ -223,4 +223,4 @@ def test_solvers_without_callbacks_run_on_one_thread_and_a_signal_stops_the_wait
         with handle_signals():
             timer.start()
             run_interruptibly(time.sleep, 5.0)  # stands for a C solver that never returns to Python
-    assert time.perf_counter() - sent[0] < 0.5
+    assert time.perf_counter() - sent[0] < 2.0  # issue 24: signals honoured within 2 s
