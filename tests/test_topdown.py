@@ -574,6 +574,29 @@ def test_when_a_tightened_bound_binds_the_root_is_solved_as_it_is(monkeypatch):
     assert np.array_equal(halves @ solution.table[0], halves @ truth) and (solution.table[0] >= 0).all()
 
 
+def test_a_rounding_stopped_at_its_time_limit_releases_its_checked_incumbent(monkeypatch):
+    """Bounded rounding may stop with an incumbent that keeps every constraint (status TIME_LIMIT):
+    the parent's table is released (and verified again), and the level's report says so."""
+    import dpopt.estimate
+
+    baseline = run_census("serial")
+    real = dpopt.estimate.round_to_integers
+
+    def stopped(*args, **kwargs):
+        result = real(*args, **kwargs)
+        result.update(status=Status.TIME_LIMIT, success=False, incumbent=True,
+                      message="time limit reached; gap 0.5 %")
+        return result
+
+    monkeypatch.setattr(dpopt.estimate, "round_to_integers", stopped)  # solve.py imports it at each call
+    release = run_census("serial")
+    assert release.success, release.message
+    for name in baseline.level_tables:
+        assert np.array_equal(release.level_tables[name], baseline.level_tables[name])
+    for level in release.info["levels"]:
+        assert level["backend_fallbacks"] and all("TIME_LIMIT" in f for f in level["backend_fallbacks"])
+
+
 def test_pool_workers_do_not_outlive_a_killed_release(tmp_path):
     """SIGKILL runs no clean-up: the pool's workers must still stop (Linux: PR_SET_PDEATHSIG)."""
     import os

@@ -415,7 +415,12 @@ def _solve(task: ParentTask, active: np.ndarray, parent_values, times: dict) -> 
         times["round"] = times.get("round", 0.0) + time.perf_counter() - tick
         return _Outcome(None, Status.INFEASIBLE, f"rounding: {exc}", variables, fit.fun)
     times["round"] = times.get("round", 0.0) + time.perf_counter() - tick
-    if not rounded.success or rounded.x is None:
+    if rounded.x is not None and rounded.incumbent and rounded.max_violation == 0.0:
+        # Stopped short of its certified gap (time limit): every constraint holds exactly (checked again in
+        # integer arithmetic by _verify), so the table is released, and the report says so.
+        note = "; ".join(filter(None, [note, f"rounding stopped at {rounded.status.name} with an incumbent: "
+                                             f"{rounded.message}"]))
+    elif not rounded.success or rounded.x is None:
         return _Outcome(None, rounded.status, f"rounding ({rounded.backend}): {rounded.message}", variables, fit.fun)
     table = np.rint(rounded.x).astype(np.int64).reshape(nc, na)
     fractional = x.reshape(nc, na) if opts.keep_fractional else None
@@ -463,7 +468,7 @@ def relax_parent(task: ParentTask, times: dict) -> tuple[np.ndarray | None, dict
         fit = reconstruct([slack_fit], ConstraintSet(domain, constraints), "l1", backend="highs", integer=False)
         if fit.success and fit.x is not None:
             rounded = round_to_integers(fit.x, ConstraintSet(domain, constraints + [Integrality()]))
-            if rounded.success and rounded.x is not None:
+            if rounded.x is not None and (rounded.success or (rounded.incumbent and rounded.max_violation == 0.0)):
                 relaxed = np.rint(total.matvec(rounded.x)).astype(np.int64)
         message = "" if relaxed is not None else f"the relaxed problem has no solution either ({fit.message})"
     except InconsistentConstraintsError as exc:
