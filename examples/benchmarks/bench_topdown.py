@@ -304,7 +304,8 @@ def census(args) -> dict:
     from dpopt.privacy.budget import Budget
 
     out: dict = {"command": "census", "rows": args.rows, "states": args.states, "counties_per_state": args.counties,
-                 "epsilon": args.epsilon, "seeds": args.seeds, "uptime_before": uptime()}
+                 "epsilon": args.epsilon, "seeds": args.seeds, "first_seed": args.first_seed,
+                 "uptime_before": uptime()}
     print(out["uptime_before"], flush=True)
     domain, data, cs = census_case(args.rows, args.states, args.counties, args.data_seed)
     geography = Geography.from_columns(domain, ["state", "county"])
@@ -332,7 +333,7 @@ def census(args) -> dict:
     errors: dict = {}
     bias: dict = {}
     seconds: dict = {}
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         tables = {}
         for name, method in methods.items():
             tick = time.process_time()
@@ -517,6 +518,8 @@ def main(argv=None) -> int:
     parser.add_argument("--states", type=int, default=4, help="census: states")
     parser.add_argument("--counties", type=int, default=3, help="census: counties per state")
     parser.add_argument("--seeds", type=int, default=5, help="census: noise seeds")
+    parser.add_argument("--first-seed", type=int, default=0,
+                        help="census: the first noise seed (more seeds than a first run's, none repeated)")
     parser.add_argument("--epsilon", default="1", help="census: pure epsilon")
     parser.add_argument("--data-seed", type=int, default=2024, help="census: seed of the made-up data")
     parser.add_argument("--json", type=Path, default=None)
