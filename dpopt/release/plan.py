@@ -62,6 +62,9 @@ class ReleasePlan:
     seed : int or None
         Seed of the noise (``None``: a cryptographically secure source). Seeded runs are NOT private.
     out : Path or None
+    show_confidential : bool
+        Whether errors about the data may quote its offending values (never their row counts);
+        off by default (:mod:`dpopt.errors`).
     """
 
     spec: ReleaseSpec
@@ -79,6 +82,7 @@ class ReleasePlan:
     overwrite: bool = False
     protected: dict = field(default_factory=dict, repr=False)
     resources: Any = field(default=None, repr=False)
+    show_confidential: bool = False
 
     @property
     def budget(self) -> Budget:
@@ -161,6 +165,7 @@ def plan(
     seed: int | None = None,
     out: str | Path | None = None,
     overwrite: bool = False,
+    show_confidential: bool = False,
 ) -> ReleasePlan:
     """Build and check every public part of a release. Reads no data.
 
@@ -177,6 +182,9 @@ def plan(
         Output directory, checked now: absent or empty, or with ``overwrite`` a previous dpopt
         release and nothing else; never the working directory, the spec's or the data's
         directory, or an ancestor of one (:func:`~dpopt.atomic.check_output_dir`).
+    show_confidential
+        Let errors about the data quote its offending values (never how many rows hold them).
+        Off by default: messages end up in shared logs.
 
     Raises
     ------
@@ -205,8 +213,11 @@ def plan(
                                     Path(out) != spec.output.dir else spec.where(("output", "dir")),
                                     protected=protected)
     p = ReleasePlan(spec, domain, algorithm, algorithm_plan, constraints, data_invariants, source, path, fmt,
-                    given, seed, out_path, overwrite, protected)
+                    given, seed, out_path, overwrite, protected, show_confidential=bool(show_confidential))
+    from dpopt.release.checks import check_synthetic_total
     from dpopt.release.resources import check_resources
+
+    check_synthetic_total(p)
 
     p.resources = check_resources(p)
     return p
