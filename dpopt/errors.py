@@ -66,6 +66,11 @@ class DataWarning(UserWarning):
     before any budget is spent. Like every message, it holds no value or count from the data."""
 
 
+class MemoryWarning(UserWarning):
+    """A planned release needs more memory than the machine has available at the moment (the plan is
+    accepted or refused by the machine's memory, not the moment's: :mod:`dpopt.release.resources`)."""
+
+
 # ---- confidential values in messages ---------------------------------------------------------------------
 
 #: Whether messages about the confidential data may quote its values (never its counts). Off by default;

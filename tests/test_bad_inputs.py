@@ -303,6 +303,7 @@ _MARGINAL = '[[measure]]\nlabel = "a0 x a1"\nquery = "marginal"\nattrs = ["a0", 
 _IDENTITY_AND_MARGINAL = ('[[measure]]\nlabel = "cells"\nquery = "identity"\nmechanism = "laplace"\nshare = 0.5\n'
                           '[[measure]]\nlabel = "a0 x a1"\nquery = "marginal"\nattrs = ["a0", "a1"]\n'
                           'mechanism = "laplace"\nshare = 0.5\n')
+_L1 = '[reconstruct]\nobjective = "l1"\n'
 _ZERO_RULE = ('structural_zeros = [{ builtin = true }, { name = "no girls", where = "sex == \'F\' and '
               'age_group == \'0-14\'", reason = "a made-up rule" }]')
 
@@ -417,10 +418,17 @@ CASES = [
          match=
          r"key 'domain': the released table needs about 23.\d GiB \(100,000,000 cells x 8 attributes\); .*above the "
          r"memory limit of 8.0 GiB \(DPOPT_MEMORY_LIMIT\); use fewer or coarser attributes"),
-    Case("10^7 cells, identity beside a marginal", _prepare_big(10, 7, _IDENTITY_AND_MARGINAL),
+    # An L1 fit has no matrix-free path: its working set would be as wide as the domain.
+    Case("10^7 cells, identity beside a marginal, L1 fit", _prepare_big(10, 7, _IDENTITY_AND_MARGINAL + _L1),
          env={"DPOPT_MEMORY_LIMIT": "64G"}, match=
          r"key 'measure\[1\]': measurement 'cells' needs about .* PiB \(10,000,100 measured rows make a dense working "
          r"set of up to 10,000,000 cells, working-set engine\).*drop the measurement 'cells' \(one row per cell\)"),
+    # A least-squares fit takes the matrix-free path instead (issue #24 item 7); refused when even that does not fit.
+    Case("10^7 cells, identity beside a marginal, matrix-free above the limit",
+         _prepare_big(10, 7, _IDENTITY_AND_MARGINAL), env={"DPOPT_MEMORY_LIMIT": "4G"}, match=
+         r"key 'measure\[1\]': the matrix-free solve needs about 4.0 GiB \(L-BFGS-B vectors over 10,000,000 cells "
+         r"and 10,000,100 measured rows, matrix-free engine\).*above the memory limit of 4.0 GiB "
+         r"\(DPOPT_MEMORY_LIMIT\); use fewer or coarser attributes: even the matrix-free solve holds vectors over every cell"),
     Case("synthetic total above the limit", lambda w: ["run", "spec.toml", "--out", "release"],
          r"key 'output.synthetic': the released table totals 600 records, above the limit of 100 synthetic records",
          after_noise=True, patch=_limit_synthetic),

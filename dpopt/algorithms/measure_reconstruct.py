@@ -135,6 +135,7 @@ class MeasureReconstruct(Algorithm):
         "reconstruct": ("objective", "backend", "time_limit"),
     }
     Params = MeasureReconstructParams
+    takes_engine_options = True
 
     def plan(self, domain, constraints, budget) -> AlgorithmPlan:
         entries = []  # (label, query, mechanism, share, path)
@@ -173,7 +174,7 @@ class MeasureReconstruct(Algorithm):
         measurements = [measure(m.query, data, m.law, accountant, rng, label=m.label) for m in plan.measures]
         rc = self.params.reconstruct
         result = reconstruct(measurements, plan.constraints, rc.objective, backend=rc.backend,
-                             time_limit=rc.time_limit, integer=False)
+                             time_limit=rc.time_limit, integer=False, **plan.engine_options)
         if not result.success or result.x is None:
             status = result.status if isinstance(result.status, Status) else Status.NOT_SOLVED
             return make_release(self, plan, accountant, status=status, measurements=measurements,

@@ -9,6 +9,7 @@ Nothing here branches on an algorithm's name: the spec's algorithm is a register
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -218,8 +219,9 @@ def plan(
     from dpopt.release.resources import check_resources
 
     check_synthetic_total(p)
-
     p.resources = check_resources(p)
+    if p.resources.engine_options:  # the solve the resource check chose (e.g. matrix-free)
+        p.algorithm_plan = dataclasses.replace(p.algorithm_plan, engine_options=dict(p.resources.engine_options))
     return p
 
 
