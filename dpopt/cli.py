@@ -3,7 +3,8 @@
 ::
 
     dpopt run SPEC [--data PATH] [--out DIR] [--seed N] [--evaluate] [--overwrite] [--quiet] [--verbose]
-    dpopt check SPEC [--data PATH]
+              [--show-confidential]
+    dpopt check SPEC [--data PATH] [--show-confidential]
     dpopt models
     dpopt example-data --rows N --seed S --out PATH [--format csv|parquet] [--overwrite]
     dpopt audit SPEC [--runs N] [--domain-limit K] [--out DIR]
@@ -13,12 +14,15 @@ Input errors print one line, ``dpopt: error: ...`` naming the file, line and key
 with status 2 (usage errors) or 1 (everything else); no traceback for dpopt's own errors.
 SIGTERM, SIGHUP and SIGINT stop a run with one line and status 128 + the signal number
 (143, 129, 130), leaving nothing behind. A seeded or ``--evaluate`` run prints its NOT
-private warning on stderr even with ``--quiet``.
+private warning on stderr even with ``--quiet``. dpopt's warnings are printed as one line each,
+``dpopt: warning: ...``. No message quotes a value of the confidential data unless
+``--show-confidential`` is given, and none ever says how many rows hold one.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 import warnings
@@ -30,6 +34,8 @@ from dpopt.errors import DpoptError
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+SHOW_CONFIDENTIAL_HELP = ("let errors about the data quote its offending values (never how many rows hold them); "
+                          "off by default, since messages end up in shared logs")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,12 +65,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", "-q", action="store_true",
                      help="print nothing but errors and the NOT-private warning of a seeded or evaluated run")
     run.add_argument("--verbose", "-v", action="store_true", help="let the solvers print their own logs")
+    run.add_argument("--show-confidential", action="store_true", help=SHOW_CONFIDENTIAL_HELP)
 
     check = sub.add_parser("check", help="validate a spec and print the plan, without reading data",
                            description="Validate SPEC, build its public parts, check the constraints and print "
                                        "the plan and the budget split. No data are read.")
     check.add_argument("spec", metavar="SPEC", help="a release spec (TOML file) or a built-in name")
     check.add_argument("--data", metavar="PATH", help="the data file the run would read (checked to exist only)")
+    check.add_argument("--show-confidential", action="store_true", help=SHOW_CONFIDENTIAL_HELP)
 
     sub.add_parser("models", help="list the built-in release specs", description="List the specs in models/.")
 
@@ -90,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        with handle_signals():
+        with handle_signals(), _warnings_on_one_line():
             if args.command == "run":
                 return _run(args)
             if args.command == "check":
@@ -140,7 +148,7 @@ def _run(args: argparse.Namespace) -> int:
         warnings.simplefilter("ignore", NotPrivateWarning)  # said below, in one line
         release = run(spec, data=args.data, out=out, seed=args.seed, evaluate=args.evaluate,
                       overwrite=args.overwrite, progress=not args.quiet and sys.stderr.isatty(),
-                      verbose=args.verbose)
+                      verbose=args.verbose, show_confidential=args.show_confidential)
     if reasons:  # on stderr, even with --quiet: a reader of the files must not take them for private
         print(f"dpopt: warning: the release in {str(out)!r} is NOT private: {' and '.join(reasons)}; "
               f"do not publish it", file=sys.stderr)
@@ -189,7 +197,8 @@ def _check(args: argparse.Namespace) -> int:
 
     spec = load_spec(args.spec)
     print("\n".join(describe_heading(spec)), flush=True)  # at once: the plan may take a while
-    p = plan(spec, data=args.data, require_data=False)  # the data file is the run's business (or --data's)
+    p = plan(spec, data=args.data, require_data=False,
+             show_confidential=args.show_confidential)  # the data file is the run's business (or --data's)
     print(p.describe(heading=False))
     print("spec OK: nothing was read or written")
     return 0
@@ -263,6 +272,25 @@ def _positive_int(text: str) -> int:
 
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
+
+
+@contextlib.contextmanager
+def _warnings_on_one_line():
+    """dpopt's own warnings as ``dpopt: warning: ...`` lines on stderr; others as Python prints them."""
+    package = str(Path(__file__).resolve().parent)
+    default = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if str(Path(filename).resolve()).startswith(package):
+            print(f"dpopt: warning: {_one_line(message)}", file=sys.stderr)
+        else:
+            default(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = default
 
 
 if __name__ == "__main__":  # python -m dpopt.cli

@@ -303,6 +303,7 @@ _MARGINAL = '[[measure]]\nlabel = "a0 x a1"\nquery = "marginal"\nattrs = ["a0", 
 _IDENTITY_AND_MARGINAL = ('[[measure]]\nlabel = "cells"\nquery = "identity"\nmechanism = "laplace"\nshare = 0.5\n'
                           '[[measure]]\nlabel = "a0 x a1"\nquery = "marginal"\nattrs = ["a0", "a1"]\n'
                           'mechanism = "laplace"\nshare = 0.5\n')
+_L1 = '[reconstruct]\nobjective = "l1"\n'
 _ZERO_RULE = ('structural_zeros = [{ builtin = true }, { name = "no girls", where = "sex == \'F\' and '
               'age_group == \'0-14\'", reason = "a made-up rule" }]')
 
@@ -376,25 +377,27 @@ CASES = [
          r"--data: '.*junk.parquet' is named like a Parquet file but is not one"),
     Case("truncated Parquet", _file_case("cut.parquet", b"PAR1" + bytes(100)), r"data .*cut.parquet: cannot be read"),
     Case("empty cell (missing value)", _data_case("holes.csv", lambda f: f.assign(sex=f["sex"].where(f.index != 5, ""))),
-         r"column 'sex': 1 rows hold a missing value"),
+         r"column 'sex' holds missing values \(empty cells or NaN\)"),
     Case("declared missing marker", _data_case(
         "marked.csv", lambda f: f.assign(age_group=f["age_group"].where(f.index % 100 != 1, "?")),
         lambda t: edit(t, 'path = "people.csv"', 'path = "marked.csv"\nmissing_values = ["?"]')),
-         r"column 'age_group': 6 rows hold a missing value"),
+         r"column 'age_group' holds missing values \(empty cells or NaN\)"),
     Case("value outside the domain", _data_case("odd.csv", lambda f: f.assign(sex=f["sex"].where(f.index > 1, "X"))),
-         r"column 'sex': 2 rows hold values outside the domain: 'X' \(2 rows\)"),
+         r"column 'sex' holds values outside the domain \(the values are confidential and not shown: "
+         r"--show-confidential .* lists them\); allowed values: \['F', 'M'\]"),
     Case("missing column", _data_case("nosex.csv", lambda f: f.drop(columns="sex")),
          r"columns \['sex'\] are missing from the data \(its header row holds \['state', 'county', 'age_group', "),
     Case("leading zeros lost (numbers in Parquet)", _parquet_case(
         [f"{i:02d}" for i in range(1, 16)], {"state": [6, 7, 6, 12], "sex": ["F", "M", "F", "M"]}),
          r"column 'state'.* labels such as '01' have leading zeros, which numbers lose"),
     Case("ambiguous float for a text label", _parquet_case(["1", "2"], {"state": [1.0, 2.0, 1.0], "sex": ["F", "M", "F"]}),
-         r"column 'state' holds the number 1.0 where the labels are text \('1'\): it is ambiguous"),
+         r"column 'state' holds a number with a decimal point where the labels are text \(the values are "
+         r"confidential.*\): it is ambiguous"),
     Case("codes where labels are declared", _parquet_case(["north", "south"], {"state": [0, 1, 1], "sex": ["F", "M", "F"]}),
-         r"column 'state': 3 rows hold values outside the domain.*declare them: \[domain\] codes = \['state'\]"),
+         r"column 'state' holds values outside the domain.*declare them: \[domain\] codes = \['state'\]"),
     Case("records in a structural-zero cell", lambda w: ["run", w.spec(edit(
         BASE, "structural_zeros = [{ builtin = true }]", _ZERO_RULE)), "--out", "release"],
-         r"records fall in structural-zero cells: \d+ in cells 'structural_zero:no girls' forbids; .*"
+         r"records fall in cells that 'structural_zero:no girls' forbid; .*"
          r"structural_zero_records = \"drop\""),
     # ---- where the release goes ---------------------------------------------------------------------------------
     Case("--out . --overwrite (the working directory)", lambda w: ["run", "spec.toml", "--out", ".", "--overwrite"],
@@ -415,10 +418,17 @@ CASES = [
          match=
          r"key 'domain': the released table needs about 23.\d GiB \(100,000,000 cells x 8 attributes\); .*above the "
          r"memory limit of 8.0 GiB \(DPOPT_MEMORY_LIMIT\); use fewer or coarser attributes"),
-    Case("10^7 cells, identity beside a marginal", _prepare_big(10, 7, _IDENTITY_AND_MARGINAL),
+    # An L1 fit has no matrix-free path: its working set would be as wide as the domain.
+    Case("10^7 cells, identity beside a marginal, L1 fit", _prepare_big(10, 7, _IDENTITY_AND_MARGINAL + _L1),
          env={"DPOPT_MEMORY_LIMIT": "64G"}, match=
          r"key 'measure\[1\]': measurement 'cells' needs about .* PiB \(10,000,100 measured rows make a dense working "
          r"set of up to 10,000,000 cells, working-set engine\).*drop the measurement 'cells' \(one row per cell\)"),
+    # A least-squares fit takes the matrix-free path instead (issue #24 item 7); refused when even that does not fit.
+    Case("10^7 cells, identity beside a marginal, matrix-free above the limit",
+         _prepare_big(10, 7, _IDENTITY_AND_MARGINAL), env={"DPOPT_MEMORY_LIMIT": "4G"}, match=
+         r"key 'measure\[1\]': the matrix-free solve needs about 4.0 GiB \(L-BFGS-B vectors over 10,000,000 cells "
+         r"and 10,000,100 measured rows, matrix-free engine\).*above the memory limit of 4.0 GiB "
+         r"\(DPOPT_MEMORY_LIMIT\); use fewer or coarser attributes: even the matrix-free solve holds vectors over every cell"),
     Case("synthetic total above the limit", lambda w: ["run", "spec.toml", "--out", "release"],
          r"key 'output.synthetic': the released table totals 600 records, above the limit of 100 synthetic records",
          after_noise=True, patch=_limit_synthetic),
@@ -523,8 +533,11 @@ def test_integer_column_is_matched_to_text_labels_by_text_never_by_position(draw
 def test_leading_zeros_lost_by_a_numeric_column_are_an_error_saying_so():
     labels = [f"{i:02d}" for i in range(1, 16)]
     frame = pd.DataFrame({"v": [6, 6, 7]})  # a STATE column read as int
-    with pytest.raises(DataError, match=r"column 'v'.*'6' \(2 rows\).*leading zeros, which numbers lose"):
+    with pytest.raises(DataError, match=r"column 'v' holds values outside the domain \(the values are confidential.*"
+                                        r"leading zeros, which numbers lose"):
         run(_one_attribute_spec(labels), data=frame)
+    with pytest.raises(DataError, match=r"column 'v' holds values outside the domain: '6', '7';.*leading zeros"):
+        run(_one_attribute_spec(labels), data=frame, show_confidential=True)
 
 
 def test_labels_na_none_null_are_values_in_a_csv(tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -120,19 +122,29 @@ def test_codes_accepted_when_the_domain_declares_them(small_domain, small_frame)
 
 
 @pytest.mark.parametrize(
-    "mutate, match",
+    "mutate, match, shown",
     [
-        (lambda f: f.drop(columns="age"), r"columns \['age'\] of the domain are missing"),
-        (lambda f: f.assign(age=f["age"].where(f.index != 3)), "column 'age': 1 rows hold a missing value"),
-        (lambda f: f.assign(sex=f["sex"].where(f.index > 1, "X")), r"column 'sex': 2 rows hold values outside the domain: 'X' \(2 rows\)"),
-        (lambda f: f.assign(region=f["region"].where(f.index != 0, 9)), r"column 'region': 1 rows hold values outside the domain: '9' \(1 rows\)"),
-        (lambda f: f.assign(region=f["region"].where(f.index != 0, -1)), "column 'region'"),
-        (lambda f: f.assign(region=f["region"].astype(float).where(f.index != 0, 1.5)), "'1.5'"),
+        (lambda f: f.drop(columns="age"), r"columns \['age'\] of the domain are missing", None),
+        (lambda f: f.assign(age=f["age"].where(f.index != 3)), r"column 'age' holds missing values \(empty", None),
+        (lambda f: f.assign(sex=f["sex"].where(f.index > 1, "X")),
+         r"column 'sex' holds values outside the domain \(the values are confidential", "domain: 'X'; allowed"),
+        (lambda f: f.assign(region=f["region"].where(f.index != 0, 9)),
+         r"column 'region' holds values outside the domain \(the values are confidential", "domain: '9'; allowed"),
+        (lambda f: f.assign(region=f["region"].where(f.index != 0, -1)), "column 'region'", "'-1'"),
+        (lambda f: f.assign(region=f["region"].astype(float).where(f.index != 0, 1.5)), "column 'region'", "'1.5'"),
     ],
 )
-def test_dataset_validation(small_domain, small_frame, mutate, match):
-    with pytest.raises(DataError, match=match):
-        Dataset.from_frame(mutate(small_frame.copy()), small_domain)
+def test_dataset_validation(small_domain, small_frame, mutate, match, shown):
+    """Errors name the column; the offending values only when asked; row counts never."""
+    frame = mutate(small_frame.copy())
+    with pytest.raises(DataError, match=match) as hidden:
+        Dataset.from_frame(frame, small_domain)
+    assert "rows" not in str(hidden.value)
+    if shown is not None:
+        assert shown not in str(hidden.value)
+        with pytest.raises(DataError, match=re.escape(shown)) as info:
+            Dataset.from_frame(frame, small_domain, show_confidential=True)
+        assert "rows" not in str(info.value)
 
 
 @pytest.mark.parametrize(

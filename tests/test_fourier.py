@@ -10,7 +10,7 @@ import scipy.linalg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dpopt.errors import DataError, DomainError, QueryError
+from dpopt.errors import DataError, DomainError, QueryError, confidential_values_shown
 from dpopt.model.domain import Domain
 from dpopt.model.queries import (
     FourierParity,
@@ -241,7 +241,13 @@ def test_binary_encoding_errors():
         enc.encode_histogram(np.ones(4))
     with pytest.raises(DataError, match="non-zero counts on unused codes"):
         enc.decode_histogram(np.array([0, 0, 0, 1]), check=True)
-    with pytest.raises(DataError, match="unused code 3 of attribute 'a'"):
+    # The data's codes are quoted only when the user asks for them (issue #24 item 6).
+    with pytest.raises(DataError, match=r"records hold unused codes of attribute 'a' \(the values are confidential"):
         enc.decode_codes(np.array([[1, 1]]))
-    with pytest.raises(DataError, match="column 'a' has code 3 outside 0..2"):
+    with pytest.raises(DataError, match=r"column 'a' holds codes outside 0..2 \(the values are confidential"):
         enc.encode_codes(np.array([[3]]))
+    with confidential_values_shown():
+        with pytest.raises(DataError, match="unused codes of attribute 'a': '3'"):
+            enc.decode_codes(np.array([[1, 1]]))
+        with pytest.raises(DataError, match="column 'a' holds codes outside 0..2: '3'"):
+            enc.encode_codes(np.array([[3]]))

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dpopt.errors import DataError, DomainError, QueryError
+from dpopt.errors import DataError, DomainError, QueryError, confidential_values_shown
 from dpopt.model.domain import Domain
 from dpopt.model.predicates import Predicate, as_predicate
 from tests.test_queries import all_cells
@@ -192,7 +192,9 @@ def test_bad_inputs_to_constructors_and_evaluation():
     pred = Predicate.parse("sex == 'F'")
     with pytest.raises(DataError, match=r"records must have shape \(n, 4\)"):
         pred.evaluate(np.zeros((3, 2), dtype=int), DOM)
-    with pytest.raises(DataError, match="column 'sex' has code 2 outside 0..1"):
+    with pytest.raises(DataError, match=r"column 'sex' holds codes outside 0..1 \(the values are confidential"):
+        pred.evaluate(np.array([[2, 0, 0, 0]]), DOM)
+    with confidential_values_shown(), pytest.raises(DataError, match="column 'sex' holds codes outside 0..1: '2'$"):
         pred.evaluate(np.array([[2, 0, 0, 0]]), DOM)
     with pytest.raises(DataError, match="codes must be integers"):
         pred.evaluate(np.zeros((1, 4)), DOM)

@@ -70,5 +70,5 @@ def test_the_spark_reader_counts_like_pandas(spark, tmp_path):
     bad = frame.astype({"sex": str})
     bad.loc[:2, "sex"] = "X"
     bad.to_csv(tmp_path / "bad.csv", index=False)
-    with pytest.raises(DataError, match=r"column 'sex': 3 rows hold values outside the domain: \['X'\]"):
+    with pytest.raises(DataError, match=r"column 'sex' holds values outside the domain \(the values are confidential"):
         read_unit_counts(tmp_path / "bad.csv", geography, domain, engine="spark", spark=spark)

@@ -200,6 +200,11 @@ class AlgorithmPlan:
         The algorithm's own public plan (e.g. Barak's Fourier plan, MWEM's workload).
     lines : list of str
         Extra lines for the printed plan.
+    engine_options : dict
+        Options of the consistency engine chosen by the release plan's resource check (e.g.
+        ``{"matrix_free": True, "working_set": False}`` when the explicit solve would not fit the
+        memory limit; :mod:`dpopt.release.resources`). Read by algorithms whose
+        ``takes_engine_options`` is True.
     """
 
     algorithm: "Algorithm"
@@ -210,6 +215,7 @@ class AlgorithmPlan:
     measures: list[PlannedMeasure] = field(default_factory=list)
     details: Any = None
     lines: list[str] = field(default_factory=list)
+    engine_options: dict = field(default_factory=dict)
 
     def with_constraints(self, constraints: ConstraintSet) -> "AlgorithmPlan":
         """The same plan with ``constraints`` (e.g. with the invariants published from the data)."""
@@ -347,6 +353,9 @@ class Algorithm(abc.ABC):
     #: Whether it needs the whole domain as a dense table (False: it works on domains far too
     #: large for one, releasing answers or records; the pipeline then never builds the table).
     dense_domain: ClassVar[bool] = True
+    #: Whether its run passes :attr:`AlgorithmPlan.engine_options` to ``reconstruct`` (then the
+    #: release plan may send its solve down the matrix-free path instead of refusing it).
+    takes_engine_options: ClassVar[bool] = False
     #: Its frozen parameter dataclass.
     Params: ClassVar[type[AlgorithmParams]] = AlgorithmParams
 

@@ -142,6 +142,7 @@ class MeasureReconstruct(Algorithm):
         "reconstruct": ("objective", "backend", "time_limit"),
     }
     Params = MeasureReconstructParams
+    takes_engine_options = True
 
     def plan(self, domain, constraints, budget) -> AlgorithmPlan:
         entries = []  # (label, query, mechanism, share, path)
@@ -182,7 +183,7 @@ class MeasureReconstruct(Algorithm):
         start = time.perf_counter()
         limit = rc.time_limit or DEFAULT_RELEASE_TIME_LIMIT
         result = reconstruct(measurements, plan.constraints, rc.objective, backend=rc.backend,
-                             time_limit=limit, integer=False)
+                             time_limit=limit, integer=False, **plan.engine_options)
         if not result.success or result.x is None:
             status = result.status if isinstance(result.status, Status) else Status.NOT_SOLVED
             return make_release(self, plan, accountant, status=status, measurements=measurements,

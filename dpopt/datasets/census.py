@@ -28,7 +28,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from dpopt.errors import DataError, DomainError, DpoptError
+from dpopt.errors import DataError, DomainError, DpoptError, confidential_values
 from dpopt.model.domain import Domain
 
 # ---- labels ----------------------------------------------------------------------------------
@@ -321,9 +321,8 @@ def _codes_of_records(df: pd.DataFrame, domain: Domain) -> dict[str, np.ndarray]
         c = _label_codes(col, labels)
         bad = c < 0
         if bad.any():
-            values = pd.unique(col[bad])[:5]
             raise DataError(
-                f"column {attr!r}: values {list(values)!r} are missing or not in the domain "
+                f"column {attr!r} holds missing values or values outside the domain{confidential_values(col[bad])} "
                 f"(values: {labels[:8]}{' ...' if len(labels) > 8 else ''})"
             )
         codes[attr] = c
@@ -712,10 +711,8 @@ def state_totals(df: pd.DataFrame, domain: Domain | None = None) -> pd.Series:
     codes = _label_codes(col, states)
     bad = codes < 0
     if bad.any():
-        raise DataError(
-            f"column 'state': values {list(pd.unique(col[bad])[:5])!r} are missing or not among "
-            f"the states {states[:8]}"
-        )
+        raise DataError(f"column 'state' holds missing values or values not among the states {states[:8]}"
+                        + confidential_values(col[bad]))
     counts = np.bincount(codes, minlength=len(states)).astype(np.int64)
     return pd.Series(counts, index=pd.Index(states, name="state"), name="persons")
 

@@ -4,12 +4,15 @@ A :class:`Dataset` holds records as integer codes, one column per attribute, wit
 optional integer weight per row (a count table is a dataset whose rows are cells).
 Counts are made with ``np.bincount`` over the projected cell numbers, the vectorised
 equivalent of a pandas group-by; a marginal never materialises the full domain.
-Nothing is silently dropped: values outside the domain, NaNs, missing columns and bad
-weights are errors that name the column, the value and how many rows hold it.
+Nothing is silently dropped: values outside the domain, NaNs, missing or duplicated columns
+and bad weights are errors that name the column. They quote the offending values only when the
+user asks (``show_confidential=True``, ``--show-confidential``; :mod:`dpopt.errors`) and never
+say how many rows hold them: messages end up in shared logs.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -17,7 +20,14 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from dpopt.errors import DataError, DomainError
+from dpopt.errors import (
+    HIDDEN_VALUES,
+    DataError,
+    DomainError,
+    confidential_values,
+    confidential_values_shown,
+    showing_confidential,
+)
 from dpopt.model.domain import MAX_DENSE_CELLS, Domain
 
 
@@ -51,10 +61,8 @@ class Dataset:
         bad = (codes < 0) | (codes >= sizes)
         if bad.any():
             col = int(np.argmax(bad.any(axis=0)))
-            raise DataError(
-                f"column {self.domain.attrs[col]!r}: {int(bad[:, col].sum())} rows hold codes "
-                f"outside 0..{sizes[col] - 1}"
-            )
+            raise DataError(f"column {self.domain.attrs[col]!r} holds codes outside 0..{sizes[col] - 1}"
+                            + confidential_values(codes[bad[:, col], col]))
         object.__setattr__(self, "codes", codes)
         if self.weights is not None:
             object.__setattr__(self, "weights", _check_weights(self.weights, len(codes)))
@@ -67,15 +75,26 @@ class Dataset:
         domain: Domain | None = None,
         *,
         weight_column: str | None = None,
+        show_confidential: bool | None = None,
     ) -> "Dataset":
         """Encode a DataFrame of labels (or codes) against a domain.
 
         When ``domain`` is None it is built from the frame's Categorical columns (their
         declared categories, unused ones included); any other column is an error, since
         inferring a domain from the data's own values would leak which values occur.
+        ``show_confidential=True`` lets errors quote the offending values (never their row
+        counts); None follows :func:`dpopt.errors.confidential_values_shown` (default: not shown).
         """
+        with _shown(show_confidential):
+            return cls._from_frame(frame, domain, weight_column)
+
+    @classmethod
+    def _from_frame(cls, frame: pd.DataFrame, domain: Domain | None, weight_column: str | None) -> "Dataset":
         if not isinstance(frame, pd.DataFrame):
             raise DataError(f"expected a pandas DataFrame, got {type(frame).__name__}")
+        duplicated = frame.columns[frame.columns.duplicated()]
+        if len(duplicated):
+            raise DataError(f"the data name column {str(duplicated[0])!r} twice; rename or drop one")
         if domain is None:
             domain = domain_from_categories(frame, exclude=(weight_column,))
         missing = [a for a in domain.attrs if a not in frame.columns]
@@ -100,25 +119,33 @@ class Dataset:
 
         Every cell is read as text and matched to the labels by its text, so labels such as
         ``"NA"``, ``"None"``, ``"null"`` or ``"007"`` are values like any other: only a truly
-        empty cell is missing, plus the markers given in ``missing_values``.
+        empty cell is missing, plus the markers given in ``missing_values``. A header row that
+        names a column twice is an error (pandas would read the first and rename the other).
         """
         path = _existing(path)
         _check_text_labels(domain, missing_values)
-        header = list(pd.read_csv(path, dtype=str, nrows=0).columns)
+        header = csv_header(path)
         wanted = list(domain.attrs) + ([kwargs["weight_column"]] if kwargs.get("weight_column") else [])
         missing = [c for c in wanted if c not in header]
         if missing:
             shown = [h if len(h) <= 30 else h[:27] + "..." for h in map(str, header[:8])]
             raise DataError(f"columns {missing} are missing from the data (its header row holds {shown}"
                             f"{' and more' if len(header) > 8 else ''})")
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""] + list(missing_values),
-                            usecols=_usecols(domain, kwargs))
-        return cls.from_frame(frame, domain, **kwargs)
+        with _shown(kwargs.pop("show_confidential", None)):
+            try:
+                frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""] + list(missing_values),
+                                    usecols=_usecols(domain, kwargs))
+            except UnicodeDecodeError as exc:  # its text quotes the data's bytes
+                raise DataError(f"{str(path)!r} is not {exc.encoding} text (at byte {exc.start})"
+                                + confidential_values([exc.object[exc.start:exc.end]])) from None
+            return cls.from_frame(frame, domain, **kwargs)
 
     @classmethod
     def from_parquet(cls, path: str | Path, domain: Domain, **kwargs) -> "Dataset":
-        """Read a Parquet file of labels (or codes); nulls are missing values."""
+        """Read a Parquet file of labels (or codes); nulls are missing values. A column name
+        given twice is an error."""
         path = _existing(path)
+        _check_parquet_names(path)
         frame = pd.read_parquet(path, columns=_columns(path, domain, kwargs))
         return cls.from_frame(frame, domain, **kwargs)
 
@@ -133,9 +160,10 @@ class Dataset:
         raise DataError(f"{path}: unknown data file type {Path(path).suffix.lower()!r} (use .csv or .parquet)")
 
     @classmethod
-    def from_counts(cls, frame: pd.DataFrame, domain: Domain, count_column: str = "count") -> "Dataset":
+    def from_counts(cls, frame: pd.DataFrame, domain: Domain, count_column: str = "count", *,
+                    show_confidential: bool | None = None) -> "Dataset":
         """A count table: one row per cell, a non-negative integer count column."""
-        return cls.from_frame(frame, domain, weight_column=count_column)
+        return cls.from_frame(frame, domain, weight_column=count_column, show_confidential=show_confidential)
 
     @classmethod
     def from_histogram(cls, counts: np.ndarray, domain: Domain) -> "Dataset":
@@ -218,7 +246,7 @@ def domain_from_categories(frame: pd.DataFrame, exclude: Iterable[str | None] = 
 
 
 def encode_column(series: pd.Series, domain: Domain, attr: str) -> np.ndarray:
-    """Codes of one column; errors name the column, the offending values and their row counts.
+    """Codes of one column; errors name the column and (when shown: :mod:`dpopt.errors`) the offending values.
 
     Values are matched to labels *as labels*: a text value to the label with that text, a
     number to a label equal to it, else to the label whose text is the number's (``1`` → ``"1"``).
@@ -229,7 +257,7 @@ def encode_column(series: pd.Series, domain: Domain, attr: str) -> np.ndarray:
     """
     nan = series.isna().to_numpy()
     if nan.any():
-        raise DataError(f"column {attr!r}: {int(nan.sum())} rows hold a missing value (an empty cell or NaN)")
+        raise DataError(f"column {attr!r} holds missing values (empty cells or NaN)")
     labels = domain.labels.get(attr)
     size = domain.size_of(attr)
     if labels is None or attr in domain.codes:
@@ -279,9 +307,11 @@ class _LabelIndex:
         if isinstance(number, float):
             if number.is_integer() and str(int(number)) in self.by_text:
                 also = f" and {repr(number)!r}" if repr(number) in self.by_text else ""
+                which = (f"the number {number!r} where the labels are text ({str(int(number))!r}{also})"
+                         if showing_confidential() else
+                         f"a number with a decimal point where the labels are text ({HIDDEN_VALUES})")
                 raise DataError(
-                    f"column {self.attr!r} holds the number {number!r} where the labels are text "
-                    f"({str(int(number))!r}{also}): it is ambiguous which text it stands for; read the column "
+                    f"column {self.attr!r} holds {which}: it is ambiguous which text it stands for; read the column "
                     "as text (e.g. pd.read_csv(..., dtype=str)) or as integers")
             return self.by_text.get(repr(number), -1)
         return self.by_text.get(str(int(number)), -1)
@@ -315,15 +345,16 @@ def _integer_codes(series: pd.Series, size: int) -> np.ndarray | None:
 
 
 def _raise_out_of_domain(series: pd.Series, bad: np.ndarray, attr: str, domain: Domain, note: str = "") -> None:
-    counts = pd.Series(series.to_numpy()[bad]).astype(str).value_counts()
-    shown = ", ".join(f"{v!r} ({c} rows)" for v, c in counts.head(5).items())
-    more = f" and {len(counts) - 5} more values" if len(counts) > 5 else ""
+    raise DataError(out_of_domain_message(attr, pd.unique(series.to_numpy()[bad]), domain, note))
+
+
+def out_of_domain_message(attr: str, values, domain: Domain, note: str = "") -> str:
+    """``column 'a' holds values outside the domain ...; allowed values: ...``: the offending
+    values only when shown (:func:`dpopt.errors.confidential_values`), never how many rows hold them."""
     allowed = list(domain.labels_of(attr))
     allowed_txt = repr(allowed) if len(allowed) <= 10 else f"0..{len(allowed) - 1}"
-    raise DataError(
-        f"column {attr!r}: {int(bad.sum())} rows hold values outside the domain: {shown}{more}; "
-        f"allowed values: {allowed_txt}{note}"
-    )
+    return (f"column {attr!r} holds values outside the domain{confidential_values(values)}; "
+            f"allowed values: {allowed_txt}{note}")
 
 
 def decode_codes(codes: np.ndarray, domain: Domain, labels: bool = True) -> pd.DataFrame:
@@ -354,12 +385,40 @@ def _check_weights(weights, rows: int) -> np.ndarray:
         w = pd.to_numeric(pd.Series(w), errors="coerce").to_numpy()
     wf = w.astype(np.float64)
     if np.isnan(wf).any():
-        raise DataError(f"count column: {int(np.isnan(wf).sum())} rows hold a missing value (NaN)")
+        raise DataError("count column: holds missing values (NaN or text that is not a number)")
     if (wf < 0).any():
-        raise DataError(f"count column: {int((wf < 0).sum())} rows hold negative counts")
-    if (wf != np.floor(wf)).any() or not np.isfinite(wf).all():
-        raise DataError(f"count column: {int((wf != np.floor(wf)).sum())} rows hold non-integer counts")
+        raise DataError("count column: holds negative counts" + confidential_values(w[wf < 0]))
+    fractional = (wf != np.floor(wf)) | ~np.isfinite(wf)
+    if fractional.any():
+        raise DataError("count column: holds non-integer counts" + confidential_values(w[fractional]))
     return w.astype(np.int64)
+
+
+def _shown(show: bool | None):
+    """The block's rule for confidential values: ``show`` when given, else the caller's."""
+    return contextlib.nullcontext() if show is None else confidential_values_shown(show)
+
+
+def csv_header(path: str | Path) -> list[str]:
+    """The column names of a CSV's header row, refusing a name given twice (an error naming it).
+
+    Read as the file has them (pandas would rename a second ``a`` to ``a.1``); an empty file,
+    without even a header row, is an error saying so.
+    """
+    try:
+        first = pd.read_csv(path, dtype=str, header=None, nrows=1, keep_default_na=False)
+    except pd.errors.EmptyDataError:
+        raise DataError(f"{str(path)!r} is empty: not even a header row names its columns") from None
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{str(path)!r}: its header row is not {exc.encoding} text") from None
+    names = [str(v) for v in first.iloc[0].tolist()] if len(first) else []
+    seen = set()
+    for name in names:
+        if name in seen:
+            raise DataError(f"{str(path)!r}: the header row names column {name!r} twice; rename or drop one "
+                            "(a reader would silently take one of them)")
+        seen.add(name)
+    return names
 
 
 def _existing(path: str | Path) -> Path:
@@ -418,6 +477,18 @@ def _check_text_labels(domain: Domain, missing_values: Sequence[str]) -> None:
         clash = sorted(markers & set(texts))
         if clash:
             raise DataError(f"attribute {attr!r}: the label {clash[0]!r} is also declared a missing-value marker")
+
+
+def _check_parquet_names(path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    try:
+        names = pq.read_schema(path).names
+    except Exception:  # noqa: BLE001 - a broken file is reported by read_parquet itself
+        return
+    dup = next((n for i, n in enumerate(names) if n in names[:i]), None)
+    if dup is not None:
+        raise DataError(f"{str(path)!r}: the file names column {dup!r} twice; rename or drop one")
 
 
 def _columns(path: Path, domain: Domain, kwargs: Mapping) -> list[str] | None:

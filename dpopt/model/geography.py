@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
-from dpopt.errors import DataError, DomainError
+from dpopt.errors import HIDDEN_VALUES, DataError, DomainError, showing_confidential
 from dpopt.model.domain import Domain
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -501,8 +501,9 @@ class Geography:
         if bad.any():
             row = geo[np.argmax(bad)]
             named = ", ".join(f"{a} {domain.labels_of(a)[c]!r}" for a, c in zip(self.attrs, row))
-            raise DataError(f"geography: {int(bad.sum())} records name units that do not nest in the hierarchy "
-                            f"{' → '.join(self.names)} (e.g. {named})")
+            example = f" (e.g. {named})" if showing_confidential() else f" ({HIDDEN_VALUES})"
+            raise DataError(f"geography: records name units that do not nest in the hierarchy "
+                            f"{' → '.join(self.names)}{example}")
         return leaf
 
     def leaf_histograms(self, data: "Dataset") -> sp.csr_matrix:

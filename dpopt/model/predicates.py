@@ -38,7 +38,7 @@ from typing import Callable, ClassVar, Mapping
 
 import numpy as np
 
-from dpopt.errors import DataError, DomainError, QueryError
+from dpopt.errors import DataError, DomainError, QueryError, confidential_values
 from dpopt.model.domain import Domain
 
 _COMPARE_OPS = {
@@ -422,11 +422,8 @@ class Predicate:
             col = arr[:, dom.axis(a)]
             bad = (col < 0) | (col >= dom.size_of(a))
             if bad.any():
-                row = int(np.argmax(bad))
-                raise DataError(
-                    f"predicate {self._text!r}: column {a!r} has code {int(col[row])} outside "
-                    f"0..{dom.size_of(a) - 1} (record {row})"
-                )
+                raise DataError(f"predicate {self._text!r}: column {a!r} holds codes outside "
+                                f"0..{dom.size_of(a) - 1}" + confidential_values(col[bad]))
 
         def leaf(test: _Test) -> np.ndarray:
             return test.truth(dom)[arr[:, dom.axis(test.attr)]]

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from dpopt.algorithms.base import Release
-from dpopt.errors import DataError, DpoptError, SolverError
+from dpopt.errors import DataError, DpoptError, SolverError, confidential_values_shown
 from dpopt.model.constraints import ConstraintSet
 from dpopt.model.data import Dataset
 from dpopt.release.evaluate import evaluate_release, evaluate_without_table
@@ -47,23 +47,33 @@ def load_data(p: ReleasePlan) -> Dataset:
     """Read (or generate) the confidential records of a planned release.
 
     Records that fall in a cell a structural zero (or hierarchy) forbids are an error naming
-    the rule and how many records (a confidential count, shown to the curator only), unless
-    the spec says ``[constraints] structural_zero_records = "drop"``: then they are dropped,
-    and the report says so without the count.
+    the rules they break (never how many records), unless the spec says
+    ``[constraints] structural_zero_records = "drop"``: then they are dropped, and the report
+    says so without the count. Errors quote the data's offending values only when the plan was
+    made with ``show_confidential=True`` (:mod:`dpopt.errors`).
     """
+    from dpopt.release.checks import warn_before_spending
+
+    with confidential_values_shown(p.show_confidential):
+        data, what = _load_data(p)
+    warn_before_spending(p, data, what)
+    return data
+
+
+def _load_data(p: ReleasePlan) -> tuple[Dataset, str]:
     spec, domain = p.spec, p.domain
     if p.data_source == "none":  # planned with require_data=False
         raise spec.error(("data", "path"), NO_DATA)
     if p.data_source == "given":
         d = p.data_given
         data = d if isinstance(d, Dataset) else _wrap_data(lambda: Dataset.from_frame(d, domain), "data")
-        return _screen_zero_cells(p, data, "data")
+        return _screen_zero_cells(p, data, "data"), "the data"
     if p.data_source == "example":
         from dpopt.datasets.census import generate_census
 
         df = generate_census(spec.data.rows, num_states=spec.domain.states,
                              counties_per_state=spec.domain.counties_per_state, seed=spec.data.seed)
-        return _screen_zero_cells(p, Dataset.from_frame(df, domain), "the example data")
+        return _screen_zero_cells(p, Dataset.from_frame(df, domain), "the example data"), "the example data"
     kwargs = {"weight_column": spec.data.count_column} if spec.data.count_column else {}
     if p.data_format == "csv":
         kwargs["missing_values"] = spec.data.missing_values
@@ -71,7 +81,7 @@ def load_data(p: ReleasePlan) -> Dataset:
     else:
         reader = Dataset.from_parquet
     data = _wrap_data(lambda: reader(p.data_path, domain, **kwargs), str(p.data_path))
-    return _screen_zero_cells(p, data, f"data {p.data_path}")
+    return _screen_zero_cells(p, data, f"data {p.data_path}"), f"data {p.data_path}"
 
 
 def _screen_zero_cells(p: ReleasePlan, data: Dataset, what: str) -> Dataset:
@@ -79,14 +89,14 @@ def _screen_zero_cells(p: ReleasePlan, data: Dataset, what: str) -> Dataset:
         return data
     if p.spec.constraints.structural_zero_records == "drop":
         return p.constraints.without_zero_cell_records(data)
-    hits = [(rule, count) for rule, count in p.constraints.zero_cell_records(data) if count]
+    hits = [rule for rule, count in p.constraints.zero_cell_records(data) if count]
     if not hits:
         return data
-    named = ", ".join(f"{count:,} in cells {rule.key!r} forbids" for rule, count in hits[:3])
+    named = ", ".join(repr(rule.key) for rule in hits[:3])
     more = f" (and {len(hits) - 3} more rules)" if len(hits) > 3 else ""
-    raise DataError(f"{what}: records fall in structural-zero cells: {named}{more}; fix the data, or set "
+    raise DataError(f"{what}: records fall in cells that {named}{more} forbid; fix the data, or set "
                     "[constraints] structural_zero_records = \"drop\" to drop them (the report then says so, "
-                    "without the count); these counts are confidential: do not publish this message")
+                    "without the count)")
 
 
 def _wrap_data(read, what: str) -> Dataset:
@@ -130,7 +140,7 @@ def run_algorithm(p: ReleasePlan, data: Dataset, constraints: ConstraintSet, *, 
     rng = rng or make_random(p.seed)
     algorithm = p.algorithm
     try:
-        with solver_verbosity(verbose):
+        with solver_verbosity(verbose), confidential_values_shown(p.show_confidential):
             release = algorithm.run(p.algorithm_plan.with_constraints(constraints), data, accountant, rng)
     except DpoptError as exc:
         key = getattr(exc, "spec_path", None) or (next(iter(algorithm.sections), "algorithm"),)
@@ -167,6 +177,7 @@ def run(
     overwrite: bool = False,
     progress: bool = False,
     verbose: bool = False,
+    show_confidential: bool = False,
 ) -> ReleaseResult:
     """Run a whole release: validate, read, check, run the algorithm, report, write.
 
@@ -189,6 +200,9 @@ def run(
         Show a progress bar (tqdm) on stderr.
     verbose
         Let the solvers print their logs (see :func:`solver_verbosity`).
+    show_confidential
+        Let errors about the data quote its offending values (never how many rows hold them).
+        Off by default: messages end up in shared logs (:mod:`dpopt.errors`).
 
     Returns
     -------
@@ -213,7 +227,7 @@ def run(
         timings[name] = now - clock
         clock = now
 
-    p = plan(spec, data=data, seed=seed, out=out, overwrite=overwrite)
+    p = plan(spec, data=data, seed=seed, out=out, overwrite=overwrite, show_confidential=show_confidential)
     lap("plan")
     reasons = ([f"the noise is seeded (seed {p.seed})"] if p.seed is not None else []) + \
         (["it is evaluated against the confidential data"] if evaluate else [])

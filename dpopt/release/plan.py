@@ -9,6 +9,7 @@ Nothing here branches on an algorithm's name: the spec's algorithm is a register
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -66,6 +67,9 @@ class ReleasePlan:
     seed : int or None
         Seed of the noise (``None``: a cryptographically secure source). Seeded runs are NOT private.
     out : Path or None
+    show_confidential : bool
+        Whether errors about the data may quote its offending values (never their row counts);
+        off by default (:mod:`dpopt.errors`).
     """
 
     spec: ReleaseSpec
@@ -83,6 +87,7 @@ class ReleasePlan:
     overwrite: bool = False
     protected: dict = field(default_factory=dict, repr=False)
     resources: Any = field(default=None, repr=False)
+    show_confidential: bool = False
 
     @property
     def budget(self) -> Budget:
@@ -177,6 +182,7 @@ def plan(
     seed: int | None = None,
     out: str | Path | None = None,
     overwrite: bool = False,
+    show_confidential: bool = False,
     require_data: bool = True,
 ) -> ReleasePlan:
     """Build and check every public part of a release. Reads no data.
@@ -194,6 +200,9 @@ def plan(
         Output directory, checked now: absent or empty, or with ``overwrite`` a previous dpopt
         release and nothing else; never the working directory, the spec's or the data's
         directory, or an ancestor of one (:func:`~dpopt.atomic.check_output_dir`).
+    show_confidential
+        Let errors about the data quote its offending values (never how many rows hold them).
+        Off by default: messages end up in shared logs.
     require_data
         Refuse a spec that names no data file when ``data`` gives none (the default: a plan to
         run). ``False`` plans without one (``data_source == "none"``), as ``dpopt check`` does.
@@ -225,10 +234,14 @@ def plan(
                                     Path(out) != spec.output.dir else spec.where(("output", "dir")),
                                     protected=protected)
     p = ReleasePlan(spec, domain, algorithm, algorithm_plan, constraints, data_invariants, source, path, fmt,
-                    given, seed, out_path, overwrite, protected)
+                    given, seed, out_path, overwrite, protected, show_confidential=bool(show_confidential))
+    from dpopt.release.checks import check_synthetic_total
     from dpopt.release.resources import check_resources
 
+    check_synthetic_total(p)
     p.resources = check_resources(p)
+    if p.resources.engine_options:  # the solve the resource check chose (e.g. matrix-free)
+        p.algorithm_plan = dataclasses.replace(p.algorithm_plan, engine_options=dict(p.resources.engine_options))
     return p
 
 

@@ -3,10 +3,14 @@
 A release over ``n`` cells holds the table and the solver's vectors over every cell; the
 consistency engine adds what its method holds per measurement. :func:`estimate_memory`
 adds these up from the public plan (domain, planned queries, ``[reconstruct]`` settings,
-constraints) and :func:`check_resources` refuses a plan whose estimate exceeds the memory
-limit, with one line naming the measurement (or the domain) that needs it, the limit, and
-advice that fits the case. Nothing here branches on an algorithm's name: it reads the plan's
-steps and the spec's generic ``reconstruct`` settings.
+constraints) and names the solve the plan takes; :func:`check_resources` checks the estimate
+against the memory limit. Above it, a least-squares fit with bounds only (non-negativity,
+structural zeros) is sent down the matrix-free path (scipy's L-BFGS-B on the measurements'
+operators: ``MATRIX_FREE_BYTES_PER_CELL`` per cell, no matrix) when that fits; otherwise the
+plan is refused with one line naming the measurement (or the domain) that needs the memory,
+the limit, and advice that fits the case. ``dpopt check`` prints the solve and the figures.
+Nothing here branches on an algorithm's name: it reads the plan's steps, the spec's generic
+``reconstruct`` settings and the algorithm's ``takes_engine_options``.
 
 The figures are an envelope of peaks measured on this code (``ru_maxrss`` of a release run
 in a fresh process; ``examples/benchmarks/bench_memory.py`` prints them beside the
@@ -32,22 +36,28 @@ only) is charged nothing here; the engine figures apply to algorithms that decla
 ``[reconstruct]`` section.
 
 The limit is ``DPOPT_MEMORY_LIMIT`` (bytes, or with a K/M/G/T suffix; ``none`` turns the check
-off) when set, else the memory the operating system reports as available (``MemAvailable``).
+off) when set, else three quarters (:data:`DEFAULT_MEMORY_SHARE`) of the machine's memory: its
+physical memory, or the memory limit of its control group (a container) when that is lower. The
+decision is therefore the same on every machine with the same memory, whatever else is running:
+the memory available at the moment only adds a warning (:class:`~dpopt.errors.MemoryWarning`)
+when it is below the estimate.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from dpopt.errors import SpecError
+from dpopt.errors import MemoryWarning, SpecError
 
 __all__ = ["MemoryItem", "MemoryEstimate", "ResourceLimitError", "estimate_memory", "check_resources",
-           "memory_limit", "format_bytes", "BYTES_PER_CELL", "BYTES_PER_ATTRIBUTE_CELL", "EXPLICIT_BYTES_PER_NONZERO"]
+           "memory_limit", "machine_memory", "format_bytes", "BYTES_PER_CELL", "BYTES_PER_ATTRIBUTE_CELL",
+           "EXPLICIT_BYTES_PER_NONZERO", "MATRIX_FREE_BYTES_PER_CELL", "DEFAULT_MEMORY_SHARE"]
 
 #: Bytes per cell of every release that holds a table (plus :data:`BYTES_PER_ATTRIBUTE_CELL` per attribute).
 BYTES_PER_CELL = 120
@@ -58,6 +68,13 @@ EXPLICIT_BYTES_PER_NONZERO = 1500
 LP_BYTES_PER_NONZERO = 400
 #: Bytes per non-zero (and per row) of an explicit bounded least-squares solve by scipy.
 LSQ_BYTES_PER_NONZERO = 250
+#: Bytes per cell of the matrix-free L-BFGS-B solve: its 20 correction pairs and work vectors
+#: (measured: 449,280 cells, three 3-way marginals, about 250 MiB above the interpreter's).
+MATRIX_FREE_BYTES_PER_CELL = 400
+#: The default memory limit, as a share of the machine's memory (physical, or its cgroup limit).
+DEFAULT_MEMORY_SHARE = 0.75
+#: The engine options of the matrix-free path (:func:`dpopt.estimate.engines.least_squares.solve_l2`).
+MATRIX_FREE_OPTIONS = {"matrix_free": True, "working_set": False}
 _ENV = "DPOPT_MEMORY_LIMIT"
 
 
@@ -79,11 +96,19 @@ class MemoryItem:
 
 @dataclass
 class MemoryEstimate:
-    """The memory a release needs: its parts, their sum and the limit it is checked against."""
+    """The memory a release needs: its parts, their sum, the solve it assumes and the limit.
+
+    ``solve`` names the consistency solve the plan takes (``dpopt check`` prints it);
+    ``engine_options`` are what the algorithm passes to the engine to take it; ``note`` says
+    why the plan chose a path other than the default.
+    """
 
     items: list[MemoryItem] = field(default_factory=list)
     limit: float | None = None
     limit_source: str = ""
+    solve: str = "no consistency solve"
+    engine_options: dict = field(default_factory=dict)
+    note: str = ""
 
     @property
     def total(self) -> float:
@@ -94,8 +119,9 @@ class MemoryEstimate:
         return max(self.items, key=lambda item: item.bytes, default=None)
 
     def describe(self) -> str:
-        """One line for ``dpopt check``."""
-        text = f"memory: about {format_bytes(self.total)}"
+        """Two lines for ``dpopt check``: the solve the plan takes, and the memory."""
+        text = f"solve: {self.solve}" + (f" ({self.note})" if self.note else "")
+        text += f"\nmemory: about {format_bytes(self.total)}"
         if self.largest is not None and self.largest.bytes > 0.5 * self.total:
             text += f" (mostly {self.largest.what}: {self.largest.detail})"
         if self.limit is not None:
@@ -114,7 +140,8 @@ def format_bytes(value: float) -> str:
 
 
 def memory_limit() -> tuple[float | None, str]:
-    """``(bytes, where it comes from)``: ``DPOPT_MEMORY_LIMIT`` when set, else the available memory."""
+    """``(bytes, where it comes from)``: ``DPOPT_MEMORY_LIMIT`` when set, else
+    :data:`DEFAULT_MEMORY_SHARE` of :func:`machine_memory` (never the memory available now)."""
     text = os.environ.get(_ENV)
     if text and text.strip().lower() == "none":
         return None, f"{_ENV}=none"
@@ -125,20 +152,51 @@ def memory_limit() -> tuple[float | None, str]:
                             "or none")
         scale = 1024 ** "KMGTP".find(match.group(2).upper()) * 1024 if match.group(2) else 1
         return float(match.group(1)) * scale, f"{_ENV}"
+    total, what = machine_memory()
+    if total is None:
+        return None, f"the machine's memory is unknown: no limit (set {_ENV})"
+    return DEFAULT_MEMORY_SHARE * total, f"3/4 of the {format_bytes(total)} of {what}; {_ENV} overrides"
+
+
+def machine_memory() -> tuple[float | None, str]:
+    """``(bytes, what)``: the physical memory, or the control group's (container's) memory limit when
+    lower. Fixed for a machine: it does not change with what else is running."""
+    try:
+        physical = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        physical = None
+    group = _cgroup_limit()
+    if group is not None and (physical is None or group < physical):
+        return group, "the container's memory limit"
+    return physical, "physical memory"
+
+
+def _cgroup_limit() -> float | None:
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit() and int(text) < 2**60:  # "max" or a huge number: no limit
+            return float(text)
+    return None
+
+
+def memory_available_now() -> float | None:
+    """``MemAvailable`` of ``/proc/meminfo`` (only ever a warning, never a decision)."""
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemAvailable:"):
-                return float(line.split()[1]) * 1024, "memory available now"
+                return float(line.split()[1]) * 1024
     except OSError:
         pass
-    try:
-        return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")), "physical memory"
-    except (ValueError, OSError, AttributeError):
-        return None, "unknown"
+    return None
 
 
-def estimate_memory(p) -> MemoryEstimate:
-    """The memory a planned release (:class:`~dpopt.release.plan.ReleasePlan`) will need."""
+def estimate_memory(p, *, matrix_free: bool = False) -> MemoryEstimate:
+    """The memory a planned release (:class:`~dpopt.release.plan.ReleasePlan`) will need, and the
+    solve it assumes: the engine's default for the plan, or with ``matrix_free`` the matrix-free
+    path (:data:`MATRIX_FREE_OPTIONS`; see :func:`matrix_free_applies`)."""
     domain = p.domain
     n = float(domain.size)
     k = len(domain)
@@ -147,6 +205,7 @@ def estimate_memory(p) -> MemoryEstimate:
     if not getattr(algorithm, "dense_domain", True):
         # Records or answers without the full table (DualQuery, the polynomial release, top-down's
         # level tables): the algorithm's own plan bounds what it holds.
+        estimate.solve = "the algorithm's own (no table over the whole domain)"
         return estimate
     estimate.items.append(MemoryItem(
         "the released table", ("domain",), n * (BYTES_PER_CELL + BYTES_PER_ATTRIBUTE_CELL * k), "table",
@@ -156,6 +215,17 @@ def estimate_memory(p) -> MemoryEstimate:
     rc = getattr(p.spec, "reconstruct", None) if uses_reconstruct else None
     measured = [_Measured.of(step, domain) for step in p.steps if step.query is not None and step.law is not None]
     if rc is None or not measured:
+        estimate.solve = "the algorithm's own" if rc is None else "no measurement to fit"
+        return estimate
+    if matrix_free:
+        rows = sum(m.rows for m in measured)
+        culprit = max(measured, key=lambda m: m.rows)
+        estimate.items.append(MemoryItem(
+            "the matrix-free solve", culprit.path, MATRIX_FREE_BYTES_PER_CELL * n + 32.0 * rows, "matrix-free",
+            f"L-BFGS-B vectors over {domain.size:,} cells and {rows:,} measured rows",
+            "use fewer or coarser attributes: even the matrix-free solve holds vectors over every cell"))
+        estimate.solve = "matrix-free L-BFGS-B (scipy) on the measurements' operators, bounds only"
+        estimate.engine_options = dict(MATRIX_FREE_OPTIONS)
         return estimate
     engine = _engine(p, rc, measured)
     if engine in ("interior point", "lp", "least squares"):
@@ -163,16 +233,22 @@ def estimate_memory(p) -> MemoryEstimate:
                "least squares": LSQ_BYTES_PER_NONZERO}[engine]
         name = {"interior point": f"{rc.backend or 'cvxpy'} interior-point", "lp": "HiGHS LP",
                 "least squares": "scipy least-squares"}[engine]
-        advice = ("use [reconstruct] backend = \"scipy\", which solves this objective matrix-free"
-                  if rc.objective == "l2" and not _general(p) else
-                  "measure queries with fewer cells per row, or drop the invariants and inequalities that "
-                  "need the explicit solver")
+        if rc.objective == "l2" and rc.backend not in (None, "scipy") and matrix_free_applies(p, any_backend=True):
+            advice = ("drop [reconstruct] backend (or use \"scipy\"): the plan then solves this fit matrix-free "
+                      "when the explicit solve does not fit")
+        elif rc.objective == "l2" and (_general(p) or p.data_invariants):
+            advice = ("measure queries with fewer cells per row, or drop the invariants and inequalities that "
+                      "need the explicit solver (a fit with bounds only can be solved matrix-free)")
+        else:
+            advice = "measure queries with fewer cells per row, or coarser attributes"
         for m in measured:
             estimate.items.append(MemoryItem(
                 f"measurement {m.label!r}", m.path, per * (m.nnz + m.rows), name,
                 f"{m.nnz:,.0f} non-zeros and {m.rows:,} rows in an explicit {name} solve", advice))
+        estimate.solve = f"explicit {name} solve ({rc.objective})"
         return estimate
     if all(m.diagonal for m in measured):
+        estimate.solve = f"cell by cell ({rc.objective}; every measurement is one row per cell)"
         return estimate  # a diagonal Gram is a vector: matrix-free, within the per-cell figure
     rows = sum(m.rows for m in measured)
     width = min(n, 1.55 * rows + 50)
@@ -187,21 +263,51 @@ def estimate_memory(p) -> MemoryEstimate:
     estimate.items.append(MemoryItem(
         f"measurement {culprit.label!r}", culprit.path, dense, "working-set",
         f"{rows:,} measured rows make a dense working set of up to {width:,.0f} cells", advice))
+    estimate.solve = f"working set of cells ({rc.objective}; column generation on dense blocks)"
     return estimate
 
 
+def matrix_free_applies(p, *, any_backend: bool = False) -> bool:
+    """Whether the plan's fit can take the matrix-free path: a least-squares fit with bounds only
+    (no invariant, from the data or public, and no inequality), the default or scipy backend (any,
+    with ``any_backend``), and an algorithm that passes the plan's engine options on
+    (``takes_engine_options``)."""
+    rc = getattr(p.spec, "reconstruct", None)
+    cs = p.constraints
+    return bool(getattr(p.algorithm, "takes_engine_options", False) and rc is not None and rc.objective == "l2"
+                and (any_backend or rc.backend in (None, "scipy")) and not cs.invariants and not cs.inequalities
+                and not p.data_invariants)
+
+
 def check_resources(p) -> MemoryEstimate:
-    """:func:`estimate_memory`, refusing (:class:`ResourceLimitError`) a plan above the limit."""
+    """:func:`estimate_memory` against :func:`memory_limit`: the default solve when it fits, else the
+    matrix-free path when it applies, needs less and fits, else a :class:`ResourceLimitError` naming
+    what needs the memory. Warns (:class:`~dpopt.errors.MemoryWarning`), without changing the decision, when the
+    memory available at the moment is below the estimate."""
     estimate = estimate_memory(p)
-    estimate.limit, estimate.limit_source = memory_limit()
-    if estimate.limit is None or estimate.total <= estimate.limit:
-        return estimate
-    item = estimate.largest
-    head = (f"{item.what} needs about {format_bytes(item.bytes)} ({item.detail}"
-            + (f", {item.engine} engine" if item.engine != "table" else "") + ")")
-    raise p.spec.error(item.path, f"{head}; the release about {format_bytes(estimate.total)}, above the memory limit "
-                                  f"of {format_bytes(estimate.limit)} ({estimate.limit_source}); {item.advice} "
-                                  f"(or set {_ENV})", ResourceLimitError)
+    limit, source = memory_limit()
+    estimate.limit, estimate.limit_source = limit, source
+    if limit is not None and estimate.total > limit and matrix_free_applies(p):
+        lean = estimate_memory(p, matrix_free=True)
+        if lean.total < estimate.total:  # (not when the table itself is what does not fit)
+            lean.limit, lean.limit_source = limit, source
+            lean.note = (f"the default {estimate.solve} would need about {format_bytes(estimate.total)}, above the "
+                         f"limit of {format_bytes(limit)}")
+            estimate = lean  # refused below, naming the leaner solve, when even it does not fit
+    if limit is not None and estimate.total > limit:
+        item = estimate.largest
+        head = (f"{item.what} needs about {format_bytes(item.bytes)} ({item.detail}"
+                + (f", {item.engine} engine" if item.engine != "table" else "") + ")")
+        raise p.spec.error(item.path, f"{head}; the release about {format_bytes(estimate.total)}, above the memory "
+                                      f"limit of {format_bytes(limit)} ({source}); {item.advice} "
+                                      f"(or set {_ENV})", ResourceLimitError)
+    available = memory_available_now()
+    if available is not None and estimate.total > available:
+        warnings.warn(f"the release needs about {format_bytes(estimate.total)} ({estimate.solve}) but only "
+                      f"{format_bytes(available)} is available at the moment: other jobs hold the rest, and the run "
+                      "may fail with out of memory (the plan is accepted by the machine's memory, not by the "
+                      "moment's)", MemoryWarning, stacklevel=3)
+    return estimate
 
 
 # ---- what each measurement weighs -------------------------------------------------------------------

@@ -18,7 +18,7 @@ import pandas as pd
 import scipy.sparse as sp
 
 from dpopt.errors import DataError, ParameterError
-from dpopt.model.data import Dataset, file_format
+from dpopt.model.data import Dataset, csv_header, file_format, out_of_domain_message
 from dpopt.model.domain import Domain
 from dpopt.model.geography import Geography
 
@@ -68,6 +68,7 @@ def _format(path: Path) -> str:
 def _chunks(path: Path, domain: Domain, count_column: str | None, chunksize: int):
     columns = list(domain.attrs) + ([count_column] if count_column else [])
     if _format(path) == "csv":
+        csv_header(path)  # a column named twice is an error, not read silently
         # Text matched to labels as text: "NA", "None" or "007" are values; only empty cells are missing.
         yield from pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""],
                                usecols=lambda c: c in columns, chunksize=chunksize)
@@ -123,8 +124,7 @@ def _raise_bad(bad, domain: Domain) -> None:
 
     for attr in domain.attrs:
         rows = bad.where(F.col(f"{attr}__code").isNull())
-        n = rows.count()
-        if n:
-            values = [r[attr] for r in rows.select(attr).distinct().limit(5).collect()]
-            raise DataError(f"column {attr!r}: {n} rows hold values outside the domain: {values}")
-    raise DataError(f"count column: {bad.count()} rows hold a missing or negative count")
+        if rows.limit(1).count():  # values only when shown, row counts never (dpopt.errors)
+            values = [r[attr] for r in rows.select(attr).distinct().limit(10).collect()]
+            raise DataError(out_of_domain_message(attr, values, domain))
+    raise DataError("count column: holds missing or negative counts")

@@ -35,9 +35,15 @@ BATCH_FRACTION = 0.05
 
 
 def solve_l2(problem: ConsistencyProblem, backend: str | None, time_limit=None, *,
-             working_set: bool | None = None, verbose: bool = False, **options) -> Result:
+             working_set: bool | None = None, matrix_free: bool | None = None, verbose: bool = False,
+             **options) -> Result:
     """Solve the L2 problem; ``working_set`` forces (True) or forbids (False) the NNLS
     working-set method, which by default runs for large non-negative bounds-only problems.
+    ``matrix_free=True`` never forms the measurements' matrix (bounds only: the NNLS working
+    set unless ``working_set=False``, else scipy's L-BFGS-B on the operator, ``O(cells + rows)``
+    memory); None decides by size (:data:`MATRIX_FREE_NNZ`). The release
+    plan asks for it when the explicit solve would not fit the memory limit
+    (:mod:`dpopt.release.resources`).
 
     The weights ``1/σ`` are divided by their largest value before any form is built (the
     minimiser does not change; the solvers see weights of at most 1); the result's ``fun``
@@ -50,7 +56,10 @@ def solve_l2(problem: ConsistencyProblem, backend: str | None, time_limit=None, 
     y = problem.targets()
     general = bool(cs.invariants or cs.inequalities)
     totals = _total_rows(problem, free)
-    large = problem.nnz_estimate() > MATRIX_FREE_NNZ
+    large = problem.nnz_estimate() > MATRIX_FREE_NNZ if matrix_free is None else bool(matrix_free)
+    if matrix_free and (general or backend not in (None, "scipy") or options):
+        raise SolverError("matrix_free=True solves problems with bounds only (non-negativity, structural zeros; "
+                          "no invariant or inequality) with the scipy backend and no other option")
     if totals is not None and (working_set or (working_set is None and large)) and backend in (None, "scipy") \
             and not options and cs.nonnegative:
         # Large and non-negative with only the table's total fixed: the working set keeps
@@ -60,7 +69,7 @@ def solve_l2(problem: ConsistencyProblem, backend: str | None, time_limit=None, 
         # Explicit matrices go to an interior-point QP (cvxpy/Clarabel: fast and accurate);
         # problems too large to hold explicitly are solved as NNLS over a working set of cells
         # when every free cell is non-negative, else matrix-free by scipy.
-        matrix_free = problem.nnz_estimate() > MATRIX_FREE_NNZ
+        matrix_free = large
         if working_set is None:
             working_set = matrix_free and backend in (None, "scipy") and cs.nonnegative and not options
         if working_set:

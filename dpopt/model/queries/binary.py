@@ -15,7 +15,7 @@ from typing import Mapping
 
 import numpy as np
 
-from dpopt.errors import DataError, DomainError
+from dpopt.errors import DataError, DomainError, confidential_values
 from dpopt.model.domain import Domain
 from dpopt.model.queries._common import check_domain
 
@@ -125,10 +125,8 @@ class BinaryEncoding:
             start += b
             bad = out[:, i] >= self.source.sizes[i]
             if bad.any():
-                row = int(np.argmax(bad))
-                raise DataError(
-                    f"decode_codes: record {row} has the unused code {int(out[row, i])} of attribute {a!r}"
-                )
+                raise DataError(f"decode_codes: records hold unused codes of attribute {a!r}"
+                                + confidential_values(out[bad, i]))
         return out
 
 
@@ -234,8 +232,7 @@ def _check_codes(codes: np.ndarray, domain: Domain, who: str) -> np.ndarray:
     for i, (a, s) in enumerate(zip(domain.attrs, domain.sizes)):
         bad = (arr[:, i] < 0) | (arr[:, i] >= s)
         if bad.any():
-            row = int(np.argmax(bad))
-            raise DataError(f"{who}: column {a!r} has code {int(arr[row, i])} outside 0..{s - 1} (record {row})")
+            raise DataError(f"{who}: column {a!r} holds codes outside 0..{s - 1}" + confidential_values(arr[bad, i]))
     return arr
 
 
