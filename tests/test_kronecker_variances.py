@@ -33,9 +33,9 @@ DOM = Domain(("a", "b", "c"), (5, 4, 3))
 
 
 def explicit_variances(W, A) -> np.ndarray:
-    """``diag(W (AᵀA)⁺ Wᵀ)`` from dense matrices (numpy's pseudo-inverse)."""
-    Wd, Ad = W.to_dense(), A.to_dense()
-    return np.einsum("ij,jk,ik->i", Wd, np.linalg.pinv(Ad.T @ Ad), Wd)
+    """``diag(W (AᵀA)⁺ Wᵀ)`` from dense matrices: the squared row norms of ``W A⁺`` (numpy's pseudo-inverse)."""
+    X = W.to_dense() @ np.linalg.pinv(A.to_dense())
+    return np.einsum("ij,ij->i", X, X)
 
 
 def _per_attr(make):

@@ -317,6 +317,8 @@ def parse_workload(t: "SpecTable", kinds: Iterable[str] = WORKLOAD_KINDS, key: s
         kind = "all_marginals" if isinstance(value, int) else "marginals"
         if kind not in kinds:
             raise t.error((key,), f"must be one of {list(kinds)}, got {value!r}")
+        if isinstance(value, int) and value < 1:
+            raise t.error((key,), f"an order k must be >= 1, got {value}")
     takes = {"all_marginals": ("k",) if isinstance(value, str) else (), "prefix": ("attrs",), "all_ranges": ("attrs",),
              "random_ranges": ("attrs", "count", "workload_seed"), "product": ("product", "k")}.get(kind, ())
     for other in WORKLOAD_KEYS:
@@ -325,8 +327,6 @@ def parse_workload(t: "SpecTable", kinds: Iterable[str] = WORKLOAD_KINDS, key: s
             shown = "a list of marginals" if isinstance(value, list) else repr(value)
             raise t.error((other,), f"does not apply to {key} = {shown} (it {said})")
     if isinstance(value, int):
-        if value < 1:
-            raise t.error((key,), f"an order k must be >= 1, got {value}")
         return WorkloadSpec("all_marginals", k=(value,))
     if isinstance(value, list):
         return WorkloadSpec("marginals", sets=parse_marginals(t, key))

@@ -380,7 +380,8 @@ def _kronecker_plan(W: Kronecker, GA: WorkloadGram) -> VariancePlan | None:
     m = int(W.num_rows)
     mats = [sp.csr_matrix(f.matrix, dtype=np.float64) for f in W.factors]
     groups = tuple(f.attrs for f in W.factors)
-    out_bytes = 24.0 * m + 8.0 * BLOCK_ENTRIES           # results, one outer product, one block
+    # The results and one outer product, and one block of dense rows with its product.
+    out_bytes = 24.0 * m + 16.0 * min(BLOCK_ENTRIES, max(p.shape[0] * p.shape[1] for p in mats))
     if isinstance(GA, KronGram):
         common = _common_groups(groups, GA.groups)
         parts = _merge_factors(mats, groups, common)
@@ -403,9 +404,11 @@ def _kronecker_plan(W: Kronecker, GA: WorkloadGram) -> VariancePlan | None:
     matvec = _kron_matvec_flops(mats)
     if isinstance(GA, PIdentityGram) and GA.domain == W.domain:
         p = GA.theta.shape[0]
+        out_bytes += 16.0 * min(BLOCK_ENTRIES, m * (p + 1))   # a block of products of W with vectors
         return VariancePlan("diagonal plus low rank (p-Identity)", m, out_bytes + 8.0 * n * (p + 1),
                             (p + 1) * matvec, lambda: _kron_pidentity_forms(mats, GA))
     if n <= MAX_DENSE_GRAM and n * matvec + 10.0 * n**3 < _nonzeros(W) * n:
+        out_bytes += 16.0 * min(BLOCK_ENTRIES, m * n)
         return VariancePlan("eigenvectors of the pseudo-inverse", m, out_bytes + 32.0 * n * n,
                             n * matvec + 10.0 * n**3, lambda: _kron_dense_forms(mats, GA))
     return None
