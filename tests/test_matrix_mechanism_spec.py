@@ -50,11 +50,12 @@ def test_defaults_and_values():
     assert p.workload == WorkloadSpec("prefix", attrs=("age",))
     assert (p.strategy, p.template, p.branching, p.objective, p.mechanism) == ("best", "auto", 2, "l2", None)
     assert "optimized" in p.candidates
-    p = load_spec(mm(workload=2, optimize=True, p=8, bound_delta="1/1000", reconstruct={"objective": "l1"})) \
-        .algorithm.params
+    raw = mm(workload=2, optimize=True, p=8, bound_delta="1/1000", reconstruct={"objective": "l1"})
+    del raw["matrix_mechanism"]["attrs"]  # an order k takes no attribute list
+    p = load_spec(raw).algorithm.params
     assert p.workload == WorkloadSpec("all_marginals", k=(2,)) and p.strategy == "optimized" and p.p == 8
     assert p.bound_delta == Fraction(1, 1000) and p.objective == "l1"
-    p = load_spec(mm(workload=[["age"], ["age", "sex"]])).algorithm.params
+    p = load_spec({**mm(), "matrix_mechanism": {"workload": [["age"], ["age", "sex"]]}}).algorithm.params
     assert p.workload.sets == (("age",), ("age", "sex"))
     p = load_spec({**mm(), "matrix_mechanism": {"workload": "all_marginals", "k": [1, 2]}}).algorithm.params
     assert p.workload.k == (1, 2)

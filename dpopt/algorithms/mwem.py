@@ -384,16 +384,24 @@ def _score_sensitivity(blocks: Sequence[LinearQuery], select: str) -> float:
 # ---- the registered algorithm -------------------------------------------------------------------
 @dataclass(frozen=True)
 class MWEMParams(AlgorithmParams):
-    """``[mwem]``: the workload of marginals and the paper's options.
+    """``[mwem]``: the workload (marginals, or ranges and products of per-attribute workloads) and
+    the paper's options.
 
     Attributes
     ----------
     marginals : int or tuple of tuple of str
         Every ``k``-way marginal, or the list of marginals (the workload ``Q``).
+    workload : WorkloadSpec or LinearQuery or None
+        A workload other than marginals, replacing ``marginals`` when given: one of
+        :data:`WORKLOAD_KINDS` (ranges over one attribute or every box over several, random boxes,
+        products of per-attribute workloads such as ``all_ranges`` x ``all_ranges``; see
+        :class:`~dpopt.spec.queries.WorkloadSpec`), or a query over the plan's domain. Each
+        product (or the query) is a block of candidate queries.
     rounds : int
         ``T``.
     select : {"query", "block"}
-        Single marginal cells (Fig. 1) or whole marginals ("cuboids", Section 3).
+        Single marginal cells (Fig. 1) or whole marginals ("cuboids", Section 3); a ``workload``
+        is selected query by query.
     repeat_passes : int
         Passes of the update over all past measurements after each round (Section 3).
     """
@@ -402,57 +410,115 @@ class MWEMParams(AlgorithmParams):
     rounds: int = 10
     select: str = "query"
     repeat_passes: int = 0
+    workload: "WorkloadSpec | LinearQuery | None" = None
 
     def validate(self) -> None:
+        from dpopt.spec.queries import WorkloadSpec
+
         check_marginals(self.marginals, "marginals")
         _check_options(self.rounds, self.select, "last", self.repeat_passes, 0, 1.0, 0.0)
+        if self.workload is not None:
+            if not isinstance(self.workload, (WorkloadSpec, LinearQuery)):
+                raise ParameterError(f"workload must be a WorkloadSpec or a LinearQuery, got "
+                                     f"{type(self.workload).__name__}")
+            if isinstance(self.workload, WorkloadSpec) and self.workload.kind not in WORKLOAD_KINDS:
+                raise ParameterError(f"workload: MWEM takes the kinds {list(WORKLOAD_KINDS)} (marginals go in "
+                                     f"marginals), got {self.workload.kind!r}")
+            if self.select == "block":
+                raise ParameterError("select = \"block\" applies to marginals: a block of ranges would be "
+                                     "measured with the noise of its most covered cell; use select = \"query\"")
+
+    def to_dict(self) -> dict:
+        out = super().to_dict()
+        w = self.workload
+        if w is None:
+            out.pop("workload", None)
+        else:
+            out.pop("marginals", None)
+            out["workload"] = w.name if isinstance(w, LinearQuery) else w.describe()
+        return out
 
     @classmethod
     def from_spec(cls, reader) -> "MWEMParams":
-        from dpopt.spec.queries import parse_marginals
+        from dpopt.spec.queries import parse_marginals, parse_workload
 
         t = reader.table("mwem", required=True)
-        return cls(parse_marginals(t), rounds=t.int("rounds", default=10, minimum=1),
-                   select=t.str("select", default="query", choices=SELECT_MODES),
-                   repeat_passes=t.int("repeat_passes", default=0, minimum=0))
+        if t.has("workload") and t.has("marginals"):
+            raise t.error(("workload",), "give the marginals (marginals) or another workload (workload), not both")
+        workload = parse_workload(t, WORKLOAD_KINDS) if t.has("workload") else None
+        select = t.str("select", default="query", choices=SELECT_MODES)
+        if workload is not None and select == "block":
+            raise t.error(("select",), "\"block\" applies to marginals: a block of ranges would be measured with "
+                          "the noise of its most covered cell; use \"query\"")
+        return cls(parse_marginals(t) if workload is None else 2, rounds=t.int("rounds", default=10, minimum=1),
+                   select=select, repeat_passes=t.int("repeat_passes", default=0, minimum=0), workload=workload)
+
+
+#: Workload kinds ``[mwem] workload`` takes (marginals are given by ``marginals``).
+WORKLOAD_KINDS = ("all_ranges", "prefix", "random_ranges", "product")
 
 
 @register
 class MWEM(Algorithm):
-    """MWEM over a workload of marginals (module notes), released as a table."""
+    """MWEM over a workload of marginals, ranges or products of per-attribute workloads (module
+    notes), released as a table."""
 
     name = "mwem"
-    title = "multiplicative weights with the exponential mechanism over a marginal workload"
+    title = "multiplicative weights with the exponential mechanism over a workload of counting queries"
     reference = MWEM_REFERENCE
     accountings = ("pure", "zcdp")
     supports = frozenset({"nonnegative", "integer", "structural_zeros", "hierarchy", "invariants"})
-    sections = {"mwem": ("marginals", "rounds", "select", "repeat_passes")}
+    sections = {"mwem": ("marginals", "rounds", "select", "repeat_passes", "workload", "attrs", "k", "count",
+                         "workload_seed", "product")}
     Params = MWEMParams
 
     def plan(self, domain, constraints, budget):
+        p = self.params
+        key = ("mwem", "marginals" if p.workload is None else "workload")
         try:
-            workload = marginal_workload(domain, self.params.marginals)
+            workload = marginal_workload(domain, p.marginals) if p.workload is None else _workload_blocks(
+                p.workload, domain)
         except (DpoptError, ValueError) as exc:
-            raise at_key(QueryError(str(exc)), ("mwem", "marginals")) from None
-        steps = round_steps(self.params.rounds, budget, workload, self.params.select, "mwem")
-        lines = [f"workload: {len(workload)} marginals, {sum(q.num_rows for q in workload):,} queries; "
-                 f"{self.params.rounds} rounds, each split equally between selection and measurement",
+            raise at_key(QueryError(str(exc)), key) from None
+        steps = round_steps(p.rounds, budget, workload, p.select, "mwem")
+        queries = sum(q.num_rows for q in workload)
+        what = f"{len(workload)} marginals" if p.workload is None else (
+            p.workload.name if isinstance(p.workload, LinearQuery) else p.workload.describe())
+        lines = [f"workload: {what}, {queries:,} queries; "
+                 f"{p.rounds} rounds, each split equally between selection and measurement",
                  "the record count is treated as public (Hardt, Ligett, McSherry 2012)"]
         return self.new_plan(domain, constraints, budget, steps=steps, details=workload, lines=lines)
 
     def run(self, plan, data, accountant, rng) -> Release:
+        from dpopt.model.queries import depends_on
+
         p, workload = self.params, plan.details
         res = mwem(data, workload, accountant=accountant, rng=rng, rounds=p.rounds, select=p.select,
                    repeat_passes=p.repeat_passes, constraints=plan.constraints)
+        tables = list(dict.fromkeys(depends_on(q) for q in workload if depends_on(q)))
         return release_mwem_table(self, plan, accountant, res.x, float(res.info["total"]), res.measurements,
-                                  res.rounds, info={"selected": [{"block": ", ".join(workload[b].attrs), "row": r}
+                                  res.rounds, info={"selected": [{"block": _block_name(workload[b]), "row": r}
                                                                  for b, r in res.selected],
                                                     "round_budgets": list(res.info.get("round_budgets", []))},
-                                  marginals=[q.attrs for q in workload])
+                                  marginals=tables)
 
     @classmethod
     def example(cls, domain):
         return cls.Params(marginals=min(2, len(domain)), rounds=4, select="block", repeat_passes=2)
+
+
+def _workload_blocks(workload, domain: Domain) -> list[LinearQuery]:
+    """The blocks of candidate queries of a ``workload``: a query (over the plan's domain) or each
+    product of a :class:`~dpopt.spec.queries.WorkloadSpec`."""
+    if isinstance(workload, LinearQuery):
+        if workload.domain != domain:
+            raise QueryError(f"the workload is over {workload.domain}, not the plan's {domain}")
+        return [workload]
+    return workload.blocks(domain)
+
+
+def _block_name(query: LinearQuery) -> str:
+    return ", ".join(query.attrs) if isinstance(query, Marginal) else query.name
 
 
 def marginal_workload(domain: Domain, marginals) -> list[Marginal]:

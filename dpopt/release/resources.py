@@ -62,6 +62,9 @@ __all__ = ["MemoryItem", "MemoryEstimate", "ResourceLimitError", "estimate_memor
 #: Bytes per cell of every release that holds a table (plus :data:`BYTES_PER_ATTRIBUTE_CELL` per attribute).
 BYTES_PER_CELL = 120
 BYTES_PER_ATTRIBUTE_CELL = 16
+#: Bytes per answer of a released workload: its label, value and standard error as built and written
+#: (3.6 million box labels of 45 characters peaked at about 215 bytes each).
+BYTES_PER_ANSWER = 250
 #: Bytes per non-zero (and per row) of a measurement's matrix in an explicit interior-point solve.
 EXPLICIT_BYTES_PER_NONZERO = 1500
 #: Bytes per non-zero of an explicit LP (HiGHS simplex) of the L1/L-infinity objectives.
@@ -211,6 +214,11 @@ def estimate_memory(p, *, matrix_free: bool = False) -> MemoryEstimate:
         "the released table", ("domain",), n * (BYTES_PER_CELL + BYTES_PER_ATTRIBUTE_CELL * k), "table",
         f"{domain.size:,} cells x {k} attributes",
         "use fewer or coarser attributes: a release holds its full table"))
+    details = getattr(getattr(p, "algorithm_plan", None), "details", None)
+    for item in getattr(details, "memory_items", lambda: [])():
+        # What the algorithm's own plan says its run holds (e.g. the matrix mechanism's workload
+        # answers and their standard errors).
+        estimate.items.append(MemoryItem(**item))
     uses_reconstruct = algorithm is None or "reconstruct" in getattr(algorithm, "sections", {"reconstruct": ()})
     rc = getattr(p.spec, "reconstruct", None) if uses_reconstruct else None
     measured = [_Measured.of(step, domain) for step in p.steps if step.query is not None and step.law is not None]

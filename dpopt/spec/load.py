@@ -154,6 +154,8 @@ def parse_spec(raw: dict, *, source: Path | None = None, base_dir: Path | None =
     try:
         algorithm = cls.from_spec(reader)
     except ParameterError as exc:
+        if str(exc).startswith(ctx.where(()) + ","):  # already names its file, line and key
+            raise SpecError(str(exc)) from None
         raise ctx.error((next(iter(cls.sections), "algorithm"),), str(exc)) from None
     output = parse_output(top.table("output", COMMON_KEYS["output"]), constraints)
     return ReleaseSpec(

@@ -18,6 +18,10 @@ the exact variance of dpopt's discrete samplers, which is what :func:`expected_e
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, replace
+from functools import reduce
+from typing import Callable
+
 import numpy as np
 import scipy.linalg as la
 import scipy.sparse as sp
@@ -25,12 +29,13 @@ from scipy.linalg.lapack import dpotrf, dpotri
 
 from dpopt.errors import QueryError
 from dpopt.model.queries.base import LinearQuery
-from dpopt.model.queries.combine import Stack
+from dpopt.model.queries.combine import Stack, Weighted
+from dpopt.model.queries.kronecker import Kronecker, apply_along
 from dpopt.model.queries.marginal import Marginal
 from dpopt.model.queries.marginal_workload import MarginalWorkload
 from dpopt.model.queries.ranges import RangeQueries
 from dpopt.strategy.gram import (
-    DenseGram,
+    MAX_DENSE_GRAM,
     IdentityGram,
     KronGram,
     MarginalsGram,
@@ -42,7 +47,8 @@ from dpopt.strategy.gram import (
 )
 from dpopt.strategy.workload import gram_of
 
-__all__ = ["trace_term", "expected_error", "per_query_variance", "dense_pinv", "UNSUPPORTED"]
+__all__ = ["trace_term", "expected_error", "per_query_variance", "variance_plan", "VariancePlan", "dense_pinv",
+           "UNSUPPORTED"]
 
 #: Eigenvalues below this fraction of the largest count as zero.
 RANK_TOLERANCE = 1e-10
@@ -192,12 +198,19 @@ def _regroup(term: KronGram, groups) -> KronGram | None:
 
 
 # ---- per-query terms -------------------------------------------------------------------------------
+#: Float64 entries one block of a per-query computation holds (64 MiB): rows of ``W``, products with ``W``.
+BLOCK_ENTRIES = 8_000_000
+#: Work (floating-point operations) above which per-query variances are refused as too slow
+#: (a few minutes of one core); :func:`variance_plan` says so before anything is computed.
+MAX_VARIANCE_FLOPS = 2e11
+
+
 def interval_forms(strategy: WorkloadGram, lows: np.ndarray, highs: np.ndarray) -> np.ndarray:
     """``g_rᵀ (AᵀA)⁺ g_r`` for the indicator ``g_r`` of each interval ``[low_r, high_r]`` of
     a one-attribute strategy (2-D prefix sums of the pseudo-inverse)."""
     lows, highs = np.asarray(lows), np.asarray(highs)
     if isinstance(strategy, PIdentityGram):
-        return _pidentity_box_forms(strategy, _box_sums_1d(lows, highs))
+        return _pidentity_box_forms(strategy, _box_sums_1d(lows, highs), lows.size)
     pinv, null = strategy_pinv(strategy)
     if null.shape[1]:
         leak = _box_sums_1d(lows, highs)(null)
@@ -211,38 +224,126 @@ def interval_forms(strategy: WorkloadGram, lows: np.ndarray, highs: np.ndarray) 
 
 
 def _box_sums_1d(lows, highs):
-    def sums(V):
+    def sums(V, rows=slice(None)):
         prefix = np.vstack([np.zeros((1, V.shape[1])), np.cumsum(V, axis=0)])
-        return prefix[highs + 1] - prefix[lows]
+        return prefix[highs[rows] + 1] - prefix[lows[rows]]
     return sums
 
 
-def _pidentity_box_forms(GA: PIdentityGram, box_sums) -> np.ndarray:
-    """``wᵀ S (I - Θᵀ K Θ) S w`` for box indicators ``w`` (``box_sums(V)`` sums V's rows in each box)."""
-    first = box_sums((GA.scale**2)[:, None])[:, 0]
-    st = box_sums((GA.theta * GA.scale[None, :]).T)     # m x p: Θ S w per box
-    return first - np.einsum("ip,pq,iq->i", st, GA.kernel, st)
+def _pidentity_box_forms(GA: PIdentityGram, box_sums, m: int) -> np.ndarray:
+    """``wᵀ S (I - Θᵀ K Θ) S w`` for ``m`` box indicators ``w`` (``box_sums(V, rows)`` sums V's rows
+    in each box of the slice ``rows``), a block of boxes at a time."""
+    out = box_sums((GA.scale**2)[:, None])[:, 0]
+    st = (GA.theta * GA.scale[None, :]).T               # n x p: S Θᵀ
+    step = max(1, BLOCK_ENTRIES // max(st.shape[1], 1))
+    for start in range(0, m, step):
+        rows = slice(start, start + step)
+        block = box_sums(st, rows)                       # Θ S w per box of the block
+        out[rows] -= np.einsum("ip,pq,iq->i", block, GA.kernel, block)
+    return out
+
+
+@dataclass(frozen=True)
+class VariancePlan:
+    """How :func:`per_query_variance` computes ``diag(W (AᵀA)⁺ Wᵀ)``, known before it runs.
+
+    Attributes
+    ----------
+    method : str
+        The form used (e.g. ``"factor by factor"`` for Kronecker workloads and strategies).
+    rows : int
+        The number of variances (workload queries).
+    bytes : float
+        Peak working memory, the ``rows`` results included (an estimate, from the sizes alone).
+    flops : float
+        The work, in floating-point operations (an estimate).
+    reason : str
+        Why the computation is refused (too much work); empty when it is not.
+    """
+
+    method: str
+    rows: int
+    bytes: float
+    flops: float
+    compute: Callable[[], np.ndarray] = field(repr=False, compare=False)
+    reason: str = ""
+
+    @property
+    def feasible(self) -> bool:
+        return not self.reason
+
+    def run(self) -> np.ndarray:
+        """The variances (:class:`QueryError` naming the reason when refused)."""
+        if self.reason:
+            raise QueryError(self.reason)
+        return self.compute()
+
+
+def variance_plan(workload: LinearQuery, strategy: LinearQuery | WorkloadGram, *,
+                  workload_gram: WorkloadGram | None = None) -> VariancePlan:
+    """The plan of :func:`per_query_variance` for a workload and a strategy, with its memory and
+    work, computed from their sizes alone (nothing of ``W`` is formed); ``workload_gram``, when
+    known, saves building the Gram of a batch of boxes again."""
+    GA = strategy if isinstance(strategy, WorkloadGram) else gram_of(strategy)
+    plan = _plan(workload, GA, workload_gram)
+    if not plan.reason and plan.flops > MAX_VARIANCE_FLOPS:
+        plan = replace(plan, reason=(
+            f"the per-query variances of {workload.name} ({plan.rows:,} queries) under this strategy would take "
+            f"about {plan.flops:.2g} operations ({plan.method}), above the {MAX_VARIANCE_FLOPS:.0e} allowed"))
+    return plan
 
 
 def per_query_variance(workload: LinearQuery, strategy: LinearQuery | WorkloadGram) -> np.ndarray:
     """``diag(W (AᵀA)⁺ Wᵀ)``: each workload answer's error variance per unit noise variance.
 
-    Structured for marginals under weighted-marginal strategies (all cells of a marginal share
-    one value), for boxes under p-Identity, per-attribute Kronecker or small explicit
-    strategies; explicit otherwise.
+    Never forms ``W`` when it has structure:
+
+    * marginals under weighted-marginal strategies: all cells of a marginal share one value;
+    * Kronecker workloads ``W = W_1 ⊗ ... ⊗ W_F`` (e.g. every box of a grid, ranges x identity):
+      ``diag(W X Wᵀ) = ⊗_f diag(W_f X_f W_fᵀ)`` when ``X = ⊗_f X_f``, so a Kronecker strategy
+      (``(⊗ A_f)⁺ = ⊗ A_f⁺``, Van Loan 2000) costs one small product per factor and an outer
+      product; a weighted-marginal strategy has ``(AᵀA)⁺ = sum_T κ_T ⊗_i (I or J)``, a sum of
+      such terms; a p-Identity strategy ``S² - (ΘS)ᵀ K (ΘS)`` is a diagonal plus ``p`` rank-one
+      terms, each one product of ``W`` with a vector; any other small strategy goes through the
+      eigenvectors of its pseudo-inverse, a block of products of ``W`` at a time;
+    * boxes (ranges over several attributes) under p-Identity, per-attribute Kronecker or small
+      explicit strategies, from prefix sums;
+    * stacks and weights of these, part by part; explicit rows, a block at a time, otherwise.
+
+    Raises
+    ------
+    QueryError
+        When the strategy does not support the workload, or the work is above
+        :data:`MAX_VARIANCE_FLOPS` (:func:`variance_plan` says so beforehand).
     """
-    GA = strategy if isinstance(strategy, WorkloadGram) else gram_of(strategy)
-    marginal_sets = _marginal_sets(workload)
-    if marginal_sets is not None and isinstance(GA, MarginalsGram):
-        return _algebra_per_query(workload, marginal_sets, GA)
-    boxes = gram_of(workload) if isinstance(workload, (RangeQueries, Stack)) else None
-    if isinstance(boxes, RangeGram) and np.all(boxes.weights == 1.0):
-        return _box_variances(boxes, GA)
-    W = sp.csr_matrix(workload.to_sparse(), dtype=np.float64)
-    pinv, null = strategy_pinv(GA)
-    _check_support(DenseGram.of_matrix(workload.domain, W), null)
-    return np.asarray((W @ pinv) * W.toarray()).sum(axis=1) if W.shape[0] * W.shape[1] <= 5e7 else \
-        np.asarray(W.multiply(W @ pinv).sum(axis=1)).ravel()
+    return variance_plan(workload, strategy).run()
+
+
+def _plan(W: LinearQuery, GA: WorkloadGram, gram: WorkloadGram | None = None) -> VariancePlan:
+    m = int(W.num_rows)
+    sets = _marginal_sets(W)
+    if sets is not None and isinstance(GA, MarginalsGram):
+        return VariancePlan("marginals algebra", m, 8.0 * m, float(m), lambda: _algebra_per_query(W, sets, GA))
+    if isinstance(W, Stack):
+        return _joined([_plan(q, GA) for q in W.parts], m)
+    if isinstance(W, Weighted):
+        inner = _plan(W.query, GA)
+        squares = np.asarray(W.weights, dtype=np.float64) ** 2
+        return replace(inner, compute=lambda: squares * inner.compute())
+    if isinstance(W, Kronecker) and all(f.attrs for f in W.factors):
+        plan = _kronecker_plan(W, GA)
+        if plan is not None:
+            return plan
+    if isinstance(W, RangeQueries):
+        return _box_plan(gram if isinstance(gram, RangeGram) else gram_of(W), GA)
+    return _explicit_plan(W, GA)
+
+
+def _joined(parts: list[VariancePlan], m: int) -> VariancePlan:
+    methods = list(dict.fromkeys(p.method for p in parts))
+    reason = next((p.reason for p in parts if p.reason), "")
+    return VariancePlan("; ".join(methods), m, 8.0 * m + max(p.bytes for p in parts), sum(p.flops for p in parts),
+                        lambda: np.concatenate([p.run() for p in parts]), reason)
 
 
 def _marginal_sets(workload: LinearQuery) -> list[tuple[str, ...]] | None:
@@ -266,12 +367,248 @@ def _algebra_per_query(workload, sets, GA: MarginalsGram) -> np.ndarray:
     return np.concatenate(out)
 
 
-def _box_variances(boxes: RangeGram, GA: WorkloadGram) -> np.ndarray:
-    def box_sums(V):
-        return np.asarray(boxes.corners @ boxes._prefix(np.asarray(V, dtype=np.float64)))
+def _nonzeros(query: LinearQuery) -> float:
+    """The number of non-zero entries of a query (``sum_ij |q_ij|^p`` for a tiny ``p``)."""
+    powers = query.column_norm_powers(1e-12)
+    return float(np.sum(powers)) if np.ndim(powers) else float(powers) * query.domain.size
+
+
+# ---- Kronecker workloads, factor by factor -----------------------------------------------------------
+def _kronecker_plan(W: Kronecker, GA: WorkloadGram) -> VariancePlan | None:
+    """Per-query variances of a Kronecker workload without its matrix (see :func:`per_query_variance`),
+    or None when no factor-wise form fits."""
+    m = int(W.num_rows)
+    mats = [sp.csr_matrix(f.matrix, dtype=np.float64) for f in W.factors]
+    groups = tuple(f.attrs for f in W.factors)
+    # The results and one outer product, and one block of dense rows with its product.
+    out_bytes = 24.0 * m + 16.0 * min(BLOCK_ENTRIES, max(p.shape[0] * p.shape[1] for p in mats))
+    if isinstance(GA, KronGram):
+        common = _common_groups(groups, GA.groups)
+        parts = _merge_factors(mats, groups, common)
+        if parts is None:
+            return None
+        grams = _regroup(GA, common).factors
+        if any(g.size > MAX_DENSE_GRAM for g in grams):
+            return None
+        flops = sum(p.nnz * p.shape[1] + 10.0 * p.shape[1] ** 3 for p in parts) + m * len(parts)
+        space = out_bytes + sum(24.0 * p.shape[1] ** 2 + 12.0 * p.nnz for p in parts)
+        return VariancePlan("factor by factor (Kronecker strategy)", m, space, flops,
+                            lambda: _kron_forms(parts, grams, GA.weight))
+    if isinstance(GA, MarginalsGram):
+        terms = int(np.count_nonzero(GA.pinv_weights()))
+        flops = terms * (sum(p.nnz + p.shape[0] for p in mats) + 2.0 * m) + 2 ** len(W.domain) * sum(
+            p.shape[0] * p.shape[1] for p in mats)
+        return VariancePlan("factor by factor (marginals algebra)", m, out_bytes + 8.0 * sum(
+            p.shape[0] for p in mats) * 2 ** len(W.domain), flops, lambda: _kron_marginal_forms(W, mats, GA))
+    n = W.domain.size
+    matvec = _kron_matvec_flops(mats)
+    if isinstance(GA, PIdentityGram) and GA.domain == W.domain:
+        p = GA.theta.shape[0]
+        out_bytes += 16.0 * min(BLOCK_ENTRIES, m * (p + 1))   # a block of products of W with vectors
+        return VariancePlan("diagonal plus low rank (p-Identity)", m, out_bytes + 8.0 * n * (p + 1),
+                            (p + 1) * matvec, lambda: _kron_pidentity_forms(mats, GA))
+    if n <= MAX_DENSE_GRAM and n * matvec + 10.0 * n**3 < _nonzeros(W) * n:
+        out_bytes += 16.0 * min(BLOCK_ENTRIES, m * n)
+        return VariancePlan("eigenvectors of the pseudo-inverse", m, out_bytes + 32.0 * n * n,
+                            n * matvec + 10.0 * n**3, lambda: _kron_dense_forms(mats, GA))
+    return None
+
+
+def _common_groups(a: tuple, b: tuple) -> tuple[tuple[str, ...], ...]:
+    """The finest grouping of consecutive attributes that both groupings refine."""
+    attrs = tuple(x for g in a for x in g)
+    cuts = sorted(set(np.cumsum([len(g) for g in a]).tolist()) & set(np.cumsum([len(g) for g in b]).tolist()))
+    return tuple(attrs[i:j] for i, j in zip([0] + cuts[:-1], cuts))
+
+
+def _merge_factors(mats: list, groups: tuple, common: tuple) -> list[sp.csr_matrix] | None:
+    """The workload's factor matrices over ``common`` (Kronecker products of consecutive factors),
+    or None when a merged factor would be too large to hold."""
+    out, i = [], 0
+    for group in common:
+        run, covered = [], ()
+        while covered != tuple(group):
+            run.append(mats[i])
+            covered += groups[i]
+            i += 1
+        if len(run) > 1:
+            nnz = float(np.prod([r.nnz for r in run]))
+            cols = int(np.prod([r.shape[1] for r in run]))
+            if nnz > BLOCK_ENTRIES or cols > MAX_DENSE_GRAM:
+                return None
+            out.append(reduce(lambda x, y: sp.kron(x, y, format="csr"), run))
+        else:
+            out.append(run[0])
+    return out
+
+
+def _row_forms(Wf: sp.csr_matrix, P: np.ndarray) -> np.ndarray:
+    """``diag(W_f P W_fᵀ)``, a block of rows at a time."""
+    m, n = Wf.shape
+    out = np.empty(m)
+    step = max(1, BLOCK_ENTRIES // max(n, 1))
+    for start in range(0, m, step):
+        block = Wf[start:start + step]
+        out[start:start + step] = np.einsum("ij,ij->i", np.asarray(block @ P), block.toarray())
+    return out
+
+
+def _frobenius(Wf: sp.csr_matrix) -> float:
+    return float(Wf.multiply(Wf).sum())
+
+
+def _kron_forms(parts: list, grams: tuple, weight: float) -> np.ndarray:
+    """``⊗_f diag(W_f (A_fᵀA_f)⁺ W_fᵀ) / weight``, each factor checked for support."""
+    forms = []
+    for Wf, Gf in zip(parts, grams):
+        pinv, null = strategy_pinv(Gf)
+        if null.shape[1]:
+            leak = np.asarray(Wf @ null)
+            if float(np.sum(leak * leak)) > SUPPORT_TOLERANCE * max(_frobenius(Wf), 1e-300):
+                raise QueryError(UNSUPPORTED)
+        forms.append(_row_forms(Wf, pinv))
+    return reduce(np.multiply.outer, forms).reshape(-1) / weight
+
+
+def _kron_marginal_forms(W: Kronecker, mats: list, GA: MarginalsGram) -> np.ndarray:
+    """``sum_T κ_T ⊗_f diag(W_f G_{T,f} W_fᵀ)`` with ``G_T = ⊗_i (I if i ∈ T else J)``
+    (:meth:`MarginalsGram.pinv_weights`); refuses a workload with energy where ``AᵀA`` is zero."""
+    sizes = [tuple(W.domain.size_of(a) for a in f.attrs) for f in W.factors]
+    mu = GA.eigenvalues()
+    dead = mu <= RANK_TOLERANCE * max(float(mu.max()), 1e-300)
+    if dead.any():
+        energy = reduce(np.multiply.outer, [_subset_energies(Wf, s) for Wf, s in zip(mats, sizes)])
+        if float(energy[dead].sum()) > SUPPORT_TOLERANCE * max(float(energy.sum()), 1e-300):
+            raise QueryError(UNSUPPORTED)
+    kappa = GA.pinv_weights()
+    scale = float(np.abs(kappa).max())
+    out = np.zeros(int(W.num_rows))
+    cache: dict = {}
+    for index in zip(*np.nonzero(np.abs(kappa) > 1e-15 * scale)):
+        forms, pos = [], 0
+        for f, (Wf, s) in enumerate(zip(mats, sizes)):
+            kept = tuple(int(b) for b in index[pos:pos + len(s)])
+            pos += len(s)
+            if (f, kept) not in cache:
+                cache[f, kept] = _kept_forms(Wf, s, kept)
+            forms.append(cache[f, kept])
+        out += kappa[index] * reduce(np.multiply.outer, forms).reshape(-1)
+    return out
+
+
+def _kept_forms(Wf: sp.csr_matrix, sizes: tuple, kept: tuple) -> np.ndarray:
+    """``wᵀ (⊗_i (I if kept_i else J)) w`` per row: the squared sums over the summed attributes."""
+    m, n = Wf.shape
+    summed = tuple(1 + i for i, k in enumerate(kept) if not k)
+    out = np.empty(m)
+    step = max(1, BLOCK_ENTRIES // max(n, 1))
+    for start in range(0, m, step):
+        t = Wf[start:start + step].toarray().reshape((-1,) + sizes)
+        s = t.sum(axis=summed) if summed else t
+        out[start:start + step] = (s.reshape(s.shape[0], -1) ** 2).sum(axis=1)
+    return out
+
+
+def _subset_energies(Wf: sp.csr_matrix, sizes: tuple) -> np.ndarray:
+    """``‖W_f Π_b‖_F²`` for every subset ``b`` of the factor's attributes (``(2,) * k``), ``Π_b``
+    the projection on ``⊗_{i∈b} 1^⊥ ⊗_{i∉b} span(1)`` (the marginals basis)."""
+    k = len(sizes)
+    out = np.zeros((2,) * k)
+    m, n = Wf.shape
+    step = max(1, BLOCK_ENTRIES // max(n, 1))
+    for start in range(0, m, step):
+        t = Wf[start:start + step].toarray().reshape((-1,) + sizes)
+        for bits in np.ndindex(*(2,) * k):
+            u, copies = t, 1.0
+            for i, bit in enumerate(bits):
+                mean = u.mean(axis=1 + i, keepdims=True)
+                u = u - mean if bit else mean
+                copies *= 1.0 if bit else sizes[i]
+            out[bits] += float(np.sum(u * u)) * copies
+    return out
+
+
+def _kron_matvec_flops(mats: list) -> float:
+    """Operations of one product of a Kronecker workload with a vector (factor 0 applied first)."""
+    heights, widths = [p.shape[0] for p in mats], [p.shape[1] for p in mats]
+    return float(sum(p.nnz * np.prod(heights[:f], dtype=float) * np.prod(widths[f + 1:], dtype=float)
+                     for f, p in enumerate(mats)))
+
+
+def _kron_matmat(mats: list, V: np.ndarray) -> np.ndarray:
+    """``(⊗_f W_f) V`` for a block of columns ``V`` (n, b), factor by factor."""
+    b = V.shape[1]
+    t = V.reshape([p.shape[1] for p in mats] + [b])
+    for axis, p in enumerate(mats):
+        t = apply_along(p, t, axis)
+    return t.reshape(-1, b)
+
+
+def _kron_row_norms(mats: list, U: np.ndarray) -> np.ndarray:
+    """``sum_j ((⊗ W_f) u_j)²`` per row, a block of columns of ``U`` at a time."""
+    m = int(np.prod([p.shape[0] for p in mats], dtype=float))
+    out = np.zeros(m)
+    step = max(1, BLOCK_ENTRIES // max(m, 1))
+    for start in range(0, U.shape[1], step):
+        Y = _kron_matmat(mats, U[:, start:start + step])
+        out += np.einsum("ij,ij->i", Y, Y)
+    return out
+
+
+def _kron_pidentity_forms(mats: list, GA: PIdentityGram) -> np.ndarray:
+    """``diag(W S² Wᵀ) - sum_j (W u_j)²`` with ``u_j`` the columns of ``S Θᵀ V Λ^{1/2}``,
+    ``K = V Λ Vᵀ`` (the Woodbury form of :class:`PIdentityGram`)."""
+    squares = [p.multiply(p).tocsr() for p in mats]
+    first = _kron_matmat(squares, (GA.scale**2)[:, None])[:, 0]
+    lam, V = la.eigh(GA.kernel)
+    U = (GA.theta * GA.scale[None, :]).T @ (V * np.sqrt(np.clip(lam, 0.0, None)))
+    return first - _kron_row_norms(mats, U)
+
+
+def _kron_dense_forms(mats: list, GA: WorkloadGram) -> np.ndarray:
+    """``sum_j λ_j (W v_j)²`` over the eigenpairs of ``(AᵀA)⁺`` (a small explicit strategy)."""
+    pinv, null = strategy_pinv(GA)
+    if null.shape[1]:
+        energy = float(np.prod([_frobenius(p) for p in mats]))
+        if float(_kron_row_norms(mats, null).sum()) > SUPPORT_TOLERANCE * max(energy, 1e-300):
+            raise QueryError(UNSUPPORTED)
+    lam, V = la.eigh(pinv)
+    keep = lam > RANK_TOLERANCE * max(float(lam.max()), 1e-300)
+    return _kron_row_norms(mats, V[:, keep] * np.sqrt(lam[keep]))
+
+
+# ---- boxes and explicit rows --------------------------------------------------------------------------
+def _box_plan(boxes: RangeGram, GA: WorkloadGram) -> VariancePlan:
+    """The plan of :func:`_box_variances` (same order of cases)."""
+    m, n, d = boxes.num_rows, boxes.size, len(boxes.domain)
+    padded = float(np.prod(boxes.padded))
+    sizes = boxes.domain.sizes
+
+    def plan(method, space, flops, reason=""):
+        return VariancePlan(method, m, 8.0 * m + space, flops, lambda: _box_variances(boxes, GA), reason)
 
     if isinstance(GA, PIdentityGram):
-        return _pidentity_box_forms(GA, box_sums)
+        p = GA.theta.shape[0]
+        return plan("p-Identity on box sums", 8.0 * (BLOCK_ENTRIES + padded * p + m), m * p * (2**d + p))
+    if isinstance(GA, KronGram) and all(len(g) == 1 for g in GA.groups):
+        return plan("interval forms per attribute", 8.0 * m * d + 24.0 * sum(s * s for s in sizes),
+                    m * d + 10.0 * sum(float(s) ** 3 for s in sizes))
+    if isinstance(GA, MarginalsGram):
+        mu = GA.eigenvalues()
+        if mu.min() > 0 and np.allclose(mu, mu.flat[0], rtol=1e-12):
+            return plan("box volumes", 8.0 * m, float(m * d))
+    if d == 1:
+        return plan("interval forms", 8.0 * m + 24.0 * n * n, float(m) + 10.0 * float(n) ** 3, _too_wide(n))
+    return plan("prefix sums of the pseudo-inverse", 8.0 * (2 * n * n + padded * n + 3e6),
+                m * n * 2.0**d + 10.0 * float(n) ** 3, _too_wide(n))
+
+
+def _box_variances(boxes: RangeGram, GA: WorkloadGram) -> np.ndarray:
+    def box_sums(V, rows=slice(None)):
+        return np.asarray(boxes.corners[rows] @ boxes._prefix(np.asarray(V, dtype=np.float64)))
+
+    if isinstance(GA, PIdentityGram):
+        return _pidentity_box_forms(GA, box_sums, boxes.num_rows)
     if isinstance(GA, KronGram) and all(len(g) == 1 for g in GA.groups):
         forms = [interval_forms(GA.factors[j], boxes.lows[:, j], boxes.highs[:, j]) for j in range(len(GA.groups))]
         return np.prod(forms, axis=0) / GA.weight
@@ -292,6 +629,29 @@ def _box_variances(boxes: RangeGram, GA: WorkloadGram) -> np.ndarray:
         rows_h = np.asarray(corners @ prefixed)          # (W H⁺) for these rows
         out[start:start + step] = np.asarray(corners.multiply(boxes._prefix(rows_h.T).T).sum(axis=1)).ravel()
     return out
+
+
+def _too_wide(n: int) -> str:
+    return "" if n <= MAX_DENSE_GRAM else (
+        f"the per-query variances need the strategy's explicit pseudo-inverse over {n:,} cells, above the "
+        f"{MAX_DENSE_GRAM:,} cells an explicit Gram may have")
+
+
+def _explicit_plan(W: LinearQuery, GA: WorkloadGram) -> VariancePlan:
+    m, n = int(W.num_rows), W.domain.size
+    nnz = _nonzeros(W)
+    return VariancePlan("explicit rows", m, 8.0 * m + 12.0 * nnz + 8.0 * (2 * n * n + 2 * BLOCK_ENTRIES),
+                        nnz * n + 10.0 * float(n) ** 3, lambda: _explicit_forms(W, GA), _too_wide(n))
+
+
+def _explicit_forms(W: LinearQuery, GA: WorkloadGram) -> np.ndarray:
+    Ws = sp.csr_matrix(W.to_sparse(), dtype=np.float64)
+    pinv, null = strategy_pinv(GA)
+    if null.shape[1]:
+        leak = np.asarray(Ws @ null)
+        if float(np.sum(leak * leak)) > SUPPORT_TOLERANCE * max(_frobenius(Ws), 1e-300):
+            raise QueryError(UNSUPPORTED)
+    return _row_forms(Ws, pinv)
 
 
 # ---- the expected error ------------------------------------------------------------------------------

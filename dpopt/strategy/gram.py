@@ -488,6 +488,21 @@ class MarginalsGram(WorkloadGram):
         """``μ(a)``, the eigenvalue of ``G`` on ``U_a``, for every ``a``."""
         return superset_sums(self.weights * self.outside_sizes())
 
+    def pinv_weights(self) -> np.ndarray:
+        """``κ`` with ``G⁺ = sum_T κ_T G_T``: the pseudo-inverse in the same algebra.
+
+        ``G⁺ = sum_{a: μ(a) > 0} μ(a)^{-1} P_a`` and ``P_a = sum_{T ⊆ a} (-1)^{|a∖T|} G_T / N_{T^c}``
+        (``P_a`` the projection on ``U_a``), so ``κ_T = N_{T^c}^{-1} sum_{a ⊇ T} (-1)^{|a∖T|} / μ(a)``
+        over the ``a`` with ``μ(a)`` above :data:`RANK_TOLERANCE` of the largest.
+        """
+        mu = self.eigenvalues()
+        live = mu > RANK_TOLERANCE * max(float(mu.max()), 1e-300)
+        kappa = np.where(live, 1.0 / np.where(live, mu, 1.0), 0.0)
+        for axis in range(kappa.ndim):  # superset Möbius transform, sign (-1)^{|a∖T|}
+            lo, hi = _axis_slices(kappa.ndim, axis)
+            kappa[lo] -= kappa[hi]
+        return kappa / self.outside_sizes()
+
     def trace(self) -> float:
         return float(self.weights.sum() * float(self.size))
 

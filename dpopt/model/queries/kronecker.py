@@ -258,4 +258,7 @@ class Kronecker(StructuredQuery):
 
     # ---- description ------------------------------------------------------------------
     def row_labels(self) -> list[str]:
-        return product_labels([f.labels() for f in self.factors], " & ")
+        # A one-row constant factor (the total over attributes the product sums out) adds nothing
+        # to a row's label beside the others.
+        kept = [f for f, c, h in zip(self.factors, self._constant, self._heights) if not (c and h == 1)]
+        return product_labels([f.labels() for f in kept or self.factors[:1]], " & ")
