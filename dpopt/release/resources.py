@@ -95,6 +95,8 @@ class MemoryEstimate:
 
     def describe(self) -> str:
         """One line for ``dpopt check``."""
+        if self.total <= 0:
+            return "memory: not estimated: this algorithm holds no table over the full domain"
         text = f"memory: about {format_bytes(self.total)}"
         if self.largest is not None and self.largest.bytes > 0.5 * self.total:
             text += f" (mostly {self.largest.what}: {self.largest.detail})"
