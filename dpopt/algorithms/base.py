@@ -347,6 +347,9 @@ class Algorithm(abc.ABC):
     #: Whether it needs the whole domain as a dense table (False: it works on domains far too
     #: large for one, releasing answers or records; the pipeline then never builds the table).
     dense_domain: ClassVar[bool] = True
+    #: True when every planned measurement is fitted in one weighted least-squares problem over the
+    #: whole table (the report's expected error before data then applies; dpopt.release.accuracy).
+    fits_jointly: ClassVar[bool] = False
     #: Its frozen parameter dataclass.
     Params: ClassVar[type[AlgorithmParams]] = AlgorithmParams
 

@@ -86,6 +86,11 @@ def planned_accuracy(plan) -> list[dict]:
              "expected_rmse": None, "why": None} for s in steps]
     if not steps:
         return rows
+    if not getattr(getattr(plan, "algorithm", None), "fits_jointly", True):
+        for r in rows:
+            r["why"] = (f"{plan.algorithm.name} does not fit its measurements in one least-squares problem "
+                        "(the closed form does not apply)")
+        return rows
     if any(s.query.domain != steps[0].query.domain for s in steps):
         for r in rows:
             r["why"] = "the measurements are over different domains (one fit per level): no joint closed form"
@@ -149,7 +154,8 @@ def fitted_error_bars(release) -> tuple[list[dict], str | None]:
     rec = release.reconstruction
     problem = getattr(rec, "problem", None)
     if release.counts is None or problem is None:
-        return [], "the algorithm releases no table fitted by dpopt.estimate"
+        return [], ("the released table was not fitted as one least-squares problem (per-unit fits, an iterative "
+                    "algorithm, or no table)")
     if problem.objective != "l2":
         return [], (f"the fit's objective is {problem.objective!r}; the analytic error bars describe the weighted "
                     "least-squares (l2) fit")

@@ -63,8 +63,8 @@ GLOSSARY: tuple[tuple[str, str], ...] = (
     (r"[Ee]xpected error", "expected error: the root mean squared error per answer that the plan predicts "
      "before any data is read, from the queries and the noise alone."),
     (r"\bRMS\b", "RMS: root mean square, the square root of the average of the squares."),
-    (r"\bsynthetic records?\b", "synthetic records: made-up person records whose counts reproduce the released "
-     "table; they are as private as the table."),
+    (r"\bsynthetic records?\b", "synthetic records: made-up person records drawn from the release (their counts "
+     "reproduce a released table where there is one); they carry the release's privacy guarantee."),
     (r"NOT private|NOT PRIVATE", "NOT private: the figure or run uses the confidential data or a seeded noise "
      "source, for testing only; do not publish it."),
 )

@@ -85,8 +85,9 @@ def main() -> None:
         if not html.is_file():  # the spec writes only Markdown: render the same report as HTML
             from dpopt.report import render_html
 
-            html = args.out / name / "summary_shot.html"
-            html.write_text(render_html(json.loads((args.out / name / "report.json").read_text())), encoding="utf-8")
+            html = args.out / f"{name}.html"  # beside the release: dpopt replaces only what it wrote
+            page = render_html(json.loads((args.out / name / "report.json").read_text()))
+            html.write_text(page.replace('src="plots/', f'src="{name}/plots/'), encoding="utf-8")
         text = html.read_text(encoding="utf-8")
         sections = re.findall(r"<h2>(.*?)</h2>", text)
         algorithm = json.loads((args.out / name / "report.json").read_text())["algorithm"]["name"]
