@@ -5,9 +5,14 @@ Two figures go with every release:
 * ``released_vs_*.png``: each measured answer's released value against a reference: the
   noisy measurement (always; this is private, post-processing only), or, with
   ``evaluate``, the true answer (NOT private). Points on the diagonal are unchanged.
-* ``error_by_query.png``: a bar per measured query: with ``evaluate``, the L1 error of the
-  released and of the raw noisy answers against the truth (consistency usually lowers it);
-  otherwise the standardized RMS distance between released and noisy answers.
+* ``accuracy_by_query.png``: a bar group per measured query, in counts per answer: the noise
+  standard deviation of its noisy answers, the plan's expected error of the fit and the fit's
+  error bar (see :mod:`dpopt.release.accuracy`). Private: no true answer enters it.
+* ``change_by_query.png``: how far the release moved each query's answers from the noisy ones
+  (RMS, in noise standard deviations). This is a distance between two private quantities, not
+  an error.
+* with ``evaluate`` only, ``error_by_query.png``: the L1 error of the released and of the raw
+  noisy answers against the truth (NOT private; consistency usually lowers it).
 """
 
 from __future__ import annotations
@@ -140,11 +145,25 @@ def release_plots(release: "ReleaseResult", directory: str | Path) -> dict[str, 
             directory / "error_by_query.png",
             ylabel="L1 error against the truth", title="Error by query (evaluation only, NOT private)",
         )
-    else:
-        rms = [float(np.sqrt(np.mean((r - m.values) ** 2)) / m.stddev) if m.stddev > 0 else 0.0
-               for m, r in zip(ms, released)]
-        bar_by_query(labels, {"standardized RMS": rms}, directory / "error_by_query.png",
-                     ylabel="RMS(released - noisy) / noise std. dev.",
-                     title="Distance between released and noisy answers")
-    out["error_by_query"] = "error_by_query.png"
+        out["error_by_query"] = "error_by_query.png"
+    accuracy = (getattr(release, "report", None) or {}).get("accuracy") or {}
+    planned = {r["table"]: r for r in accuracy.get("expected_before_data") or []}
+    bars = {r["table"]: r for r in accuracy.get("error_bars") or []}
+    shown = [label for label in labels if label in planned or label in bars]
+    if shown:
+        series = {"noisy answers (noise s.d.)": [planned.get(t, {}).get("noise_rmse") for t in shown]}
+        if any(planned.get(t, {}).get("expected_rmse") is not None for t in shown):
+            series["expected error of the fit (plan)"] = [planned.get(t, {}).get("expected_rmse") for t in shown]
+        if bars:
+            series["error bar of the fit"] = [bars.get(t, {}).get("rmse") for t in shown]
+        series = {k: [np.nan if v is None else v for v in vals] for k, vals in series.items()}
+        bar_by_query(shown, series, directory / "accuracy_by_query.png", ylabel="RMS error per answer (counts)",
+                     title="Accuracy by measured query (no true answer used)")
+        out["accuracy_by_query"] = "accuracy_by_query.png"
+    rms = [float(np.sqrt(np.mean((r - m.values) ** 2)) / m.stddev) if m.stddev > 0 else 0.0
+           for m, r in zip(ms, released)]
+    bar_by_query(labels, {"RMS change": rms}, directory / "change_by_query.png",
+                 ylabel="RMS(released - noisy) / noise std. dev.",
+                 title="How far consistency moved each query's answers (not an error)")
+    out["change_by_query"] = "change_by_query.png"
     return out

@@ -30,10 +30,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from dpopt.release.glossary import glossary_for
+
 if TYPE_CHECKING:  # pragma: no cover
     from dpopt.release.outputs import ReleaseResult
 
 NOT_PRIVATE_SEED = "seeded: NOT private (the noise is reproducible from the seed; use for testing only)"
+#: The delta at which a zCDP budget's (epsilon, delta) equivalent is shown when the spec names none.
+EQUIVALENT_DELTA = 1e-6
 NOT_PRIVATE_EVALUATION = (
     "computed from the confidential data: NOT private, for testing only; do not publish"
 )
@@ -79,6 +83,12 @@ def build_report(release: "ReleaseResult") -> dict:
             for inv in release.constraints.invariants if inv.from_data
         ],
     }
+    if acc.kind == "zcdp" and total.get("rho"):
+        from dpopt.privacy.conversions import zcdp_to_approx_dp
+
+        delta = getattr(acc, "_report_delta", None) or EQUIVALENT_DELTA
+        privacy["approx_equivalent"] = {"epsilon": zcdp_to_approx_dp(total["rho"], delta), "delta": str(delta),
+                                        "conversion": "Canonne, Kamath, Steinke 2020, Cor. 13"}
     seeded = p.seed is not None
     randomness = {
         "seeded": seeded,
@@ -191,6 +201,7 @@ def build_report(release: "ReleaseResult") -> dict:
         "environment": {"python": platform.python_version(), "numpy": np.__version__,
                         "pandas": pd.__version__, "platform": platform.platform()},
     }
+    report["accuracy"] = accuracy_section(release)
     if release.evaluation is not None:
         report["evaluation"] = {
             "warning": NOT_PRIVATE_EVALUATION,
@@ -198,6 +209,28 @@ def build_report(release: "ReleaseResult") -> dict:
             "queries": _jsonable(release.evaluation.to_dict(orient="records")),
         }
     return report
+
+
+def accuracy_section(release: "ReleaseResult") -> dict:
+    """What the report says about accuracy, from public quantities only (see
+    :mod:`dpopt.release.accuracy`): the plan's expected error per measured table, the fit's error
+    bars, what consistency changed, and an algorithm's own accuracy statement."""
+    from dpopt.release.accuracy import consistency_changes, fitted_error_bars, planned_accuracy
+
+    bars, bars_why = fitted_error_bars(release)
+    statement = release.info.get("accuracy_statement")
+    return {
+        "expected_before_data": planned_accuracy(release.plan),
+        "expected_method": "weighted least squares over every measurement, constraints ignored "
+                           "(Li et al. PODS 2010, Prop. 4); RMS error per answer",
+        "error_bars": bars,
+        "error_bars_method": "active-bound GLS covariance (cells at 0, structural zeros and invariants held); "
+                             "RMS standard error per answer; probe estimate above "
+                             "64 answers, with its own standard error",
+        "error_bars_unavailable": bars_why,
+        "consistency_changes": consistency_changes(release),
+        "algorithm_statement": str(statement) if statement else None,
+    }
 
 
 def publishable(report: dict) -> dict:
@@ -253,8 +286,14 @@ def summary_blocks(report: dict) -> list[tuple]:
                    + (f"; {rel['synthetic_rows']:,} synthetic records" if rel["synthetic_rows"] is not None else "")
                    + f". Data: {report['run']['data']}. Noise source: {rnd['source']}."))
     else:
-        b.append(("p", f"Released answers: {', '.join(rel['answers']) or 'none'}. Data: {report['run']['data']}. "
-                       f"Noise source: {rnd['source']}."))
+        names = list(rel["answers"])
+        shown = "; ".join(names[:3]) + (f"; and {len(names) - 3:,} more" if len(names) > 3 else "")
+        what = (f"{len(names):,} answer tables ({sum(rel['answers'].values()):,} answers in all: {shown})"
+                if names else "no answer tables")
+        if rel.get("synthetic_rows") is not None:
+            what += f" and {rel['synthetic_rows']:,} synthetic records"
+        b.append(("p", f"No table of counts was released: the algorithm released {what}. "
+                       f"Data: {report['run']['data']}. Noise source: {rnd['source']}."))
 
     pr = report["privacy"]
     b.append(("h2", "Privacy"))
@@ -262,7 +301,10 @@ def summary_blocks(report: dict) -> list[tuple]:
     spent = ", ".join(f"{k} = {v}" for k, v in pr["ledger_sum"].items())
     b.append(("p", f"Accounting: {pr['accounting']}. Budget {budget}; the ledger sums to {spent}"
                    + (" (exactly the budget)." if pr["ledger_sums_to_budget"] else
-                      f" (unspent: {', '.join(f'{k} = {v}' for k, v in pr['unspent'].items())}).")))
+                      f" (unspent: {', '.join(f'{k} = {v}' for k, v in pr['unspent'].items())}).")
+                   + (f" As (epsilon, delta)-DP: epsilon = {_fmt(pr['approx_equivalent']['epsilon'])} at delta = "
+                      f"{pr['approx_equivalent']['delta']} ({pr['approx_equivalent']['conversion']})."
+                      if pr.get("approx_equivalent") else "")))
     comps = list(pr["budget"])
     rows = [[e["label"], e.get("mechanism", ""), *[e[c] for c in comps], _fmt(e.get("noise_stddev"))] for e in pr["ledger"]]
     b.append(("table", ["measurement", "mechanism", *comps, "noise std. dev."], rows))
@@ -289,6 +331,8 @@ def summary_blocks(report: dict) -> list[tuple]:
             text += f" {len(r['exceptions'])} measured answers could not stay at the floor or ceiling of their fit."
     b.append(("p", text))
 
+    b.extend(_accuracy_blocks(report))
+
     alg = report.get("algorithm")
     if alg and alg.get("notes"):
         params = ", ".join(f"{k} = {v}" for k, v in alg["parameters"].items()
@@ -298,19 +342,27 @@ def summary_blocks(report: dict) -> list[tuple]:
         b.append(("bullets", alg["notes"]))
 
     b.append(("h2", "Constraints"))
-    b.append(("p", ("Every constraint holds" if report["constraints_all_hold"] else "SOME CONSTRAINTS DO NOT HOLD")
-                   + f" on the released table (largest violation {_fmt(report['max_violation'])})."))
-    b.append(("table", ["constraint", "detail", "max violation", "holds"],
-              [[c["constraint"], c["detail"] or "", _fmt(c["max_violation"]), "yes" if c["satisfied"] else "NO"]
-               for c in report["constraints"]]))
+    if rel["total"] is None and not report["constraints"]:
+        b.append(("p", "No table of counts was released and no constraint was declared, so there is nothing to "
+                       "check a constraint on."))
+    else:
+        b.append(("p", ("Every constraint holds" if report["constraints_all_hold"] else "SOME CONSTRAINTS DO NOT HOLD")
+                       + f" on the released table (largest violation {_fmt(report['max_violation'])})."))
+        b.append(("table", ["constraint", "detail", "max violation", "holds"],
+                  [[c["constraint"], c["detail"] or "", _fmt(c["max_violation"]), "yes" if c["satisfied"] else "NO"]
+                   for c in report["constraints"]]))
 
-    if report["fit"]:
-        b.append(("h2", "Fit to the measurements"))
-        b.append(("p", "Residuals released minus noisy answers; a standardized RMS near 1 means the release "
-                       "moved each answer by about one noise standard deviation."))
-        b.append(("table", ["measurement", "RMS residual", "standardized RMS", "max |residual|"],
-                  [[f["measurement"], _fmt(f["rms_residual"]), _fmt(f["rms_standardized"]), _fmt(f["max_abs_residual"])]
-                   for f in report["fit"]]))
+    changes = (report.get("accuracy") or {}).get("consistency_changes") or []
+    if changes:
+        b.append(("h2", "What consistency changed"))
+        b.append(("p", "Per measured table: how far the released answers moved from the noisy ones (RMS over its "
+                       "answers, also in units of the noise standard deviation; about 1 means each answer moved by "
+                       "one noise standard deviation) and what moved them."))
+        b.append(("table", ["measured table", "RMS change", "in noise s.d.", "max |change|", "noisy answers < 0",
+                            "of which rounding (RMS)", "why"],
+                  [[c["table"], _fmt(c["rms_change"]), _fmt(c["rms_change_in_noise_sd"]), _fmt(c["max_abs_change"]),
+                    str(c["noisy_negative"]), _fmt(c["rounding_rms_change"]) if c["rounding_rms_change"] is not None
+                    else "-", c["why"]] for c in changes]))
 
     ev = report.get("evaluation")
     if ev:
@@ -351,7 +403,64 @@ def summary_blocks(report: dict) -> list[tuple]:
     if report.get("files"):
         b.append(("h2", "Files"))
         b.append(("list", report["files"]))
+    terms = glossary_for(_block_text(b), report)
+    if terms:
+        b.append(("h2", "Glossary"))
+        b.append(("bullets", terms))
     return b
+
+
+def _accuracy_blocks(report: dict) -> list[tuple]:
+    acc = report.get("accuracy")
+    if not acc:
+        return []
+    b: list[tuple] = [("h2", "Accuracy")]
+    table_released = report["released"]["total"] is not None
+    planned = {r["table"]: r for r in acc.get("expected_before_data") or []} if table_released else {}
+    bars = {r["table"]: r for r in acc.get("error_bars") or []}
+    changes = {r["table"]: r for r in acc.get("consistency_changes") or []}
+    tables = list(dict.fromkeys([*planned, *bars]))
+    if tables:
+        b.append(("p", "Error per answer of each measured table, in counts (root mean square over its answers). "
+                       "Noisy answers: the noise standard deviation. Expected error: the plan's figure before any data "
+                       "for a weighted least-squares fit of all measurements, constraints ignored (they usually "
+                       "lower it). Error bar: the standard error of the released fit given the bounds it holds "
+                       "(cells at 0, structural zeros, invariants); '±' is the estimate's own uncertainty."))
+        rows = []
+        for t in tables:
+            p, e, c = planned.get(t, {}), bars.get(t), changes.get(t, {})
+            bar = "-"
+            if e is not None:
+                bar = _fmt(e["rmse"]) + ("" if e["exact"] else f" ± {e['rmse_se']:.2g}")
+                if not e["converged"]:
+                    bar += " (solve stopped at its time limit: a lower figure)"
+            rows.append([t, str(p.get("answers", e["answers"] if e else "")), _fmt(p.get("noise_rmse")),
+                         _fmt(p.get("expected_rmse")) if p.get("expected_rmse") is not None else "-",
+                         bar, _fmt(c.get("rounding_rms_change")) if c.get("rounding_rms_change") is not None else "-"])
+        b.append(("table", ["measured table", "answers", "noisy answers (noise s.d.)", "expected error (plan)",
+                            "error bar (fit)", "rounding (RMS)"], rows))
+        reasons = sorted({p["why"] for p in planned.values() if p.get("why")})
+        if reasons:
+            b.append(("p", "No expected error before data where '-': " + "; ".join(reasons) + "."))
+        if acc.get("error_bars_unavailable"):
+            b.append(("p", f"No error bars after the fit: {acc['error_bars_unavailable']}."))
+    if acc.get("algorithm_statement"):
+        b.append(("p", f"The algorithm's own accuracy statement: {acc['algorithm_statement']}."))
+    elif not tables:
+        b.append(("p", "This algorithm states no data-free accuracy bound for its release; run with evaluation "
+                       "(NOT private) to measure its error on test data."))
+    return b
+
+
+def _block_text(blocks: list[tuple]) -> str:
+    parts = []
+    for block in blocks:
+        for item in block[1:]:
+            if isinstance(item, str):
+                parts.append(item)
+            elif isinstance(item, list):
+                parts.extend(str(cell) for row in item for cell in (row if isinstance(row, list) else [row]))
+    return " ".join(parts)
 
 
 def render_markdown(report: dict) -> str:

@@ -356,6 +356,9 @@ class Algorithm(abc.ABC):
     #: Whether its run passes :attr:`AlgorithmPlan.engine_options` to ``reconstruct`` (then the
     #: release plan may send its solve down the matrix-free path instead of refusing it).
     takes_engine_options: ClassVar[bool] = False
+    #: True when every planned measurement is fitted in one weighted least-squares problem over the
+    #: whole table (the report's expected error before data then applies; dpopt.release.accuracy).
+    fits_jointly: ClassVar[bool] = False
     #: Its frozen parameter dataclass.
     Params: ClassVar[type[AlgorithmParams]] = AlgorithmParams
 

@@ -132,6 +132,7 @@ class MeasureReconstruct(Algorithm):
 
     name = "measure_reconstruct"
     aliases = ("measure-and-reconstruct",)
+    fits_jointly = True
     title = "noisy measurement of declared queries, then consistency optimisation"
     reference = ("design notes §1; weighted least squares as in Hay, Rastogi, Miklau, Suciu (VLDB 2010) "
                  "and the 2020 Census TopDown (Abowd et al. 2022)")

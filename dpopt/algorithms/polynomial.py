@@ -600,7 +600,11 @@ class Polynomial(Algorithm):
                          "reported separately: info['consistent'] and the answers labelled 'consistent: ...'")
         info = {"plan": details, "table": table, "evaluated": evaluated, "consistent": consistent,
                 "coefficients": details.num_coefficients, "degree": details.degree,
-                "gamma": float(details.polynomial.gamma)}
+                "gamma": float(details.polynomial.gamma),
+                # Data-free: gamma, the noise bound and beta come from the plan (n stays symbolic).
+                "accuracy_statement": f"Theorem 3.1: with probability >= {float(1 - details.beta):g}, every released "
+                                      f"answer is within {float(details.polynomial.gamma):.4g} n + "
+                                      f"{details.noise_bound(details.k):.4g} of the truth (n: the number of records)"}
         release = make_release(self, plan, accountant, status=Status.COMPLETED,
                                message=f"released {details.num_coefficients:,} noisy conjunction counts; "
                                        f"{len(evaluated):,} workload sets evaluated",

@@ -146,6 +146,7 @@ class ReleasePlan:
             frame["answers"] = frame["answers"].map(lambda v: "-" if v is None or v != v else str(int(v)))
             lines.append("budget split (noise_stddev: standard deviation of the noise on each answer):")
             lines.extend("  " + line for line in _text_table(frame))
+        lines.extend(_accuracy_lines(self))
         lines.extend(alg.describe_plan(self.algorithm_plan))
         lines.append("constraints:")
         for row in self.constraints.describe():
@@ -165,6 +166,20 @@ class ReleasePlan:
         if self.resources is not None:
             lines.append(self.resources.describe())
         return "\n".join(lines)
+
+
+def _accuracy_lines(p: "ReleasePlan") -> list[str]:
+    """The plan's expected error per measured table (before data; :mod:`dpopt.release.accuracy`)."""
+    from dpopt.release.accuracy import planned_accuracy
+
+    rows = [r for r in planned_accuracy(p) if r["expected_rmse"] is not None]
+    if not rows:
+        return []
+    frame = pd.DataFrame({"measurement": [r["table"] for r in rows],
+                          "noisy_answers": [f"{r['noise_rmse']:.3g}" for r in rows],
+                          "least_squares_fit": [f"{r['expected_rmse']:.3g}" for r in rows]})
+    return (["expected error per answer before data (RMS, counts; the fit's figure ignores the constraints, "
+             "which lower it):"] + ["  " + line for line in _text_table(frame)])
 
 
 def describe_heading(spec: ReleaseSpec) -> list[str]:

@@ -124,6 +124,8 @@ class MemoryEstimate:
     def describe(self) -> str:
         """Two lines for ``dpopt check``: the solve the plan takes, and the memory."""
         text = f"solve: {self.solve}" + (f" ({self.note})" if self.note else "")
+        if self.total <= 0:
+            return text + "\nmemory: not estimated: this algorithm holds no table over the full domain"
         text += f"\nmemory: about {format_bytes(self.total)}"
         if self.largest is not None and self.largest.bytes > 0.5 * self.total:
             text += f" (mostly {self.largest.what}: {self.largest.detail})"
