@@ -135,6 +135,7 @@ class CandidateComparison:
     best_unbiased: Candidate | None
     bound: float
     reason: str
+    unit: float = float("nan")
 
     def frame(self) -> pd.DataFrame:
         """One row per candidate and table: expected total squared error and RMSE per cell."""
@@ -149,7 +150,9 @@ class CandidateComparison:
         return pd.DataFrame(rows)
 
     def lines(self, max_tables: int = 12) -> list[str]:
-        """The comparison as text: totals, then the chosen candidate's error per table."""
+        """The comparison as text: each candidate's total, the SVD bound and the choice, then every
+        applicable candidate's expected error per table (RMSE per cell), beside the SVD bound of the
+        table alone (no strategy answers that table better, even spending the whole budget on it)."""
         w = [t.weight for t in self.workload.tables]
         out = [f"what to measure: {self.workload.describe()}, {self.mechanism} noise; expected total squared error "
                "of least-squares answers with the whole budget (RMSE per cell in brackets)"]
@@ -168,11 +171,34 @@ class CandidateComparison:
             out.append(f"  {mark} {c.name:<13} {text}  ({c.detail}; {c.seconds:.2f} s)")
         out.append(f"  SVD lower bound for this noise: {self.bound:.6g} [{math.sqrt(self.bound / cells):.4g}]")
         out.append(f"  chosen: {self.chosen.name}: {self.reason}")
-        shown = self.workload.tables[:max_tables]
-        for t, err in zip(shown, self.chosen.charged):
-            out.append(f"    {t.label}: expected error {err:.6g} (RMSE per cell {math.sqrt(err / _cells(self.workload, t)):.4g})")
+        out.extend(self._table_lines(max_tables))
+        return out
+
+    def _table_lines(self, max_tables: int) -> list[str]:
+        shown = [c for c in self.candidates if c.applies]
+        if not shown:
+            return []
+        heads = [c.name + ("*" if c is self.chosen else "") + ("~" if not c.supports else "") for c in shown]
+        width = max(8, *(len(h) for h in heads))
+        tables = self.workload.tables[:max_tables]
+        label_width = min(44, max(len(t.label) for t in tables))
+        out = [f"  expected error per table, RMSE per cell (* chosen; ~ unmeasured residuals charged as above):",
+               "    " + "table".ljust(label_width) + "".join(f"  {h:>{width}}" for h in heads)
+               + f"  {'bound alone':>{width}}"]
+        unit = self.unit
+        for i, t in enumerate(tables):
+            n = _cells(self.workload, t)
+            row = [c.charged[i] for c in shown]
+            try:
+                alone = svd_bound(self.workload.table_gram(t)) * unit
+            except DpoptError:
+                alone = float("nan")
+            figures = "".join(f"  {math.sqrt(v / n):>{width}.4g}" if np.isfinite(v) else f"  {'-':>{width}}"
+                              for v in row + [alone])
+            out.append("    " + t.label[:label_width].ljust(label_width) + figures)
         if len(self.workload.tables) > max_tables:
-            out.append(f"    ... and {len(self.workload.tables) - max_tables} more tables")
+            out.append(f"    ... and {len(self.workload.tables) - max_tables} more tables (CandidateComparison.frame() "
+                       "has them all)")
         return out
 
 
@@ -222,8 +248,9 @@ def compare_candidates(workload: Workload, cost: PrivacyCost, mechanism: str,
     weights = [t.weight for t in workload.tables]
     unbiased = [c for c in candidates if c.supports]
     best = min(unbiased, key=lambda c: c.total(weights)) if unbiased else None
+    unit = noise_constant(cost, mechanism)
     try:
-        bound = svd_bound(gram) * noise_constant(cost, mechanism)
+        bound = svd_bound(gram) * unit
     except DpoptError:
         bound = float("nan")
     if "lower orders" in names:
@@ -240,20 +267,20 @@ def compare_candidates(workload: Workload, cost: PrivacyCost, mechanism: str,
             raise ParameterError(f"no candidate strategy supports this workload ({why})")
         chosen = min(usable, key=lambda c: c.total(weights, charged=True))
         return CandidateComparison(workload, mechanism, candidates, chosen, None, bound,
-                                   "no candidate supports every table; the least charged error")
+                                   "no candidate supports every table; the least charged error", unit)
     total = best.total(weights)
     if np.isfinite(bound) and total <= GAP * bound:
         reason = (f"the best unbiased candidate, within {total / bound:.3g} times the SVD bound (at most {GAP:g}: "
                   "no strategy could measure the workload much better)")
-        return CandidateComparison(workload, mechanism, candidates, best, best, bound, reason)
+        return CandidateComparison(workload, mechanism, candidates, best, best, bound, reason, unit)
     if lower is not None and lower.applies and lower.total(weights, charged=True) < total:
         ratio = f"{total / bound:.3g} times the SVD bound" if np.isfinite(bound) else "with no SVD bound"
         reason = (f"the best unbiased candidate ({best.name}) is {ratio}, and measuring only the lower orders, "
                   f"with the top-order residuals charged at its variance, expects {lower.total(weights, charged=True):.6g} "
                   f"against its {total:.6g}")
-        return CandidateComparison(workload, mechanism, candidates, lower, best, bound, reason)
+        return CandidateComparison(workload, mechanism, candidates, lower, best, bound, reason, unit)
     reason = "the best unbiased candidate" + (f" ({total / bound:.3g} times the SVD bound)" if np.isfinite(bound) else "")
-    return CandidateComparison(workload, mechanism, candidates, best, best, bound, reason)
+    return CandidateComparison(workload, mechanism, candidates, best, best, bound, reason, unit)
 
 
 # ---- the candidates -----------------------------------------------------------------------------------

@@ -130,8 +130,12 @@ class Workload:
 
     def top_sets(self) -> list[tuple[str, ...]]:
         """The marginal tables' sets that are no other table's proper subset (the workload's top)."""
-        sets = set(self.marginal_sets())
-        return [s for s in sets if not any(set(s) < set(t) for t in sets)]
+        sets = list(dict.fromkeys(self.marginal_sets()))
+        below = set()  # every proper subset of a table's set (the closure, at most 2^|S| per table)
+        for attrs in sets:
+            for r in range(len(attrs)):
+                below.update(combinations(attrs, r))
+        return [s for s in sets if s not in below]
 
     def demand(self, sets: Sequence[tuple[str, ...]]) -> np.ndarray:
         """``D_a = dim U_a · Σ_T ω_T [a ⊆ S_T] prod_{i∉S_T} n_i`` for each set ``a``: the workload's

@@ -258,31 +258,46 @@ class Residuals(StructuredQuery):
             coeffs = fast_walsh_hadamard(margin) if self._union else margin
             gram = coeffs[self._masks[:, None] ^ self._masks[None, :]]
             return gram * np.outer(self.weights, self.weights)
-        # Block (a, b) = w_a w_b Σ_z v_{a∪b}(z) ⊗_{i∈a} H_i[·, z_i] ⊗_{i∈b} H_i[·, z_i], from the marginal
-        # of v on a ∪ b (one einsum per pair; pairs with one union share the marginal).
-        gram = np.empty((self.num_rows, self.num_rows))
+        # Block (a, b) = w_a w_b H_a C_ab H_bᵀ with H_a = ⊗_{i∈a} H_i and C_ab = M_a diag(v) M_bᵀ, the
+        # joint marginal of v on a ∪ b laid out as (cells of a) x (cells of b): zero unless the two
+        # cells agree on a ∩ b. Every union's marginal comes from v's marginal on the sets' union.
+        dom = self.domain
+        union = self._union
+        sub = dom.project(union) if union else None
+        top = marginalize(v, dom, union) if union else np.array([float(np.sum(v))])
         margins: dict[tuple[str, ...], np.ndarray] = {}
-        pool = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+        gram = np.empty((self.num_rows, self.num_rows))
         for i, a in enumerate(self.sets):
             for j in range(i, len(self.sets)):
                 b = self.sets[j]
-                u = self.domain.canonical(set(a) | set(b))
-                if len(u) + len(a) + len(b) > len(pool):
-                    return super()._weighted_gram(v)
+                u = dom.canonical(set(a) | set(b))
                 if u not in margins:
-                    margins[u] = (marginalize(v, self.domain, u).reshape([self.domain.size_of(x) for x in u])
-                                  if u else np.asarray(np.sum(v)))
-                axis = {x: pool[k] for k, x in enumerate(u)}
-                rows_a = pool[len(u):len(u) + len(a)]
-                rows_b = pool[len(u) + len(a):len(u) + len(a) + len(b)]
-                subs = ["".join(axis[x] for x in u)]
-                subs += [r + axis[x] for r, x in zip(rows_a, a)] + [r + axis[x] for r, x in zip(rows_b, b)]
-                operands = [margins[u]] + [contrast_basis(self.domain.size_of(x)) for x in a + b]
-                block = np.einsum(",".join(subs) + "->" + rows_a + rows_b, *operands, optimize=True)
-                block = self.weights[i] * self.weights[j] * np.reshape(block, (self.dims[i], self.dims[j]))
+                    margins[u] = (marginalize(top, sub, u) if u else np.array([float(np.sum(top))])).reshape(
+                        [dom.size_of(x) for x in u])
+                block = self._kron(a) @ self._joint(margins[u], u, a, b) @ self._kron(b).T
+                block *= self.weights[i] * self.weights[j]
                 gram[self.rows_of(i), self.rows_of(j)] = block
                 gram[self.rows_of(j), self.rows_of(i)] = block.T
         return gram
+
+    def _kron(self, attrs: tuple[str, ...]) -> np.ndarray:
+        """``⊗_{i∈a} H_i``: ``dim U_a x (cells of the marginal on a)``, cached per set."""
+        cache = self.__dict__.setdefault("_kron_cache", {})
+        if attrs not in cache:
+            out = np.ones((1, 1))
+            for x in attrs:
+                out = np.kron(out, contrast_basis(self.domain.size_of(x)))
+            cache[attrs] = out
+        return cache[attrs]
+
+    def _joint(self, margin: np.ndarray, u: tuple[str, ...], a: tuple[str, ...], b: tuple[str, ...]) -> np.ndarray:
+        """``C_ab``: the marginal over ``u = a ∪ b`` (shaped) placed at (cell of a, cell of b)."""
+        sizes = [self.domain.size_of(x) for x in u]
+        ranges = {x: np.arange(n).reshape([n if y == x else 1 for y in u]) for x, n in zip(u, sizes)}
+        out = np.zeros([self.domain.size_of(x) for x in a] + [self.domain.size_of(x) for x in b])
+        out[tuple(ranges[x] for x in a) + tuple(ranges[x] for x in b)] = margin
+        n_a = int(np.prod([self.domain.size_of(x) for x in a])) if a else 1
+        return out.reshape(n_a, -1)
 
     # ---- norms ------------------------------------------------------------------------
     def _abs_power_rmatvec(self, v: np.ndarray, p: float) -> SupportArray:
