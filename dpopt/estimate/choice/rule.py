@@ -10,10 +10,11 @@ with the table's total held at its estimate from the measurements when no invari
   then coming from the log-linear model of the lower ones (the smooth estimate's exponential
   family);
 * **how**: least squares (``l2``: the projection onto the non-negative tables, exact zeros
-  allowed), or the smooth estimate (:mod:`dpopt.estimate.engines.smooth`: three relative-entropy
-  proximal steps, every cell positive) with the weight ``λ = c/σ̄`` at the default ``c`` times
-  ``1/4``, 1 or 4 (``σ̄`` the root mean noise variance of the original measured rows, as the smooth
-  objective's own rule).
+  allowed; with the total held, or left free, which on the histogram is the clamp ``max(y, 0)``),
+  or the smooth estimate (:mod:`dpopt.estimate.engines.smooth`: three relative-entropy proximal
+  steps, every cell positive) with the weight ``λ = c/σ̄`` at the default ``c`` times
+  :data:`SMOOTHING_FACTORS` (``σ̄`` the noise of the fitted residual coordinates,
+  :func:`_sigma_bar`), searched along that grid from 1 while the risk falls (:func:`_line_search`).
 
 **The rule.** For every candidate, Stein's unbiased risk estimate of the weighted workload error
 (:mod:`dpopt.estimate.choice.risk`), with the exact Jacobian (:mod:`dpopt.estimate.choice.jacobian`);
