@@ -31,7 +31,6 @@ Set OPENBLAS_NUM_THREADS=1 when timing; ``DPOPT_SHARED_DATA`` points at ../share
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
 import resource
@@ -42,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 from _common import load_binary
+from bench_smooth import kl  # the peers' harness's metric, the same code
 
 from dpopt.model.queries import Identity, MarginalWorkload, all_marginals
 from dpopt.privacy.accountant import Accountant
@@ -58,15 +58,6 @@ ISSUE_PEERS = {
     "rochdale": [(0.0736, None), (0.0272, None), (0.0150, None)],
     "mildew": [(0.0743, None), (0.0439, None), (0.0263, None)],
 }
-
-
-def kl(truth: np.ndarray, estimate: np.ndarray) -> float:
-    p = truth / truth.sum()
-    q = np.maximum(estimate, 0.0) / np.maximum(estimate, 0.0).sum()
-    held = p > 0
-    if np.any(q[held] <= 0):
-        return float("inf")
-    return float(np.sum(p[held] * np.log(p[held] / q[held])))
 
 
 def metrics(truth, x, three, true3) -> tuple[float, float, float]:
