@@ -6,6 +6,7 @@
     python examples/benchmarks/bench_auto.py --census             # census example, 30,000 and 1,000,000 persons
     python examples/benchmarks/bench_auto.py --sure-bias          # the risk estimate's bias by simulation
     python examples/benchmarks/bench_auto.py --time               # plan + fit on 2^16 cells (CPU seconds)
+    python examples/benchmarks/bench_auto.py --rounding           # integer output against the fractional fit
 
 **The table.** For each binary table (nltcs, czech, rochdale, mildew from ``../shared/data``) and
 ε in {0.1, 0.5, 1}, the spec ``{[workload] marginals = "all 3-way", [privacy] ...}`` (no total,
@@ -290,6 +291,38 @@ def _auto_noisy_tables(release, truth) -> dict:
     return out
 
 
+def rounding(people_list=(10_000, 30_000), runs: int = 3) -> None:
+    """Integer output: the census example's ``auto`` release with ``integer = true``; per workload
+    table, the integer table's mean absolute error per cell over the fractional fit's (issue 25,
+    deliver 5: within 5%), and the rounding's status and CPU seconds."""
+    from dpopt.model.queries import Marginal
+    from dpopt.release.pipeline import build_constraints, load_data, run_algorithm
+    from dpopt.release.plan import plan
+    from dpopt.spec import load_spec
+
+    raw = json.loads(json.dumps(load_spec("quickstart_auto").raw))
+    raw["output"] = {"formats": [], "summary": [], "plots": False, "synthetic": False}
+    for people in people_list:
+        raw["data"]["rows"] = people
+        for seed in range(runs):
+            p = plan(raw, seed=seed)
+            data = load_data(p)
+            truth = data.histogram().astype(float)
+            start = time.process_time()
+            release = run_algorithm(p, data, build_constraints(p, data), rng=make_random(seed))  # seeded: NOT private
+            cpu = time.process_time() - start
+            ratios = []
+            for t in p.algorithm_plan.details.workload.tables:
+                q = Marginal(p.domain, t.attrs)
+                fitted = np.abs(q.matvec(release.reconstruction.x) - q.matvec(truth)).mean()
+                integer = np.abs(q.matvec(np.asarray(release.counts, dtype=float)) - q.matvec(truth)).mean()
+                ratios.append(integer / fitted)
+            status = release.rounding.status.name if release.rounding is not None else "-"
+            print(f"{people:,} persons, seed {seed}: integer / fractional error per table "
+                  f"{', '.join(f'{r:.3f}' for r in ratios)} (largest {max(ratios):.3f}); rounding {status}; "
+                  f"release {cpu:.1f} CPU s")
+
+
 # ---- the risk estimate's bias --------------------------------------------------------------------------
 def sure_bias(runs: int = 200) -> None:
     """Mean risk estimate against mean true error of each fit, identity measurement, all 3-way
@@ -349,6 +382,7 @@ def main() -> None:
     parser.add_argument("--census", action="store_true", help="the census example instead of the table")
     parser.add_argument("--sure-bias", action="store_true", help="the risk estimate's bias by simulation")
     parser.add_argument("--time", action="store_true", help="plan + fit time on 2^16 cells")
+    parser.add_argument("--rounding", action="store_true", help="integer against fractional error, census example")
     args = parser.parse_args()
     if args.census:
         census()
@@ -356,6 +390,8 @@ def main() -> None:
         sure_bias()
     elif args.time:
         timing()
+    elif args.rounding:
+        rounding()
     else:
         table(args.datasets, args.accounting, args.peer, args.peer_results, args.plots)
 
