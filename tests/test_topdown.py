@@ -410,23 +410,36 @@ plots = false
 """
 
 
+NATION = "[[measure]]\nlevel = \"nation\"\nquery = \"identity\"\nshare = 0.2\n"
+
+
 @pytest.mark.parametrize("change, key, words", [
-    (("level = \"county\"\nquery = \"marginal\"", "level = \"town\"\nquery = \"marginal\""), "measure[4].level",
+    ([("level = \"county\"\nquery = \"marginal\"", "level = \"town\"\nquery = \"marginal\"")], "measure[4].level",
      "unknown value 'town'"),
-    (("attrs = [\"sex\"]", "attrs = [\"county\"]"), "measure[4].attrs", "'county' is a geography attribute"),
-    (("share = 0.2\n[topdown]", "share = 0.1\n[topdown]"), "measure[4].share", "sum to 9/10"),
-    (("levels = [\"state\", \"county\"]", "levels = [\"state\", \"county\"]\nparents = \"by magic\""),
+    ([("attrs = [\"sex\"]", "attrs = [\"county\"]")], "measure[4].attrs", "'county' is a geography attribute"),
+    ([("share = 0.2\n[topdown]", "share = 0.1\n[topdown]")], "measure[4].share", "sum to 9/10"),
+    ([("levels = [\"state\", \"county\"]", "levels = [\"state\", \"county\"]\nparents = \"by magic\"")],
      "geography.parents", "unknown value 'by magic'"),
-    (("executor = \"serial\"", "executor = \"gpu\""), "topdown.executor", "unknown value 'gpu'"),
-    (("[[measure]]\nlevel = \"nation\"\nquery = \"identity\"\nshare = 0.2\n", "[[measure]]\nlevel = \"state\"\nquery = \"total\"\nshare = 0.2\n"),
-     "measure[1].level", "level 'nation' has no [[measure]]"),
+    ([("executor = \"serial\"", "executor = \"gpu\"")], "topdown.executor", "unknown value 'gpu'"),
+    # With the upward pass only the last level must be measured (the others are estimated from it) ...
+    ([("level = \"county\"\nquery = \"identity\"", "level = \"state\"\nquery = \"total\""),
+      ("level = \"county\"\nquery = \"marginal\"", "level = \"state\"\nquery = \"marginal\"")],
+     "measure[1].level", "level 'county' has no [[measure]]; the last level needs at least one"),
+    # ... without it, every level.
+    ([(NATION, NATION.replace("nation", "state").replace("identity", "total")),
+      ("executor = \"serial\"", "executor = \"serial\"\nupward = false")],
+     "measure[1].level", "level 'nation' has no [[measure]]; with upward = false every level"),
+    ([(NATION, NATION.replace("share = 0.2\n", ""))], "measure[2].share", "give a share in every [[measure]] or in none"),
+    ([(NATION, NATION + "weight = 2\n")], "measure[1].weight", "weight only applies when the split is chosen"),
 ])
 def test_spec_errors_name_the_key_and_line(tmp_path, change, key, words):
     from dpopt.release import plan
     from dpopt.spec import parse_spec_text
 
-    text = SPEC.replace(*change)
-    assert text != SPEC
+    text = SPEC
+    for old, new in change:
+        assert old in text
+        text = text.replace(old, new)
     path = tmp_path / "td.toml"
     path.write_text(text)
     with pytest.raises(SpecError) as info:
@@ -442,7 +455,13 @@ def test_a_spec_release_writes_every_level_table(tmp_path):
     release = run(parse_spec_text(SPEC), out=tmp_path / "out", seed=2)
     assert release.success and release.algorithm == "topdown"
     files = sorted(p.name for p in (tmp_path / "out" / "marginals").iterdir())
-    assert files == ["level_county.csv", "level_nation.csv", "level_state.csv"]
+    assert files == ["county_marginal_sex.csv", "level_county.csv", "level_nation.csv", "level_state.csv"]
+    # Every measured table's noisy answers, beside its answers on the released table (as a flat release's).
+    sex = read_released(tmp_path / "out" / "marginals" / "county_marginal_sex.csv")
+    assert list(sex.columns) == ["county", "sex", "count", "noisy"] and len(sex) == 4 * 2
+    table = release.level_tables["county"].reshape(4, 6, 2, 6, 5)
+    assert sex["count"].tolist() == table.sum(axis=(1, 3, 4)).ravel().tolist()
+    assert sex["noisy"].tolist() == release.noisy["county"]["marginal(sex)"].ravel().tolist()
     county = read_released(tmp_path / "out" / "marginals" / "level_county.csv")
     state = read_released(tmp_path / "out" / "marginals" / "level_state.csv")
     assert len(county) == 4 * 360 and set(county.columns) >= {"county", "age_group", "count", "noisy"}
@@ -553,6 +572,29 @@ def test_when_a_tightened_bound_binds_the_root_is_solved_as_it_is(monkeypatch):
     solution = solve.solve_parent(task)
     assert solution.status is Status.OPTIMAL, solution.message
     assert np.array_equal(halves @ solution.table[0], halves @ truth) and (solution.table[0] >= 0).all()
+
+
+def test_a_rounding_stopped_at_its_time_limit_releases_its_checked_incumbent(monkeypatch):
+    """Bounded rounding may stop with an incumbent that keeps every constraint (status TIME_LIMIT):
+    the parent's table is released (and verified again), and the level's report says so."""
+    import dpopt.estimate
+
+    baseline = run_census("serial")
+    real = dpopt.estimate.round_to_integers
+
+    def stopped(*args, **kwargs):
+        result = real(*args, **kwargs)
+        result.update(status=Status.TIME_LIMIT, success=False, incumbent=True,
+                      message="time limit reached; gap 0.5 %")
+        return result
+
+    monkeypatch.setattr(dpopt.estimate, "round_to_integers", stopped)  # solve.py imports it at each call
+    release = run_census("serial")
+    assert release.success, release.message
+    for name in baseline.level_tables:
+        assert np.array_equal(release.level_tables[name], baseline.level_tables[name])
+    for level in release.info["levels"]:
+        assert level["backend_fallbacks"] and all("TIME_LIMIT" in f for f in level["backend_fallbacks"])
 
 
 def test_pool_workers_do_not_outlive_a_killed_release(tmp_path):

@@ -1,15 +1,17 @@
-"""The top-down release, level by level: measure every unit, then solve every parent's children.
+"""The top-down release: measure every level, pass the answers up, then solve every parent's children.
 
-For each level, root first (Abowd et al. 2022, §5–6; design notes §2):
-
-1. **Measure** every unit of the level with each of the level's queries: one charge per query
-   for the whole level (units are disjoint: parallel composition through
+1. **Measure** every unit of every level, root first, with each of the level's queries: one
+   charge per query for the whole level (units are disjoint: parallel composition through
    :meth:`~dpopt.privacy.accountant.Accountant.parallel`, McSherry 2009, Thm. 4), noise drawn
    here on the driver in a fixed order (so the release depends only on the seed, never on the
    executor), in chunks of units to bound memory.
-2. **Solve** each parent's children jointly (:func:`~dpopt.algorithms.topdown.solve.solve_parent`)
-   on the executor, largest problems first, against the parent's released table.
-3. **Check** the level on the driver, independently of the workers: children add up to their
+2. **Upward pass** (:mod:`~dpopt.algorithms.topdown.upward`, Hay et al. 2010): each unit's
+   answers combined with its children's summed estimates, leaves first, so that a parent's
+   table is fitted to everything measured in its subtree (``upward=False``: its own answers only).
+3. **Solve**, level by level, root first (Abowd et al. 2022, §5–6; design notes §2), each
+   parent's children jointly (:func:`~dpopt.algorithms.topdown.solve.solve_parent`) on the
+   executor, largest problems first, against the parent's released table.
+4. **Check** each level on the driver, independently of the workers: children add up to their
    parent cell by cell (except where the failsafe relaxed it, reported), invariants, zeros,
    non-negativity; and record the residuals against the noisy answers and the solve times.
 """
@@ -27,6 +29,7 @@ import scipy.sparse as sp
 from dpopt.algorithms.topdown.constraints import UnitInvariant, ZeroRules
 from dpopt.algorithms.topdown.executors import Executor
 from dpopt.algorithms.topdown.solve import ParentTask, SolveOptions, TaskInvariant, TaskQuery, solve_parent
+from dpopt.algorithms.topdown.upward import QueryEstimate, estimates, identity_key, query_key
 from dpopt.errors import PrivacyParameterError
 from dpopt.estimate.status import Status
 from dpopt.model.data import Dataset
@@ -126,22 +129,31 @@ def run_levels(
     options: SolveOptions = SolveOptions(),
     progress: bool = False,
     keep_noisy: bool = True,
+    upward: bool = True,
 ) -> TopDownOutcome:
-    """Measure and solve every level, root first (see the module notes)."""
+    """Measure every level, combine each unit's answers with its subtree's (``upward``), then
+    solve every level, root first (see the module notes)."""
     from tqdm import tqdm
 
     counts = geography.level_histograms(leaf_counts)
     outcome = TopDownOutcome()
-    previous = None
+    noisy, measure_seconds = [], []
     for k, name in enumerate(geography.names):
         tick = time.perf_counter()
-        mine = [q for q in queries if q.level == k]
-        noisy = {q.label: measure_level(q, counts[k], chars, accountant, rng, name) for q in mine}
-        measure_seconds = time.perf_counter() - tick
-        log.info("level %s: measured %d units in %.1f s", name, geography.sizes[k], measure_seconds)
+        noisy.append({q.label: measure_level(q, counts[k], chars, accountant, rng, name)
+                      for q in queries if q.level == k})
+        measure_seconds.append(time.perf_counter() - tick)
+        log.info("level %s: measured %d units in %.1f s", name, geography.sizes[k], measure_seconds[k])
         counts[k] = None  # the confidential counts of this level are not needed again
-        tasks = build_tasks(k, geography, chars, previous, mine, noisy,
-                            [inv for inv in invariants if inv.level == k], zeros, options)
+    tick = time.perf_counter()
+    fitted = estimates(geography, queries, noisy, upward=upward)
+    upward_seconds = time.perf_counter() - tick
+    previous = None
+    identity = identity_key(chars)
+    for k, name in enumerate(geography.names):
+        mine = [q for q in queries if q.level == k]
+        tasks = build_tasks(k, geography, chars, previous, fitted[k], [inv for inv in invariants if inv.level == k],
+                            zeros, options)
         tick = time.perf_counter()
         with tqdm(total=len(tasks), desc=f"top-down {name}", unit="parent", disable=not progress, leave=False) as bar:
             solutions = executor.map(solve_parent, tasks, sizes=[t.size for t in tasks], progress=bar)
@@ -157,20 +169,26 @@ def run_levels(
             outcome.message = (f"level {name!r}: the problem of parent {s.parent_id!r} ended with status "
                                f"{outcome.status.name}: {s.message}" + (f" ({len(failed)} parents failed)"
                                                                          if len(failed) > 1 else ""))
-            outcome.levels.append(LevelOutcome(name, k, None, noisy if keep_noisy else {}, solutions,
+            outcome.levels.append(LevelOutcome(name, k, None, noisy[k] if keep_noisy else {}, solutions,
                                                {"level": name, "failed": len(failed)}))
             return outcome
         table = np.zeros((geography.sizes[k], chars.size), dtype=np.int64)
         for task, sol in zip(tasks, solutions):
             table[np.ix_(task.children, task.cells)] = sol.table
-        report = level_report(k, geography, chars, table, previous, mine, noisy, solutions, events,
+        report = level_report(k, geography, chars, table, previous, mine, noisy[k], solutions, events,
                               [inv for inv in invariants if inv.level == k], zeros)
-        report["seconds"] = {"measure": measure_seconds, "solve": solve_seconds}
+        report["estimates"] = [{"query": e.label, "own": e.own, "noise": e.noise,
+                                "noise_stddev_median": float(np.median(np.sqrt(e.variance)))} for e in fitted[k]]
+        detailed = [e for e in fitted[k] if query_key(e.query) == identity]
+        if detailed:
+            report["detailed_noise_stddev"] = float(np.median(np.sqrt(detailed[0].variance)))
+        report["seconds"] = {"measure": measure_seconds[k], "solve": solve_seconds,
+                             **({"upward": upward_seconds} if k == 0 else {})}
         t = report["solve_seconds"]
         log.info("level %s: %d units, %d parents, %d variables; measure %.1f s, solve %.1f s (per parent median "
                  "%.2f s, max %.1f s, total %.0f s); failsafe %d", name, report["units"], report["parents"],
-                 report["variables"], measure_seconds, solve_seconds, t["median"], t["max"], t["total"], len(events))
-        outcome.levels.append(LevelOutcome(name, k, table, noisy if keep_noisy else {}, solutions, report))
+                 report["variables"], measure_seconds[k], solve_seconds, t["median"], t["max"], t["total"], len(events))
+        outcome.levels.append(LevelOutcome(name, k, table, noisy[k] if keep_noisy else {}, solutions, report))
         previous = table
     outcome.message = (f"{geography.depth} levels released" +
                        (f"; the failsafe relaxed {len(outcome.failsafe)} parents (see the report)"
@@ -179,12 +197,13 @@ def run_levels(
 
 
 def build_tasks(k: int, geography: Geography, chars: Domain, parent_tables: np.ndarray | None,
-                queries: list[LevelQuery], noisy: dict, invariants: list[UnitInvariant], zeros: ZeroRules,
+                fitted: list[QueryEstimate], invariants: list[UnitInvariant], zeros: ZeroRules,
                 options: SolveOptions) -> list[ParentTask]:
-    """One task per parent of level ``k`` (one task, the root itself, at ``k = 0``)."""
+    """One task per parent of level ``k`` (one task, the root itself, at ``k = 0``), with the
+    level's answers ``fitted`` (:func:`~dpopt.algorithms.topdown.upward.estimates`)."""
     forbidden = zeros.forbidden(geography, k)
     allowed = ~zeros.shared
-    matrices = {q.label: sp.csc_matrix(q.query.to_sparse()) for q in queries}
+    matrices = [sp.csc_matrix(e.query.to_sparse()) for e in fitted]
     cache: dict[bytes, dict] = {}
     lookups = [inv.lookup(geography.sizes[k]) for inv in invariants]
     if k == 0:
@@ -203,18 +222,15 @@ def build_tasks(k: int, geography: Geography, chars: Domain, parent_tables: np.n
             child_zeros = mine[:, cells] if mine[:, cells].any() else None
         key = cells.tobytes()
         if key not in cache:  # restricted query matrices are shared by parents with the same cells
-            restricted = {}
-            for label, matrix in matrices.items():
+            restricted = []
+            for matrix in matrices:
                 sub = matrix[:, cells].tocsr()
                 rows = np.flatnonzero(sub.getnnz(axis=1))
-                restricted[label] = (sub[rows], rows)
+                restricted.append((sub[rows], rows))
             cache[key] = {"queries": restricted,
                           "invariants": [sp.csr_matrix(inv.matrix[:, cells]) for inv in invariants]}
         restricted = cache[key]
-        task_queries = tuple(
-            TaskQuery(q.label, restricted["queries"][q.label][0], noisy[q.label][children][:, restricted["queries"][q.label][1]],
-                      q.law.family, q.law.scale, q.law.variance)
-            for q in queries)
+        task_queries = tuple(_task_query(e, sub, rows, children) for e, (sub, rows) in zip(fitted, restricted["queries"]))
         task_invariants = []
         for inv, lookup, matrix in zip(invariants, lookups, restricted["invariants"]):
             pos = lookup[children]
@@ -225,6 +241,14 @@ def build_tasks(k: int, geography: Geography, chars: Domain, parent_tables: np.n
         tasks.append(ParentTask(k, parent, parent_id, children, cells, parent_table, task_queries,
                                 tuple(task_invariants), child_zeros, options))
     return tasks
+
+
+def _task_query(e: QueryEstimate, matrix: sp.csr_matrix, rows: np.ndarray, children: np.ndarray) -> TaskQuery:
+    """The children's answers to one query; one variance for all of them when they share it."""
+    variance, scale = e.variance[children], e.scale[children]
+    if np.all(variance == variance[0]):
+        variance, scale = float(variance[0]), float(scale[0])
+    return TaskQuery(e.label, matrix, e.values[children][:, rows], e.noise, scale, variance)
 
 
 def level_report(k, geography, chars, table, parent_tables, queries, noisy, solutions, events, invariants,

@@ -38,7 +38,7 @@ def pl94_measures(chars, level_shares: Mapping[str, Fraction] = LEVEL_SHARES,
 
 def pl94_algorithm(national, *, executor: str = "pool", workers: int | None = None, spark: str = "local[*]",
                    level_shares: Mapping[str, Fraction] = LEVEL_SHARES, progress: bool = False,
-                   backend: str | None = None) -> TopDown:
+                   backend: str | None = None, rounding: str = "controlled", upward: bool = True) -> TopDown:
     """The registered algorithm set up for ``national`` (a :class:`~dpopt.datasets.national.NationalCensus`).
 
     The state invariants are computed from the confidential counts and published exactly:
@@ -49,5 +49,5 @@ def pl94_algorithm(national, *, executor: str = "pool", workers: int | None = No
                                     Marginal(chars, ("voting_age",)), national.tract_counts)
     params = TopDownParams(GeographySpec(geography=national.geography), pl94_measures(chars, level_shares),
                            executor=executor, workers=workers, spark=spark, invariants=(invariant,),
-                           progress=progress, backend=backend)
+                           progress=progress, backend=backend, rounding=rounding, upward=upward)
     return TopDown(params)
