@@ -6,6 +6,7 @@ says what it will measure and with which noise, without data; ``run(plan, data, 
 rng)`` returns one :class:`~dpopt.algorithms.base.Release`.
 """
 
+from dpopt.algorithms.auto import Auto, AutoParams
 from dpopt.algorithms.barak import (
     Barak,
     BarakParams,
@@ -39,6 +40,7 @@ __all__ = [
     "REGISTRY", "Algorithm", "AlgorithmParams", "AlgorithmPlan", "PlannedMeasure", "Release", "get_algorithm",
     "register", "registered_names",
     "MeasureReconstruct", "MeasureReconstructParams",
+    "Auto", "AutoParams",
     "Barak", "BarakParams", "BarakRelease", "FourierPlan", "barak_release", "fourier_consistency", "fourier_plan",
     "measure_fourier",
     "MWEM", "MWEMParams", "MWEMResult", "mwem",

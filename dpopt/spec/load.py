@@ -35,6 +35,13 @@ __all__ = ["load_spec", "parse_spec", "parse_spec_text", "models_dir", "list_mod
 
 #: The algorithm a spec runs when it names none: measure the ``[[measure]]`` tables, then reconstruct.
 DEFAULT_ALGORITHM = "measure_reconstruct"
+#: The algorithm of a workload-first spec (a ``[workload]`` table and no ``[[measure]]``) that names none.
+WORKLOAD_ALGORITHM = "auto"
+
+
+def default_algorithm(raw: Mapping) -> str:
+    """``auto`` for a workload-first spec, else :data:`DEFAULT_ALGORITHM`."""
+    return WORKLOAD_ALGORITHM if "workload" in raw and "measure" not in raw else DEFAULT_ALGORITHM
 
 
 def models_dir() -> Path:
@@ -136,7 +143,7 @@ def parse_spec(raw: dict, *, source: Path | None = None, base_dir: Path | None =
     domain = parse_domain(top.table("domain", COMMON_KEYS["domain"], required=True))
     data = parse_data(top.table("data", COMMON_KEYS["data"]), domain)
     privacy = parse_privacy(top.table("privacy", COMMON_KEYS["privacy"], required=True))
-    alg_name = top.str("algorithm", default=DEFAULT_ALGORITHM, choices=list(REGISTRY) + list(_ALIASES))
+    alg_name = top.str("algorithm", default=default_algorithm(raw), choices=list(REGISTRY) + list(_ALIASES))
     cls = get_algorithm(alg_name)
     _check_sections(top, cls, alg_name, REGISTRY)
     try:

@@ -20,6 +20,7 @@ from dpopt.model.queries.marginal import Marginal
 from dpopt.model.queries.marginal_workload import MarginalWorkload
 from dpopt.model.queries.pidentity import PIdentity
 from dpopt.model.queries.ranges import RangeQueries
+from dpopt.model.queries.residual import Residuals, residual_row_norm2
 from dpopt.strategy.gram import (
     MAX_DENSE_GRAM,
     DenseGram,
@@ -58,6 +59,8 @@ def gram_of(query: LinearQuery) -> WorkloadGram:
         return MarginalsGram.of_sets(dom, [m.attrs for m in query.marginals])
     if isinstance(query, RangeQueries):
         return RangeGram.of_query(query)
+    if isinstance(query, Residuals) and len(dom) <= MAX_ALGEBRA_ATTRIBUTES:
+        return _residual_gram(query)
     if isinstance(query, PIdentity):
         return _pidentity_gram(query)
     if isinstance(query, FourierParity):
@@ -73,6 +76,20 @@ def gram_of(query: LinearQuery) -> WorkloadGram:
         factors = [DenseGram.of_matrix(dom.project(f.attrs), f.matrix) for f in query.factors]
         return KronGram(dom, factors)
     return _explicit(query)
+
+
+#: Largest number of attributes for which the marginals algebra's ``(2,) * d`` arrays are built.
+MAX_ALGEBRA_ATTRIBUTES = 24
+
+
+def _residual_gram(query: Residuals) -> MarginalsGram:
+    """Residual rows of set ``a`` are ``w_a κ_a`` times an orthonormal basis of ``U_a``, so ``QᵀQ``
+    has the eigenvalue ``(w_a κ_a)²`` on ``U_a`` and 0 on the residuals it does not measure."""
+    dom = query.domain
+    mu = np.zeros((2,) * len(dom))
+    for attrs, w in zip(query.sets, query.weights):
+        mu[tuple(1 if a in attrs else 0 for a in dom.attrs)] = float(w) ** 2 * residual_row_norm2(dom, attrs)
+    return MarginalsGram.from_eigenvalues(dom, mu)
 
 
 def _fourier_gram(query: FourierParity) -> MarginalsGram:

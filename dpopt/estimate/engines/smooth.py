@@ -97,7 +97,7 @@ from dpopt.model.queries import Identity, Marginal, MarginalWorkload, Total
 __all__ = ["SMOOTH_OPTIONS", "STEPS", "default_smoothing", "relative_entropy", "smooth_weight", "solve_smooth"]
 
 #: Options of the smooth objective (backend "newton").
-SMOOTH_OPTIONS = ("smoothing", "prior", "steps", "total", "tol", "max_steps")
+SMOOTH_OPTIONS = ("smoothing", "prior", "steps", "total", "tol", "max_steps", "iterates")
 #: Explicit Newton systems up to this many rows (with an explicit stacked matrix of at most
 #: EXPLICIT_NNZ non-zeros); conjugate gradients beyond.
 EXPLICIT_ROWS = 3000
@@ -158,7 +158,8 @@ class _Rows:
 
 def solve_smooth(problem: ConsistencyProblem, backend: str | None = None, time_limit: float | None = None, *,
                  verbose: bool = False, smoothing: float | None = None, prior: np.ndarray | None = None,
-                 steps: int = STEPS, total: str = "estimate", tol: float = 1e-10, max_steps: int = 100) -> Result:
+                 steps: int = STEPS, total: str = "estimate", tol: float = 1e-10, max_steps: int = 100,
+                 iterates: bool = False) -> Result:
     """The smooth estimate: ``steps`` proximal steps from the prior; see the module notes.
 
     Parameters
@@ -186,6 +187,9 @@ def solve_smooth(problem: ConsistencyProblem, backend: str | None = None, time_l
         Newton stops when every row's dual residual is below ``tol`` relative.
     max_steps : int
         Newton steps per proximal step.
+    iterates : bool
+        Keep every step's table in ``info["iterates"]`` (the first prior, then ``x_1 .. x_K``):
+        what the exact Jacobian of the estimate needs (:mod:`dpopt.estimate.choice.jacobian`).
 
     Returns
     -------
@@ -223,11 +227,14 @@ def solve_smooth(problem: ConsistencyProblem, backend: str | None = None, time_l
     info = {"lambda": lam, "smoothing": c, "steps": int(steps), "held_total": held,
             "prior_total": float(p.sum()), "newton_steps": 0}
     newton_steps, done = 0, 0
+    kept = [p.copy()] if iterates else None
     for done in range(1, steps + 1):
         remaining = None if time_limit is None else max(0.0, time_limit - (time.perf_counter() - start))
         x, nu, used, status, message = _newton(rows, p, free, lam, tol, max_steps, remaining, time.perf_counter(),
                                                verbose)
         newton_steps += used
+        if kept is not None and x is not None:
+            kept.append(x.copy())
         if x is None or status is not Status.OPTIMAL or done == steps:
             break
         if not (x[free] > 0).all():  # underflow: the next prior would not be positive
@@ -236,6 +243,8 @@ def solve_smooth(problem: ConsistencyProblem, backend: str | None = None, time_l
         p = np.zeros(n)
         p[free] = x[free]  # the next step's prior: this step's optimum
     info["newton_steps"] = newton_steps
+    if kept is not None:
+        info["iterates"] = kept
     solver = "Newton's method on the dual" + (" (conjugate gradients)" if rows.gram is None else "")
     if steps > 1:
         message = f"proximal step {done} of {steps}: {message}"
@@ -287,6 +296,8 @@ def in_units(info: dict, scale: float) -> dict:
             out[key] = out[key] * scale
     if out.get("held_total") is not None:
         out["held_total"] = out["held_total"] * scale
+    if "iterates" in out:
+        out["iterates"] = [x * scale for x in out["iterates"]]
     return out
 
 
@@ -321,7 +332,9 @@ def _stack_rows(problem: ConsistencyProblem, n: int, held: float | None) -> _Row
 
     gram = None
     if targets.size <= EXPLICIT_ROWS:
-        gram = _structured_gram(problem, invariants) if _nnz_estimate(queries, n) > EXPLICIT_NNZ else None
+        # A fast weighted Gram (one transform, or small contractions per block) beats the sparse
+        # product C diag(x) Cᵀ whenever the query offers one.
+        gram = _structured_gram(problem, invariants)
         if gram is None and _nnz_estimate(queries, n) <= EXPLICIT_NNZ:
             C = sp.vstack([q.to_sparse() for q in queries]).tocsr()
             gram = lambda x: np.asarray((C.multiply(x[None, :]) @ C.T).todense())
@@ -358,9 +371,11 @@ def _structured_gram(problem: ConsistencyProblem, invariants: list):
 
 
 def _nnz_estimate(queries, n: int) -> int:
+    # sum_i |Q_ij|^p with a tiny p counts the non-zeros of a column, whatever the row weights
+    # (the L1 norm undercounts weighted rows, e.g. whitened residual statistics).
     total = 0
     for q in queries:
-        powers = q.column_norm_powers(1)
+        powers = q.column_norm_powers(1e-12)
         per_col = float(np.mean(powers)) if np.ndim(powers) else float(powers)
         total += int(per_col * n) + q.num_rows
     return total

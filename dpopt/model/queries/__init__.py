@@ -34,6 +34,7 @@ from dpopt.model.queries.marginal_workload import MarginalWorkload, WorkloadEval
 from dpopt.model.queries.pidentity import PIdentity
 from dpopt.model.queries.predicate_count import PredicateCount
 from dpopt.model.queries.ranges import AllRanges, Prefix, RangeQueries, random_ranges
+from dpopt.model.queries.residual import Residuals, contrast_basis, residual_dimension, residual_row_norm2
 from dpopt.model.queries.selected import SelectedRows
 from dpopt.model.queries.wavelet import HaarWavelet
 
@@ -54,6 +55,7 @@ __all__ = [
     "PredicateCount",
     "Prefix",
     "RangeQueries",
+    "Residuals",
     "SparseQuery",
     "Stack",
     "SelectedRows",
@@ -66,6 +68,7 @@ __all__ = [
     "all_marginals",
     "binary_encoding",
     "column_norms_of_matrix",
+    "contrast_basis",
     "depends_on",
     "distinct_records",
     "downward_closure",
@@ -73,6 +76,8 @@ __all__ = [
     "marginal_from_fourier",
     "marginalize",
     "random_ranges",
+    "residual_dimension",
+    "residual_row_norm2",
     "restrict_query",
     "support_norm_powers",
     "tree_intervals",

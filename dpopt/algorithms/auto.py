@@ -1,0 +1,285 @@
+"""The ``auto`` plan: the user names the tables; dpopt chooses what to measure and how to fit.
+
+A workload-first spec states the tables it wants answered (``[workload]``), the budget and the
+constraints, and nothing about measurements or objectives. ``auto`` then
+
+1. **chooses what to measure, before any data** (:mod:`dpopt.strategy.candidates`): every
+   candidate strategy — the full histogram, the workload's own marginals with their budget shares
+   optimised, the ResidualPlanner's optimal residual measurement (Xiao et al., NeurIPS 2023), the
+   lower orders alone, HDMM's optimised strategies for ranges — is scored by the exact expected
+   error of each workload table under the noise the budget buys, beside the SVD lower bound, and
+   the rule of that module picks one. ``dpopt check`` prints it all;
+2. **measures** it with the whole budget (:func:`~dpopt.privacy.mechanisms.measure`, charged before
+   the draw);
+3. **chooses how to fit from the noisy answers alone** (:mod:`dpopt.estimate.choice`): least
+   squares or the smooth estimate, on all the residuals measured or only the workload's (lower)
+   ones, scored by Stein's unbiased risk estimate of the workload error with exact Jacobians;
+   non-negativity on, the total held at its estimate when no invariant fixes it. The estimation
+   is one call, :meth:`Auto.fit` (a subclass or :attr:`AutoParams.fitter` can replace it, e.g.
+   with a marginal-space estimator for domains too large for a dense table);
+4. **rounds** to integers when the constraints ask, by controlled rounding that keeps every
+   workload table's answer at the floor or ceiling of its fitted value.
+
+The release's notes give the choice of strategy and of estimate with their evidence, and every
+directly measured workload table whose estimated error is above its noisy answers'.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from dpopt.algorithms.base import (
+    Algorithm,
+    AlgorithmParams,
+    AlgorithmPlan,
+    PlannedMeasure,
+    Release,
+    make_release,
+    marginal_answers,
+    register,
+    round_release,
+)
+from dpopt.errors import DpoptError, ParameterError
+from dpopt.estimate.status import Status
+from dpopt.model.constraints import ConstraintSet, NonNegativity
+from dpopt.model.measurement import Measurement
+from dpopt.privacy.budget import MECHANISMS
+from dpopt.privacy.mechanisms import measure
+from dpopt.spec.workload import WORKLOAD_KEYS, WorkloadDeclaration, parse_workload
+from dpopt.strategy.candidates import CANDIDATES, CandidateComparison, compare_candidates
+from dpopt.strategy.tables import Workload
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dpopt.estimate.choice.rule import FitChoice
+    from dpopt.model.data import Dataset
+    from dpopt.privacy.accountant import Accountant
+    from dpopt.privacy.randomness import RandomSource
+
+__all__ = ["Auto", "AutoParams", "AutoPlan", "ESTIMATORS"]
+
+#: ``estimator`` choices: the rule, or one objective forced (still under non-negativity).
+ESTIMATORS = ("auto", "l2", "smooth")
+#: Keys of the optional ``[auto]`` table.
+AUTO_KEYS = ("strategy", "candidates", "estimator", "mechanism", "time_limit", "nonnegative")
+
+
+@dataclass(frozen=True)
+class AutoParams(AlgorithmParams):
+    """Parameters of :class:`Auto` (``[workload]`` and the optional ``[auto]`` table).
+
+    Attributes
+    ----------
+    workload : WorkloadDeclaration or Workload
+        The tables to answer (a :class:`~dpopt.strategy.tables.Workload` must be over the plan's domain).
+    strategy : str
+        ``"best"`` (the rule of :mod:`dpopt.strategy.candidates`) or a candidate's name to force it.
+    candidates : tuple of str
+        The strategies compared.
+    estimator : {"auto", "l2", "smooth"}
+        ``"auto"``: the risk rule of :mod:`dpopt.estimate.choice.rule`; otherwise only that objective's
+        candidates are scored.
+    mechanism : {"laplace", "gaussian"} or None
+        Default: the budget's natural noise.
+    time_limit : float or None
+        Seconds for each solve and for the rounding.
+    nonnegative : bool
+        Non-negativity (on by default; counts cannot be negative).
+    fitter : callable or None
+        Replaces :meth:`Auto.fit`: ``fitter(measurements, constraints, workload, params) -> FitChoice``.
+    """
+
+    workload: WorkloadDeclaration | Workload | None = None
+    strategy: str = "best"
+    candidates: tuple[str, ...] = CANDIDATES
+    estimator: str = "auto"
+    mechanism: str | None = None
+    time_limit: float | None = None
+    nonnegative: bool = True
+    fitter: Callable | None = field(default=None, repr=False, compare=False)
+
+    def validate(self) -> None:
+        if not isinstance(self.workload, (WorkloadDeclaration, Workload)):
+            raise ParameterError(f"workload must be a WorkloadDeclaration or a Workload, got "
+                                 f"{type(self.workload).__name__}")
+        if isinstance(self.candidates, str) or not self.candidates:
+            raise ParameterError(f"candidates must be a non-empty list of strategy names, got {self.candidates!r}")
+        object.__setattr__(self, "candidates", tuple(self.candidates))
+        bad = [c for c in self.candidates if c not in CANDIDATES]
+        if bad:
+            raise ParameterError(f"candidates: unknown strategy {bad[0]!r}; choose from {list(CANDIDATES)}")
+        if self.strategy != "best" and self.strategy not in CANDIDATES:
+            raise ParameterError(f"strategy must be 'best' or one of {list(CANDIDATES)}, got {self.strategy!r}")
+        if self.estimator not in ESTIMATORS:
+            raise ParameterError(f"estimator must be one of {list(ESTIMATORS)}, got {self.estimator!r}")
+        if self.mechanism is not None and self.mechanism not in MECHANISMS:
+            raise ParameterError(f"mechanism must be one of {list(MECHANISMS)}, got {self.mechanism!r}")
+        if self.time_limit is not None and not (isinstance(self.time_limit, (int, float)) and self.time_limit > 0):
+            raise ParameterError(f"time_limit must be a positive number of seconds, got {self.time_limit!r}")
+        if not isinstance(self.nonnegative, bool):
+            raise ParameterError(f"nonnegative must be true or false, got {self.nonnegative!r}")
+        if self.fitter is not None and not callable(self.fitter):
+            raise ParameterError("fitter must be callable")
+
+    def to_dict(self) -> dict:
+        out = super().to_dict()
+        w = self.workload
+        out["workload"] = w.describe()
+        out.pop("fitter", None)
+        return out
+
+    def describe(self) -> str:
+        return (f"workload: {self.workload.describe()}; strategy {self.strategy}, estimator {self.estimator}"
+                + ("" if self.nonnegative else ", negative counts allowed"))
+
+    @classmethod
+    def from_spec(cls, reader) -> "AutoParams":
+        """``[workload]`` (required) and ``[auto]`` (optional); every error names file, line and key."""
+        workload = parse_workload(reader.table("workload", required=True))
+        t = reader.table("auto")
+        strategy = t.str("strategy", default="best", choices=("best",) + CANDIDATES)
+        candidates = tuple(t.str_list("candidates", default=list(CANDIDATES), choices=CANDIDATES))
+        estimator = t.str("estimator", default="auto", choices=ESTIMATORS)
+        mechanism = t.str("mechanism", default=None, choices=MECHANISMS)
+        if mechanism is not None:
+            try:
+                reader.budget.noise(mechanism)
+            except DpoptError as exc:
+                raise t.error(("mechanism",), str(exc)) from None
+        time_limit = t.float("time_limit", default=None, positive=True)
+        nonnegative = t.bool("nonnegative", default=True)
+        return cls(workload, strategy, candidates, estimator, mechanism, time_limit, nonnegative)
+
+
+@dataclass(frozen=True, eq=False)
+class AutoPlan:
+    """The public plan of ``auto``: the workload, the comparison of strategies and the chosen one."""
+
+    workload: Workload
+    comparison: CandidateComparison
+    mechanism: str
+
+    @property
+    def chosen(self):
+        return self.comparison.chosen
+
+    def frame(self) -> pd.DataFrame:
+        return self.comparison.frame()
+
+
+@register
+class Auto(Algorithm):
+    """Answer a workload: the strategy with the least expected error, the fit with the least estimated risk."""
+
+    name = "auto"
+    aliases = ("workload",)
+    title = "the workload's tables: measurement chosen by expected error, fit chosen by estimated risk"
+    reference = ("Y. Xiao, G. Ding, D. Ding, Y. Hu, S. Wang, An optimal and scalable matrix mechanism for noisy "
+                 "marginals under convex loss functions, NeurIPS 2023 (ResidualPlanner); C. Li et al., PODS 2010 "
+                 "(expected error); C. Stein, Ann. Statist. 9 (1981) (unbiased risk estimate)")
+    accountings = ("pure", "approx", "zcdp")
+    supports = frozenset({"nonnegative", "integer", "structural_zeros", "hierarchy", "invariants", "inequalities"})
+    sections = {"workload": WORKLOAD_KEYS, "auto": AUTO_KEYS}
+    Params = AutoParams
+
+    # ---- plan -------------------------------------------------------------------------------------
+    def plan(self, domain, constraints, budget) -> AlgorithmPlan:
+        params = self.params
+        workload = params.workload
+        if isinstance(workload, Workload):
+            if workload.domain != domain:
+                raise ParameterError(f"workload: it is over {workload.domain}, not the plan's {domain}")
+        else:
+            workload = workload.build(domain)
+        mechanism = budget.noise(params.mechanism)
+        label = "strategy"
+        cost = budget.shares({label: 1})[label]
+        names = params.candidates if params.strategy == "best" else (params.strategy,)
+        comparison = compare_candidates(workload, cost, mechanism, names)
+        chosen = comparison.chosen
+        step = PlannedMeasure(label, chosen.query, mechanism, Fraction(1), cost, chosen.law,
+                              what=f"{chosen.name}: {chosen.query.name}", answers=chosen.query.num_rows)
+        details = AutoPlan(workload, comparison, mechanism)
+        lines = comparison.lines()
+        lines.append("how to fit: chosen after the measurement, from the noisy answers only (Stein's unbiased risk "
+                     "estimate of the workload error; dpopt.estimate.choice)"
+                     + ("" if params.estimator == "auto" else f", among {params.estimator} fits only")
+                     + ("; non-negative" if params.nonnegative else "")
+                     + ("; then controlled rounding to integers" if constraints.integral else ""))
+        return self.new_plan(domain, constraints, budget, steps=[step], details=details, lines=lines)
+
+    # ---- run ----------------------------------------------------------------------------------------
+    def run(self, plan: AlgorithmPlan, data: "Dataset", accountant: "Accountant", rng: "RandomSource") -> Release:
+        details: AutoPlan = plan.details
+        step = plan.steps[0]
+        if data.domain != plan.domain:
+            raise ParameterError(f"the data's domain {data.domain} differs from the plan's {plan.domain}")
+        plan.domain.require_dense("the auto plan's released table")
+        measurement = measure(step.query, data, step.law, accountant, rng, label=step.label)
+        constraints = plan.constraints
+        if self.params.nonnegative and not constraints.nonnegative:
+            constraints = ConstraintSet(plan.domain, [*constraints.constraints, NonNegativity()])
+        fit = self.fit([measurement], constraints, details.workload)
+        result = fit.result
+        info = self._info(details, fit)
+        notes = self._notes(details, fit)
+        if not result.success or result.x is None:
+            status = result.status if isinstance(result.status, Status) else Status.NOT_SOLVED
+            return make_release(self, plan, accountant, status=status, measurements=[measurement],
+                                reconstruction=result, info=info, notes=notes,
+                                message=f"the fit ended with status {status.name}: {result.message}")
+        kept = []
+        for t in details.workload.tables:
+            q = t.query(plan.domain)
+            if q.is_integer:
+                kept.append(Measurement.exact(q, q.matvec(result.x), label=t.label))
+        counts, rounding, failure = round_release(result.x, constraints, kept, self.params.time_limit)
+        if failure is not None:
+            return make_release(self, plan, accountant, status=rounding.status, measurements=[measurement],
+                                reconstruction=result, rounding=rounding, message=failure, info=info, notes=notes)
+        sets = [t.attrs for t in details.workload.tables if t.kind == "marginal"]
+        answers = marginal_answers(plan.domain, np.asarray(counts, dtype=np.float64), sets) if sets else {}
+        return make_release(self, plan, accountant, status=result.status, message=result.message, counts=counts,
+                            answers=answers, measurements=[measurement], reconstruction=result, rounding=rounding,
+                            notes=notes, info=info)
+
+    def fit(self, measurements, constraints: ConstraintSet, workload: Workload) -> "FitChoice":
+        """The estimation step: one call (module notes). Default: :func:`dpopt.estimate.choice.rule.choose_fit`."""
+        if self.params.fitter is not None:
+            return self.params.fitter(measurements, constraints, workload, self.params)
+        from dpopt.estimate.choice.rule import DEFAULT_CANDIDATES, choose_fit
+
+        candidates = DEFAULT_CANDIDATES
+        if self.params.estimator != "auto":
+            candidates = tuple(c for c in candidates if c.objective == self.params.estimator)
+        if constraints.inequalities:
+            candidates = tuple(c for c in candidates if c.objective == "l2")  # smooth takes no inequalities
+        return choose_fit(measurements, constraints, workload, candidates, time_limit=self.params.time_limit)
+
+    # ---- report -------------------------------------------------------------------------------------
+    @staticmethod
+    def _info(details: AutoPlan, fit) -> dict[str, Any]:
+        info = {"strategy": details.chosen.name, "candidates": details.frame().to_dict("records"),
+                "svd_bound": details.comparison.bound, "fit_rule": fit.rule}
+        if fit.chosen is not None:
+            info["estimator"] = fit.chosen.candidate.name
+            info["estimators"] = fit.frame().to_dict("records")
+            info["tables"] = fit.table_frame(details.workload).to_dict("records")
+        info["over_noisy"] = [{"table": a, "released_risk": b, "noisy_risk": c} for a, b, c in fit.over_noisy]
+        return info
+
+    @staticmethod
+    def _notes(details: AutoPlan, fit) -> list[str]:
+        c = details.comparison
+        notes = [f"measured: {c.chosen.name} ({c.reason})"]
+        notes.extend(fit.lines(details.workload, max_tables=8))
+        return notes
+
+    @classmethod
+    def example(cls, domain) -> AutoParams:
+        k = 2 if len(domain) >= 2 else 1
+        return cls.Params(WorkloadDeclaration(k=k))

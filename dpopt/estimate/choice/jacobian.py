@@ -1,0 +1,159 @@
+"""Exact Jacobians of the fitted answers with respect to the noisy ones, for Stein's risk estimate.
+
+Both estimators are fitted to one whitened measurement ``d = C x + z`` (unit variance per row;
+:meth:`~dpopt.estimate.choice.statistics.ResidualStatistics.measurement`), optionally with the
+table's total held at its estimate ``N̂ = d_∅ / w_∅`` (``w_∅`` the weight of the total's row) and
+public equality rows. What Stein's unbiased risk estimate needs is the diagonal of
+``J = ∂(C x̂)/∂d`` (:mod:`dpopt.estimate.choice.risk`). Everything is ``m × m`` linear algebra in
+the rows (``m`` residual coordinates), with ``C diag(v) Cᵀ`` from the query's weighted Gram (one
+Walsh–Hadamard transform on binary domains); no matrix over the cells is formed, and nothing is
+random (no probing vectors).
+
+**Least squares under x ≥ 0** (:func:`projection_jacobian`). Locally the fit is the Euclidean
+projection of ``d`` onto the face ``{C x : x_j = 0 off F, E x = e(d)}`` of the cone of feasible
+answers, ``F`` the cells the fit leaves positive (Meyer and Woodroofe 2000; Tibshirani and
+Taylor 2012: the divergence of a projection onto a polyhedron is the dimension of the face it
+lands on, almost everywhere). With ``R_F = [C; E]`` restricted to ``F``, ``A``, ``B`` the rows of
+``G_F = R_F R_Fᵀ`` belonging to ``C`` and to ``E``, ``N`` a basis of ``null(B)`` and ``P`` the
+projector onto ``range(A N)``:
+
+    J = P + (I − P) A B⁺ ∂e/∂d,
+
+so ``trace J`` is the face's dimension (``rank(A N)``) plus the held total's term.
+
+**The smooth estimate** (:func:`smooth_jacobian`). Step ``k`` of
+:mod:`dpopt.estimate.engines.smooth` is ``x_k = x_{k−1} ∘ exp(−Rᵀ ξ_k / λ)`` with
+``R x_k − t(d) − V ξ_k = 0`` (``V`` the identity on measured rows, 0 on equality rows, ``t`` the
+targets). Differentiating, with ``D_k = diag(x_k)``, ``G_k = R D_k Rᵀ`` and
+``∂ log x_k / ∂d = Rᵀ Λ_k``:
+
+    ∂ξ_k = (G_k / λ + V)⁻¹ (G_k Λ_{k−1} − ∂t/∂d),     Λ_k = Λ_{k−1} − ∂ξ_k / λ,
+
+starting from ``Λ_0`` (the uniform prior scales with ``N̂``: ``∂ log p = 1 ∂N̂ / N̂``, and ``1`` is
+the held total's row of ``R``). Then ``J = C D_K Rᵀ Λ_K = (G_K)_{C,·} Λ_K``.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import scipy.linalg as la
+import scipy.sparse as sp
+
+from dpopt.errors import SolverError
+from dpopt.model.queries import LinearQuery
+
+__all__ = ["EqualityRows", "projection_jacobian", "smooth_jacobian"]
+
+
+class EqualityRows:
+    """The equality rows ``E`` beside the measured rows: the held total (its target ``d_∅ / w_∅``
+    moves with ``d``) and public invariants (fixed targets).
+
+    Parameters
+    ----------
+    queries : sequence of LinearQuery
+        The equality rows, stacked.
+    total_row : int or None
+        Position, among the stacked equality rows, of the held total (None: none held).
+    total_source : tuple (int, float) or None
+        ``(i, w)``: the held total is ``d_i / w`` (the measured row of the total and its weight);
+        None when it does not move with ``d`` (held at a public value, or at the floor of its
+        standard error because the measured total is within noise of zero).
+    """
+
+    def __init__(self, queries: Sequence[LinearQuery] = (), total_row: int | None = None,
+                 total_source: tuple[int, float] | None = None) -> None:
+        self.queries = list(queries)
+        self.matrix = sp.vstack([sp.csr_matrix(q.to_sparse()) for q in self.queries]).tocsr() if self.queries \
+            else None
+        self.count = 0 if self.matrix is None else self.matrix.shape[0]
+        self.total_row = total_row
+        self.total_source = total_source
+        if total_source is not None and total_row is None:
+            raise SolverError("EqualityRows: a moving total needs the row it is held on")
+
+    def target_derivative(self, m: int) -> np.ndarray:
+        """``∂t/∂d`` for the measured rows then the equality rows: ``(m + e) × m``."""
+        out = np.zeros((m + self.count, m))
+        out[:m] = np.eye(m)
+        if self.total_source is not None:
+            i, w = self.total_source
+            out[m + self.total_row, i] = 1.0 / w
+        return out
+
+
+def _gram(query: LinearQuery, eq: EqualityRows, v: np.ndarray) -> np.ndarray:
+    """``R diag(v) Rᵀ`` for ``R = [query; E]``."""
+    top = query.weighted_gram(v) if getattr(query, "fast_weighted_gram", False) else \
+        np.asarray((sp.csr_matrix(query.to_sparse()).multiply(v[None, :]) @ sp.csr_matrix(query.to_sparse()).T).todense())
+    if eq.matrix is None:
+        return top
+    E = eq.matrix
+    cross = np.column_stack([query.matvec(v * E[i].toarray().ravel()) for i in range(E.shape[0])])
+    corner = np.asarray((E.multiply(v[None, :]) @ E.T).todense())
+    return np.block([[top, cross], [cross.T, corner]])
+
+
+def projection_jacobian(query: LinearQuery, eq: EqualityRows, positive: np.ndarray, tol: float = 1e-9) -> np.ndarray:
+    """``∂(C x̂)/∂d`` of least squares under ``x >= 0`` on the face of the cells ``positive``
+    (boolean over the cells; module notes)."""
+    m = query.num_rows
+    G = _gram(query, eq, positive.astype(np.float64))
+    A, B = G[:m], G[m:]
+    if B.shape[0]:
+        _, s, vt = la.svd(B, full_matrices=True)
+        rank_b = int(np.sum(s > tol * max(float(s.max(initial=0.0)), 1e-300)))
+        N = vt[rank_b:].T
+        B_pinv = la.pinv(B, atol=tol * max(float(s.max(initial=0.0)), 1e-300))
+    else:
+        N = np.eye(G.shape[1])
+        B_pinv = np.zeros((G.shape[1], 0))
+    AN = A @ N
+    u, s, _ = la.svd(AN, full_matrices=False)
+    rank = int(np.sum(s > tol * max(float(s.max(initial=0.0)), 1e-300)))
+    U = u[:, :rank]
+    P = U @ U.T
+    J = P
+    if B.shape[0]:
+        dt = eq.target_derivative(m)[m:]            # e x m
+        J = J + (np.eye(m) - P) @ (A @ (B_pinv @ dt))
+    return J
+
+
+def smooth_jacobian(query: LinearQuery, eq: EqualityRows, iterates: Sequence[np.ndarray], lam: float,
+                    prior_scales_with_total: bool) -> np.ndarray:
+    """``∂(C x_K)/∂d`` of the ``K``-step smooth estimate (module notes).
+
+    Parameters
+    ----------
+    iterates : sequence of ndarray
+        The first prior then ``x_1 .. x_K`` (``info["iterates"]`` of the smooth engine).
+    lam : float
+        ``λ`` in the units of the counts.
+    prior_scales_with_total : bool
+        Whether the first prior is uniform with the held total ``N̂`` (so it moves with ``d``).
+    """
+    m = query.num_rows
+    e = eq.count
+    V = np.concatenate([np.ones(m), np.zeros(e)])
+    dt = eq.target_derivative(m)
+    Lam = np.zeros((m + e, m))
+    if prior_scales_with_total and eq.total_source is not None:
+        i, w = eq.total_source
+        total = float(np.sum(iterates[0]))
+        Lam[m + eq.total_row, i] = 1.0 / (w * total)
+    G = None
+    for x in iterates[1:]:
+        G = _gram(query, eq, np.asarray(x, dtype=np.float64))
+        H = G / lam + np.diag(V)
+        rhs = G @ Lam - dt
+        try:
+            step = la.solve(H, rhs, assume_a="pos")
+        except la.LinAlgError:
+            step = np.linalg.lstsq(H, rhs, rcond=None)[0]
+        Lam = Lam - step / lam
+    if G is None:
+        raise SolverError("smooth_jacobian: no step to differentiate")
+    return G[:m] @ Lam

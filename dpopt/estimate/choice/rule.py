@@ -1,0 +1,501 @@
+"""How to fit, chosen per release from the noisy answers alone: the estimate with the least risk.
+
+**The candidates.** Every estimate is fitted to the residual statistics of the measurements
+(:mod:`dpopt.estimate.choice.statistics`), under the release's constraints plus non-negativity,
+with the table's total held at its estimate from the measurements when no invariant fixes it
+(Private-PGM's ``known_total``). They differ in two ways:
+
+* **what they fit**: every residual the measurements saw (``all``); only those of the workload's
+  tables (``workload``); only the workload's lower orders (``lower``), the top-order interactions
+  then coming from the log-linear model of the lower ones (the smooth estimate's exponential
+  family);
+* **how**: least squares (``l2``: the projection onto the non-negative tables, exact zeros
+  allowed; with the total held, or left free, which on the histogram is the clamp ``max(y, 0)``),
+  or the smooth estimate (:mod:`dpopt.estimate.engines.smooth`: three relative-entropy proximal
+  steps, every cell positive) with the weight ``λ = c/σ̄`` at the default ``c`` times
+  :data:`SMOOTHING_FACTORS` (``σ̄`` the noise of the fitted residual coordinates,
+  :func:`_sigma_bar`), searched along that grid from 1 while the risk falls (:func:`_line_search`).
+
+**The rule.** For every candidate, Stein's unbiased risk estimate of the weighted workload error
+(:mod:`dpopt.estimate.choice.risk`), with the exact Jacobian (:mod:`dpopt.estimate.choice.jacobian`);
+the release takes the least. It reads the noisy answers and public noise laws only: no data, no
+truth, no random draw (a test swaps the data under fixed noisy answers and gets the same choice).
+Every workload table measured directly must come out with a risk at most its noisy answers'
+(exact: noise variance times cells): the rule takes the least-risk candidate that keeps every such
+table there, and when none does it takes the least-risk one and the report names each table and
+by how much it is over (:attr:`FitChoice.over_noisy`).
+
+Measurements outside the marginals algebra (ranges, HDMM's p-Identity) have no residual statistics;
+they are fitted by least squares under the constraints and non-negativity, and the report says that
+no risk estimate was made.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from dpopt.errors import DpoptError
+from dpopt.estimate.choice.jacobian import EqualityRows, projection_jacobian, smooth_jacobian
+from dpopt.estimate.choice.risk import TableRisk, identity_l2_risks, risk_spread, table_risks, unbiased_risks
+from dpopt.estimate.choice.statistics import ResidualStatistics, residual_statistics
+from dpopt.estimate.engines.smooth import default_smoothing
+from dpopt.estimate.status import Status
+from dpopt.model.constraints import ConstraintSet, Invariant, NonNegativity
+from dpopt.model.measurement import Measurement
+from dpopt.model.queries import Identity, Marginal, Stack, Total, Weighted
+
+__all__ = ["EstimatorCandidate", "FitChoice", "choose_fit", "DEFAULT_CANDIDATES", "MAX_COORDINATES"]
+
+#: The smooth weights tried, as multiples of the default ``c`` (module notes).
+SMOOTHING_FACTORS = (0.25, 1.0, 4.0, 16.0)
+#: Families of residual statistics with more coordinates than this are not fitted (the Jacobians
+#: are ``m × m``).
+MAX_COORDINATES = 3000
+#: Least squares on a subfamily of residuals fits dense rows: at most this many entries.
+MAX_DENSE_L2 = 2_000_000
+
+
+@dataclass(frozen=True)
+class EstimatorCandidate:
+    """One way to fit: ``objective`` (``"l2"`` or ``"smooth"``), the family of residuals fitted
+    (``"all"``, ``"workload"``, ``"lower"``), for ``smooth`` the factor on the default weight, and
+    whether the table's total is held at its estimate (``held``; least squares only may leave it
+    free, when no invariant fixes it)."""
+
+    objective: str
+    family: str
+    factor: float = 1.0
+    held: bool = True
+
+    @property
+    def name(self) -> str:
+        what = self.objective if self.objective == "l2" else f"smooth (c x {self.factor:g})"
+        return f"{what} on {self.family}" + ("" if self.held else ", total free")
+
+
+DEFAULT_CANDIDATES = tuple(
+    [EstimatorCandidate("l2", "all"), EstimatorCandidate("l2", "all", held=False)]
+    + [EstimatorCandidate("smooth", f, c) for f in ("all", "workload", "lower") for c in SMOOTHING_FACTORS])
+
+
+@dataclass(eq=False)
+class Evidence:
+    """A candidate's fit and its estimated risk."""
+
+    candidate: EstimatorCandidate
+    status: str
+    risk: float = float("nan")
+    tables: list[TableRisk] = field(default_factory=list)
+    seconds: float = 0.0
+    message: str = ""
+    result: object = None
+    sets: int = 0
+    spread: float = float("nan")
+    dof: float = float("nan")
+    fitted: np.ndarray | None = None
+
+
+@dataclass(eq=False)
+class FitChoice:
+    """The release's fit and the evidence for it.
+
+    Attributes
+    ----------
+    result : dpopt.estimate.Result
+        The chosen fit (its ``x`` is the released table before any rounding).
+    chosen : Evidence or None
+        None when no risk estimate could be made (``rule`` says why).
+    evidence : list of Evidence
+        Every candidate tried, with its risk.
+    noisy_risk : list of float
+        Per workload table: the risk of its noisy answers when it was measured directly, else of its
+        unbiased least-squares answers (``inf`` when not supported).
+    direct : list of bool
+        Per workload table: measured directly.
+    over_noisy : list of (label, released risk, noisy risk)
+        Directly measured tables whose released risk exceeds the noisy answers'.
+    rule : str
+        The rule as applied, in one sentence.
+    statistics : ResidualStatistics or None
+    """
+
+    result: object
+    chosen: Evidence | None
+    evidence: list[Evidence]
+    noisy_risk: list[float]
+    direct: list[bool]
+    over_noisy: list[tuple[str, float, float]]
+    rule: str
+    statistics: ResidualStatistics | None = None
+
+    def frame(self) -> pd.DataFrame:
+        """One row per candidate: its estimated risk (weighted workload), status and time."""
+        return pd.DataFrame([{"estimator": e.candidate.name, "residual_sets": e.sets, "risk": e.risk,
+                              "status": e.status, "seconds": e.seconds, "chosen": e is self.chosen}
+                             for e in self.evidence])
+
+    def table_frame(self, workload) -> pd.DataFrame:
+        """Per workload table: the chosen fit's estimated risk beside the noisy answers'."""
+        rows = []
+        chosen = self.chosen.tables if self.chosen is not None else [None] * len(workload.tables)
+        for t, r, noisy, direct in zip(workload.tables, chosen, self.noisy_risk, self.direct):
+            rows.append({"table": t.label, "released_risk": r.risk if r else float("nan"),
+                         "complete": r.complete if r else False, "noisy_risk": noisy,
+                         "noisy_is": "noisy answers" if direct else "least-squares answers"})
+        return pd.DataFrame(rows)
+
+    def lines(self, workload, max_tables: int = 12) -> list[str]:
+        """The rule, every candidate's risk, the chosen fit's risk per table beside the noisy answers',
+        and the never-worse-than-noisy statement (:meth:`promise`)."""
+        out = [f"how to fit: {self.rule}"]
+        if self.chosen is not None:
+            for e in self.evidence:
+                mark = "*" if e is self.chosen else " "
+                figure = f"risk {e.risk:.6g}" if np.isfinite(e.risk) else f"{e.status}: {e.message}".rstrip(": ")
+                out.append(f"  {mark} {e.candidate.name:<28} {figure}  ({e.sets} residual sets, {e.seconds:.2f} s)")
+            frame = self.table_frame(workload)
+            for row in frame.head(max_tables).itertuples(index=False):
+                part = "" if row.complete else " (measured residuals only)"
+                out.append(f"    {row.table}: estimated error {row.released_risk:.6g}{part}; {row.noisy_is} "
+                           f"{row.noisy_risk:.6g}")
+            if len(frame) > max_tables:
+                out.append(f"    ... and {len(frame) - max_tables} more tables")
+        out.extend(self.promise())
+        return out
+
+    def promise(self) -> list[str]:
+        """Never worse than the noisy answers: met (with the count of tables it covers), not met (each
+        table and by how much), or why it could not be checked."""
+        count = sum(self.direct)
+        if not count:
+            return ["never worse than the noisy answers: no workload table was measured directly (the plan measured "
+                    "other queries), so there are no noisy answers of a table to compare with"]
+        if self.chosen is None:
+            return [f"never worse than the noisy answers: NOT CHECKED for the {count} directly measured tables (no risk "
+                    "estimate could be made)"]
+        if not self.over_noisy:
+            return [f"never worse than the noisy answers: met on all {count} directly measured workload tables "
+                    "(estimated error at or below the noisy answers')"]
+        out = [f"never worse than the noisy answers: NOT MET on {len(self.over_noisy)} of the {count} directly "
+               "measured tables (no fitted candidate kept them all):"]
+        for label, released, noisy in self.over_noisy:
+            out.append(f"  {label}: estimated error {released:.6g} above its noisy answers' {noisy:.6g} "
+                       f"(by {released - noisy:.4g}, {100 * (released / noisy - 1):.1f}%)")
+        return out
+
+
+def _direct_parts(query, variance: float):
+    """``(marginal attrs or () for the total, variance per answer)`` of every marginal or total that
+    ``query`` measures directly: itself, a scalar multiple (the answers divided by the weight have
+    the variance divided by its square) or a part of a stack."""
+    if isinstance(query, Marginal):
+        yield query.attrs, variance
+    elif isinstance(query, Total):
+        yield (), variance
+    elif isinstance(query, Weighted) and np.ndim(query.weights) == 0:
+        yield from _direct_parts(query.query, variance / float(query.weights) ** 2)
+    elif isinstance(query, Stack):
+        for part in query.parts:
+            yield from _direct_parts(part, variance)
+
+
+def _noisy_tables(measurements: Sequence[Measurement], workload) -> tuple[list[float | None], list[bool]]:
+    """Per table: the risk of its directly measured noisy answers (variance x cells; the least when
+    measured more than once), or None."""
+    found: dict[tuple[str, ...], float] = {}
+    for m in measurements:
+        for attrs, variance in _direct_parts(m.query, m.variance):
+            cells = int(np.prod([m.domain.size_of(a) for a in attrs])) if attrs else 1
+            risk = variance * cells
+            found[attrs] = min(found.get(attrs, risk), risk)
+    out = []
+    for t in workload.tables:
+        key = t.attrs if t.kind == "marginal" else (() if t.kind == "total" else None)
+        out.append(found.get(key) if key is not None else None)
+    return out, [r is not None for r in out]
+
+
+def _identity_answers(noisy: Sequence[Measurement], cs: ConstraintSet) -> tuple[np.ndarray, float, float | None] | None:
+    """``(y, variance, Laplace scale or None)`` when the noisy measurements are one identity and no
+    invariant constrains the fit (least squares then has a closed-form risk:
+    :func:`~dpopt.estimate.choice.risk.identity_l2_risks`), else None. The Laplace scale is the
+    continuous law's of the same variance (``b = σ/√2``)."""
+    if len(noisy) != 1 or not isinstance(noisy[0].query, Identity) or cs.invariants:
+        return None
+    m = noisy[0]
+    laplace = m.noise in ("discrete_laplace", "laplace")
+    return np.asarray(m.values, dtype=np.float64), float(m.variance), (float(np.sqrt(m.variance / 2.0)) if laplace
+                                                                      else None)
+
+
+def _search_groups(candidates: Sequence[EstimatorCandidate]) -> list[list[EstimatorCandidate]]:
+    """The candidates in groups searched together: the smooth ones of one family by factor, every
+    other alone (in the order given)."""
+    groups: dict = {}
+    for cand in candidates:
+        key = ("smooth", cand.family, cand.held) if cand.objective == "smooth" else (id(cand),)
+        groups.setdefault(key, []).append(cand)
+    return [sorted(g, key=lambda c: c.factor) for g in groups.values()]
+
+
+def _line_search(group: list[EstimatorCandidate], attempt) -> list[Evidence]:
+    """Fit the factor nearest 1, then walk up the grid while the risk falls, and down when the
+    first step up did not lower it (the risk of the smooth estimate against its weight is one
+    valley in every case measured; a failed fit stops the walk on that side)."""
+    def scored(ev):
+        return ev is not None and ev.status == "OPTIMAL" and np.isfinite(ev.risk)
+
+    if len(group) == 1:
+        ev = attempt(group[0])
+        return [] if ev is None else [ev]
+    start = int(np.argmin([abs(np.log(c.factor)) for c in group]))
+    done = {start: attempt(group[start])}
+    if not scored(done[start]):
+        for i, cand in enumerate(group):
+            if i not in done:
+                done[i] = attempt(cand)
+        return [e for _, e in sorted(done.items()) if e is not None]
+    best, improved_up = start, False
+    for step in (1, -1):
+        if step == -1 and improved_up:
+            break
+        i = start + step
+        while 0 <= i < len(group):
+            done[i] = attempt(group[i])
+            if not (scored(done[i]) and done[i].risk < done[best].risk):
+                break
+            best = i
+            improved_up = improved_up or step == 1
+            i += step
+    return [e for _, e in sorted(done.items()) if e is not None]
+
+
+def _family_sets(stats: ResidualStatistics, workload, family: str) -> list[tuple[str, ...]]:
+    closure = set(workload.closure())
+    if family == "all":
+        return list(stats.sets)
+    if family == "workload":
+        return [a for a in stats.sets if a in closure]
+    top = set(workload.top_sets())
+    return [a for a in stats.sets if a in closure and a not in top]
+
+
+def _entries(measurements) -> float:
+    """Non-zero entries of the measured rows (``Σ |Q_ij|^p`` with a tiny ``p`` counts them)."""
+    total = 0.0
+    for m in measurements:
+        powers = m.query.column_norm_powers(1e-12)
+        total += float(np.sum(powers)) if np.ndim(powers) else float(powers) * m.query.domain.size
+    return total
+
+
+def _fixed_total(cs: ConstraintSet) -> float | None:
+    """The total the invariants fix (rows covering every cell once), else None."""
+    for inv in cs.invariants:
+        coverage = inv.query.rmatvec(np.ones(inv.query.num_rows))
+        if np.allclose(coverage, 1.0):
+            return float(np.sum(inv.values))
+    return None
+
+
+def _sigma_bar(stats: ResidualStatistics, sets) -> float:
+    """``σ̄``: the noise of the fitted residual coordinates in the units of ±1 contrasts (a parity's
+    unnormalised row), ``sqrt(n)`` times the root harmonic mean of the coordinate variances."""
+    var = np.concatenate([np.full(int(stats._basis.dims[stats.index(a)]), stats.variance_of(a)) for a in sets])
+    return float(np.sqrt(stats.domain.size * var.size / np.sum(1.0 / var)))
+
+
+def choose_fit(measurements: Sequence[Measurement], constraints: ConstraintSet, workload,
+               candidates: Sequence[EstimatorCandidate] = DEFAULT_CANDIDATES, time_limit: float | None = None
+               ) -> FitChoice:
+    """Fit every candidate, estimate its risk, take the least (module notes).
+
+    Parameters
+    ----------
+    measurements : sequence of Measurement
+        The noisy measurements of the release.
+    constraints : ConstraintSet
+        The release's constraints; non-negativity is added when absent.
+    workload : Workload
+        The tables the release is judged on.
+    candidates : sequence of EstimatorCandidate
+    time_limit : float, optional
+        Seconds for each solve.
+    """
+    from dpopt.estimate import reconstruct
+
+    cs = constraints if constraints.nonnegative else ConstraintSet(constraints.domain,
+                                                                    [*constraints.constraints, NonNegativity()])
+    noisy = [m for m in measurements if m.variance > 0]
+    direct_risk, direct = _noisy_tables(noisy, workload)
+    stats = residual_statistics(noisy) if (workload.is_marginal and noisy) else None
+    if stats is None:
+        result = reconstruct(list(measurements), cs, "l2", time_limit=time_limit, integer=False)
+        noisy_risk = [r if r is not None else float("nan") for r in direct_risk]
+        return FitChoice(result, None, [], noisy_risk, direct, [],
+                         "least squares under the constraints and non-negativity (no risk estimate: the "
+                         "measurements are not all marginals, residuals or the identity)")
+    unbiased = unbiased_risks(stats, workload)
+    noisy_risk = [r if r is not None else u for r, u in zip(direct_risk, unbiased)]
+    laplace = any(m.noise in ("discrete_laplace", "laplace") for m in noisy)
+    identity = _identity_answers(noisy, cs)
+    held = stats.total() if not cs.invariants else None
+    evidence: list[Evidence] = []
+    done_families: dict = {}
+    wide = len(_family_sets(stats, workload, "all")) > len(_family_sets(stats, workload, "workload"))
+
+    def attempt(cand: EstimatorCandidate) -> Evidence | None:
+        sets = _family_sets(stats, workload, cand.family)
+        closed_form = identity is not None and cand.objective == "l2" and list(sets) == list(stats.sets)
+        if laplace and wide and cand.family == "all" and not closed_form:
+            # Residuals beyond the workload's (the identity's higher orders) let a fit resolve single
+            # cells, where Laplace noise is far from Gaussian: the second-moment risk estimate of such
+            # fits was measured 15-43% low (module notes), so they are not candidates.
+            return Evidence(cand, "left out", message="fits residuals beyond the workload's under Laplace noise",
+                            sets=len(sets))
+        key = (cand.objective, cand.factor, cand.held, tuple(sets))
+        if not sets or () not in sets and held is not None and cand.held:
+            return Evidence(cand, "empty family" if not sets else "the total's residual is not measured")
+        if not cand.held and (held is None or cand.objective != "l2"):
+            return None  # nothing to leave free (invariants fix the total), or not offered
+        if key in done_families:
+            return None  # the same family under another name (e.g. "all" = "workload")
+        done_families[key] = cand
+        coords = sum(int(stats._basis.dims[stats.index(a)]) for a in sets)
+        if coords > MAX_COORDINATES and not closed_form:
+            return Evidence(cand, f"{coords} coordinates, above {MAX_COORDINATES}", sets=len(sets))
+        start = time.perf_counter()
+        try:
+            ev = _fit_one(cand, stats, sets, cs, held if cand.held else None, workload, time_limit, reconstruct,
+                          noisy, identity if closed_form else None)
+        except DpoptError as exc:
+            ev = Evidence(cand, "refused", message=str(exc).split("\n")[0])
+        ev.seconds = time.perf_counter() - start
+        ev.sets = len(sets)
+        return ev
+
+    for group in _search_groups(candidates):
+        for ev in _line_search(group, attempt):
+            evidence.append(ev)
+    ok = [e for e in evidence if e.status == "OPTIMAL" and np.isfinite(e.risk)]
+    if not ok:
+        why = "; ".join(f"{e.candidate.name}: {e.status} {e.message}" for e in evidence)
+        result = reconstruct(list(measurements), cs, "l2", time_limit=time_limit, integer=False)
+        return FitChoice(result, None, evidence, noisy_risk, direct, [],
+                         f"least squares under the constraints (no candidate could be fitted and scored: {why})", stats)
+    keeps = [e for e in ok if all(r.risk <= nr for r, nr, dr in zip(e.tables, noisy_risk, direct) if dr)]
+    pool = keeps or ok
+    best = min(pool, key=lambda e: e.risk)
+    chosen = best
+    over = [(r.label, r.risk, nr) for r, nr, dr in zip(chosen.tables, noisy_risk, direct) if dr and r.risk > nr]
+    complete = all(r.complete for r in chosen.tables)
+    searched = " (the smooth weight searched along its grid while the risk falls)"
+    if laplace:
+        rule = (f"the least risk estimate of the weighted workload error among {len(ok)} fitted candidates"
+                + searched + ": Stein's formula with the Laplace variances (a second-moment estimate)"
+                + ("; for least squares on the histogram its exact Laplace form (zero-bias transform)"
+                   if identity is not None else "")
+                + "; other fits of more residuals than the workload's are left out under Laplace noise")
+    else:
+        rule = f"the least Stein unbiased risk estimate of the weighted workload error among {len(ok)} fitted candidates" \
+            + searched
+    if not complete:
+        rule += (" (over the residuals the measurements saw: the top-order interactions of the workload were not "
+                 "measured, so their error is not estimable)")
+    if any(direct):
+        rule += ("; among the fits that keep every directly measured table at or below its noisy answers" if keeps
+                 else "; no candidate keeps every directly measured table at or below its noisy answers")
+    return FitChoice(chosen.result, chosen, evidence, noisy_risk, direct, over, rule, stats)
+
+
+def _fit_one(cand, stats, sets, cs, held, workload, time_limit, reconstruct, originals, identity=None) -> Evidence:
+    if identity is not None:
+        return _fit_identity_l2(cand, cs, held, workload, time_limit, reconstruct, originals, identity)
+    meas = stats.measurement(sets)
+    query = meas.query
+    eq_queries, total_row, source = [], None, None
+    fit_cs = cs
+    total = _fixed_total(cs)
+    if held is not None:
+        i = sets.index(())
+        source = (int(query.offsets[i]), float(query.weights[i]))
+        measured = float(meas.values[source[0]] / source[1])
+        total = max(measured, held[1])  # at least its standard error
+        if measured < held[1]:
+            source = None  # held at the floor: it does not move with the noisy answers
+        fit_cs = ConstraintSet(cs.domain, [*cs.constraints,
+                                           Invariant(Total(cs.domain), np.array([total]), name="held total")])
+        eq_queries, total_row = [Total(cs.domain)], 0
+    elif total is None and stats.total() is not None:
+        total = max(*stats.total())  # the prior's total only (invariants leave the table's total free)
+    for inv in cs.invariants:
+        eq_queries.append(inv.query)
+    eq = EqualityRows(eq_queries, total_row, source)
+    free = np.ones(cs.domain.size, dtype=bool)
+    if cs.zero_rules:
+        free[cs.zero_mask()] = False
+    if cand.objective == "l2":
+        if list(sets) == list(stats.sets) and _entries(originals) <= MAX_DENSE_L2:
+            # Every measured residual: the same fit as the original measurements' (their objectives
+            # differ by a constant), whose sparse rows the engines handle far faster.
+            fitted_to = list(originals)
+        elif min(query.num_rows * cs.domain.size, _entries(originals)) > MAX_DENSE_L2:
+            return Evidence(cand, "skipped", message=f"{query.num_rows} dense residual rows over "
+                            f"{cs.domain.size} cells: above {MAX_DENSE_L2:.0e} entries for least squares")
+        else:
+            fitted_to = [meas]
+        result = reconstruct(fitted_to, fit_cs, "l2", time_limit=time_limit, integer=False)
+        if not result.success or result.x is None:
+            return Evidence(cand, result.status.name, message=result.message, result=result)
+        x = result.x
+        positive = free & (x > 1e-9 * max(float(x.max()), 1e-300))
+        J = projection_jacobian(query, eq, positive)
+    else:
+        lam_c = default_smoothing(3) * cand.factor / _sigma_bar(stats, sets)
+        options = {"smoothing": lam_c, "iterates": True}
+        if total is not None:
+            prior = np.zeros(cs.domain.size)
+            prior[free] = total / free.sum()
+            options["prior"] = prior
+        result = reconstruct([meas], fit_cs, "smooth", time_limit=time_limit, integer=False, **options)
+        if not result.success or result.x is None:
+            return Evidence(cand, result.status.name, message=result.message, result=result)
+        x = result.x
+        J = smooth_jacobian(query, eq, result.info["iterates"], float(result.info["lambda"]),
+                            prior_scales_with_total=source is not None)
+    diag = np.diag(J)
+    traces = {a: float(diag[query.rows_of(i)].sum()) for i, a in enumerate(query.sets)}
+    fitted = stats.of_table(x)
+    tables = table_risks(stats, workload, fitted, traces)
+    risk = float(np.dot([t.weight for t in workload.tables], [r.risk for r in tables]))
+    status = result.status.name if isinstance(result.status, Status) else str(result.status)
+    return Evidence(cand, status, risk, tables, result=result, message=result.message,
+                    spread=risk_spread(stats, workload, fitted), dof=float(diag.sum()), fitted=fitted)
+
+
+def _fit_identity_l2(cand, cs, held, workload, time_limit, reconstruct, originals, identity) -> Evidence:
+    """Least squares on one identity measurement (the projection of the noisy histogram onto the
+    non-negative tables with the total held, or the clamp with it free), scored in closed form."""
+    y, variance, scale = identity
+    fit_cs, moving = cs, "free"
+    if held is not None:
+        measured, floor = held
+        total = max(measured, floor)  # at least its standard error
+        moving = "moving" if measured >= floor else "fixed"
+        fit_cs = ConstraintSet(cs.domain, [*cs.constraints,
+                                           Invariant(Total(cs.domain), np.array([total]), name="held total")])
+    result = reconstruct(list(originals), fit_cs, "l2", time_limit=time_limit, integer=False)
+    if not result.success or result.x is None:
+        return Evidence(cand, result.status.name, message=result.message, result=result)
+    free = np.ones(cs.domain.size, dtype=bool)
+    if cs.zero_rules:
+        free[cs.zero_mask()] = False
+    tables = identity_l2_risks(workload, y, result.x, free, variance, scale, moving)
+    risk = float(np.dot([t.weight for t in workload.tables], [r.risk for r in tables]))
+    status = result.status.name if isinstance(result.status, Status) else str(result.status)
+    return Evidence(cand, status, risk, tables, result=result, message=result.message)
