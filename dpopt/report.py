@@ -230,6 +230,7 @@ def accuracy_section(release: "ReleaseResult") -> dict:
         "error_bars_unavailable": bars_why,
         "consistency_changes": consistency_changes(release),
         "algorithm_statement": str(statement) if statement else None,
+        "workload_tables": _jsonable(release.info.get("accuracy_tables")),
     }
 
 
@@ -415,6 +416,17 @@ def _accuracy_blocks(report: dict) -> list[tuple]:
     if not acc:
         return []
     b: list[tuple] = [("h2", "Accuracy")]
+    workload = acc.get("workload_tables")
+    if workload:  # an algorithm that states its error per workload table (auto)
+        b.append(("p", "Error per answer of each table the workload names, in counts (root mean square over its "
+                       "answers). Expected error: the plan's figure before any data. Estimated error: Stein's "
+                       "unbiased risk estimate of the released table, and of the noisy (or least-squares) answers "
+                       "it improves on, from the noisy answers alone."))
+        b.append(("table", ["workload table", "answers", "expected error (plan)", "estimated error (release)",
+                            "estimated error (noisy or least-squares answers)"],
+                  [[w["table"], str(w.get("answers") or "-"), _fmt(w.get("expected_rmse")),
+                    _fmt(w.get("estimated_rmse")), _fmt(w.get("noisy_estimated_rmse"))] for w in workload]))
+        return b
     table_released = report["released"]["total"] is not None
     planned = {r["table"]: r for r in acc.get("expected_before_data") or []} if table_released else {}
     bars = {r["table"]: r for r in acc.get("error_bars") or []}

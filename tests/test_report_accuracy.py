@@ -141,3 +141,22 @@ def test_the_summary_and_report_state_accuracy(quickstart_release):
     assert (out / "plots" / "accuracy_by_query.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (out / "plots" / "change_by_query.png").is_file()
     assert not (out / "plots" / "error_by_query.png").exists()   # an error needs the truth (evaluate)
+
+
+def test_auto_states_its_error_per_workload_table(tmp_path):
+    import tomllib
+    from pathlib import Path
+
+    from dpopt.release.pipeline import NotPrivateWarning
+
+    spec = tomllib.loads((Path(__file__).parent.parent / "models" / "quickstart_auto.toml").read_text())
+    spec["data"]["rows"] = 3000
+    with pytest.warns(NotPrivateWarning):
+        release = dpopt.run(spec, seed=2, out=tmp_path / "release")
+    tables = release.report["accuracy"]["workload_tables"]
+    assert [t["table"] for t in tables] == [row["table"] for row in release.info["tables"]]
+    for t, row in zip(tables, release.info["tables"]):
+        assert t["estimated_rmse"] == pytest.approx(np.sqrt(row["released_risk"] / t["answers"]))
+        assert t["estimated_rmse"] <= t["noisy_estimated_rmse"]   # the rule's promise, restated per answer
+    summary = (tmp_path / "release" / "summary.md").read_text()
+    assert "| workload table |" in summary and summary.count("estimated error") >= 2

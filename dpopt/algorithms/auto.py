@@ -270,6 +270,7 @@ class Auto(Algorithm):
             info["estimators"] = fit.frame().to_dict("records")
             info["tables"] = fit.table_frame(details.workload).to_dict("records")
         info["over_noisy"] = [{"table": a, "released_risk": b, "noisy_risk": c} for a, b, c in fit.over_noisy]
+        info["accuracy_tables"] = _accuracy_tables(details, info.get("tables", []))
         return info
 
     @staticmethod
@@ -283,3 +284,22 @@ class Auto(Algorithm):
     def example(cls, domain) -> AutoParams:
         k = 2 if len(domain) >= 2 else 1
         return cls.Params(WorkloadDeclaration(k=k))
+
+
+def _accuracy_tables(details: AutoPlan, tables: list[dict]) -> list[dict]:
+    """Per workload table, RMS per answer for the report (dpopt.release.accuracy's columns): the
+    chosen plan's expected error before data and, after the fit, the risk estimate of the released
+    table beside that of the noisy (or least-squares) answers. Risks are total squared errors."""
+    chosen = [r for r in details.frame().to_dict("records") if r["chosen"]]
+    fitted = {t["table"]: t for t in tables}
+    out = []
+    for r in chosen:
+        cells = int(round(r["expected_error"] / r["rmse_per_cell"] ** 2)) if r["rmse_per_cell"] > 0 else None
+        t = fitted.get(r["table"], {})
+        per_cell = (lambda risk: float(np.sqrt(max(risk, 0.0) / cells))  # noqa: E731
+                    if cells and risk is not None and np.isfinite(risk) else None)
+        out.append({"table": r["table"], "answers": cells, "expected_rmse": float(r["rmse_per_cell"]),
+                    "estimated_rmse": per_cell(t.get("released_risk")),
+                    "noisy_estimated_rmse": per_cell(t.get("noisy_risk")), "noisy_is": t.get("noisy_is")})
+    return out
+
