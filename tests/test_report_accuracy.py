@@ -160,3 +160,10 @@ def test_auto_states_its_error_per_workload_table(tmp_path):
         assert t["estimated_rmse"] <= t["noisy_estimated_rmse"]   # the rule's promise, restated per answer
     summary = (tmp_path / "release" / "summary.md").read_text()
     assert "| workload table |" in summary and summary.count("estimated error") >= 2
+
+
+def test_a_release_result_prints_one_line_per_key(quickstart_release):
+    release, _ = quickstart_release
+    text = repr(release)   # scipy's nested formatter failed on the report's empty dicts
+    assert "counts: array(shape=(17280,), dtype=int64)" in text and "report: dict(" in text
+    assert all(len(line) < 140 for line in text.splitlines())

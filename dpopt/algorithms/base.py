@@ -279,6 +279,14 @@ class Release(OptimizeResult):
         Anything else the algorithm reports.
     """
 
+    def __repr__(self) -> str:
+        # scipy's OptimizeResult repr formats nested dicts in full (and fails on an empty one):
+        # one line per key, with a short description of large values, reads better.
+        if not self:
+            return f"{type(self).__name__}()"
+        width = max(map(len, self.keys()))
+        return "\n".join(f"{key.rjust(width)}: {_describe_value(value)}" for key, value in self.items())
+
     @property
     def ledger(self) -> pd.DataFrame:
         """The privacy ledger (exact Fractions; each column sums to the amount spent)."""
@@ -295,6 +303,20 @@ class Release(OptimizeResult):
         its theorem gives (one row per workload), or None when it states none. NOT private:
         ``dpopt run --evaluate`` puts it in the report's evaluation section."""
         return None
+
+
+def _describe_value(value: Any) -> str:
+    """A one-line description of a result's value (shapes for arrays and frames, sizes for mappings)."""
+    if isinstance(value, np.ndarray):
+        return f"array(shape={value.shape}, dtype={value.dtype})"
+    if isinstance(value, pd.DataFrame):
+        return f"DataFrame({len(value):,} rows x {value.shape[1]} columns)"
+    if isinstance(value, dict):
+        return f"dict({len(value)} keys)"
+    if isinstance(value, (list, tuple)) and len(value) > 3:
+        return f"{type(value).__name__}({len(value)} items)"
+    text = repr(value)
+    return text if len(text) <= 100 else text[:97] + "..."
 
 
 def make_release(
