@@ -489,14 +489,14 @@ def _walk_and_search(prog: "_Pass", b: np.ndarray, deadline: Deadline, record: d
     fixed_axes = {a for r, ax in zip(prog.families, axes) if r.kind == "invariant" for a in ax}
     b = b.copy()
     coords = domain.unravel(table.free)
-    answer_bound = None
+    answer_bound, moved = None, None
     if prog.fractional.size:
         # First the best consistent integer answers (a MIP over the answers, not the cells), then
         # the fractions moved to have them: the walk keeps them while it makes cells integral.
         moved, answer_bound = _answers_first(prog, b, axes, engine, deadline, gap, options, record)
         if moved is not None:
             b = moved
-    if prog.fractional.size > NEIGHBOURHOOD_CELLS or answer_bound is not None:
+    if prog.fractional.size > NEIGHBOURHOOD_CELLS or moved is not None:
         # The walk runs to its end even past the deadline: its work is bounded (about 25 µs of
         # CPU per cell on nltcs), and a point it left with thousands of fractional cells would
         # round into answers hundreds of persons off (2^20 cells cut short under a load of 18:

@@ -25,7 +25,8 @@ by moves that keep every cell at its floor or ceiling and never change an invari
   ``SWAP_CANDIDATES²`` pairs are priced exactly at the cost of one pass over the cells.
 
 Gains are exact and vectorised over the cells; each sweep applies the improving moves in order
-of gain, each re-priced against the current answers first and applied only if it still improves.
+of gain, skipping those that share a row with one applied before them in the sweep (applying
+those too, re-priced, reached worse local optima on nltcs: gap 0.30 against 0.25).
 """
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ def neighbour_search(b: np.ndarray, up_cost: np.ndarray, coords: np.ndarray, siz
     ``fixed_axes`` (those of invariant families) never move, so every invariant holds throughout.
 
     Each sweep evaluates every move exactly (vectorised over cells and attribute values), then
-    applies the improving ones in order of gain, each priced again against the answers as the
-    sweep has left them and skipped unless it still improves; sweeps repeat until none improves.
+    applies the improving ones in order of gain, skipping any that touches a row an earlier move
+    of the sweep changed; sweeps repeat until none improves.
 
     Parameters
     ----------
@@ -126,7 +127,7 @@ def neighbour_search(b: np.ndarray, up_cost: np.ndarray, coords: np.ndarray, siz
                         if ok.any():
                             _collect(cands, (a, c_), np.stack([i00[ok], i11[ok]], 1),
                                      np.stack([i10[ok], i01[ok]], 1), up_cost, families, labels, up_rows, dn_rows)
-        if SWAP_CANDIDATES:
+        if SWAP_CANDIDATES and not cands:  # swaps escape where the moves above find nothing
             _collect_swaps(cands, b, ones, up_cost, labels, up_rows, dn_rows, group, keep_total)
         sweeps += 1
         if not cands:
@@ -138,6 +139,7 @@ def neighbour_search(b: np.ndarray, up_cost: np.ndarray, coords: np.ndarray, siz
         which = np.concatenate([np.full(g.size, n) for n, (g, _, _, _) in enumerate(cands)])
         local = np.concatenate([np.arange(g.size) for g, _, _, _ in cands])
         order = np.argsort(gain, kind="stable")
+        touched = [np.zeros(v.size, bool) for v in values]
         applied = 0
         changed_by = {ax: [f for f, fam in enumerate(families) if all(x in fam for x in ax)]
                       for ax in set(axes) if ax is not None}
@@ -156,11 +158,12 @@ def neighbour_search(b: np.ndarray, up_cost: np.ndarray, coords: np.ndarray, siz
                     v, t = values[f][rows], targets[f][rows]
                     g += weights[f] * float((np.abs(v + net - t) - np.abs(v - t)).sum())
                     deltas.append((f, rows, net))
-            if g >= -1e-9:
-                continue
+            if g >= -1e-9 or any(touched[f][rows].any() for f, rows, _ in deltas):
+                continue  # its rows moved in this sweep: the next sweep prices it afresh
             b[up], b[down] = 1.0, 0.0
             for f, rows, net in deltas:
                 values[f][rows] += net
+                touched[f][rows] = True
             gain_total += g
             applied += 1
         moves += applied
