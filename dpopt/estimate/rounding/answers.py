@@ -97,10 +97,10 @@ def answer_program(families: list[AnswerFamily], sizes) -> tuple[ProgramForm, li
 
     def row_block(parts: list[tuple[slice, sp.spmatrix]], lo, hi):
         m = parts[0][1].shape[0]
-        M = sp.lil_matrix((m, nv))
-        for sl, mat in parts:
-            M[:, sl] = mat
-        blocks.append(sp.csr_matrix(M))
+        coo = [sp.coo_matrix(mat) for _, mat in parts]
+        rows = np.concatenate([c.row for c in coo])
+        cols = np.concatenate([c.col + sl.start for (sl, _), c in zip(parts, coo)])
+        blocks.append(sp.csr_matrix((np.concatenate([c.data for c in coo]), (rows, cols)), shape=(m, nv)))
         lower.append(np.broadcast_to(lo, m).astype(float))
         upper.append(np.broadcast_to(hi, m).astype(float))
 
@@ -111,12 +111,18 @@ def answer_program(families: list[AnswerFamily], sizes) -> tuple[ProgramForm, li
         row_block([(e_slices[i], eye), (slices[i], eye)], f.target, np.inf)    # e + z >= t
     subsets = sorted({tuple(a for a in f.axes if a in g.axes)
                       for f, g in itertools.combinations(families, 2)}, key=lambda u: (len(u), u))
+    cache: dict = {}
+
+    def to_subset(axes, sub):
+        if (axes, sub) not in cache:
+            cache[axes, sub] = _to_subset(axes, sub, sizes)
+        return cache[axes, sub]
+
     for sub in subsets:
         holders = [i for i, f in enumerate(families) if set(sub) <= set(f.axes)]
         for i, j in zip(holders, holders[1:]):
-            Mi = _to_subset(families[i].axes, sub, sizes)
-            Mj = _to_subset(families[j].axes, sub, sizes)
-            row_block([(slices[i], Mi), (slices[j], -Mj)], 0.0, 0.0)
+            row_block([(slices[i], to_subset(families[i].axes, sub)), (slices[j], -to_subset(families[j].axes, sub))],
+                      0.0, 0.0)
     A = sp.vstack(blocks).tocsr() if blocks else sp.csr_matrix((0, nv))
     lo_var, hi_var = np.zeros(nv), np.full(nv, np.inf)
     c = np.zeros(nv)

@@ -31,13 +31,16 @@ own queries in the objective and holds the answers released by earlier passes as
 the previous pass's table satisfies them, so every later pass has a point to start from.
 
 Large tables (more than :data:`DIRECT_MAX` free cells) of a product domain whose row families
-are all marginals (invariants too; no inequality) are rounded without a MIP: the support walk
-of :mod:`~dpopt.estimate.rounding.walk` (every row kept exactly, at most ``rank(A)`` cells left
-fractional), largest remainder within the invariant rows for the last fractions, then the local
-search of :mod:`~dpopt.estimate.rounding.local_search` (2 × 2 cycles and one-attribute moves,
-which never change an invariant). Its ``gap`` is certified against the per-query bound of
-:func:`row_bound` (largest remainder within each query); a point short of the requested gap is
-an incumbent with status ITERATION_LIMIT. Other large programs go to a MIP over the cells the
+are all marginals (invariants too; no inequality) are rounded without a MIP over the cells: the
+best consistent integer answers first (:mod:`~dpopt.estimate.rounding.answers`: a MIP over the
+answers, whose optimum bounds every integer table's query error) and the fractions moved to have
+them, then the support walk of :mod:`~dpopt.estimate.rounding.walk` (every row kept exactly, at
+most ``rank(A)`` cells left fractional), largest remainder within the invariant rows for the last
+fractions, then the local search of :mod:`~dpopt.estimate.rounding.local_search` (2 × 2 cycles,
+one-attribute moves and swaps, which never change an invariant). Its ``gap`` is certified
+against the answers' bound (plus the cells' largest-remainder bound) or the per-query bound of
+:func:`row_bound`, whichever is larger; a point short of the requested gap is an incumbent with
+status ITERATION_LIMIT. Other large programs go to a MIP over the cells the
 walk left fractional and a neighbourhood chosen by reduced costs (column generation against the
 LP duals until no cell prices in, which makes the neighbourhood's LP bound the whole program's,
 else the Lagrangian bound at the last duals).

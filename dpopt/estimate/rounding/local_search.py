@@ -148,18 +148,22 @@ def neighbour_search(b: np.ndarray, up_cost: np.ndarray, coords: np.ndarray, siz
             up, down = plus[n][r], minus[n][r]
             if np.any(b[up] > 0.5) or np.any(b[down] < 0.5):
                 continue  # an earlier move of this sweep took one of its cells
-            changed = changed_by[axes[n]] if axes[n] is not None else every
+            if axes[n] is not None:
+                # One-attribute moves and cycles put their cells in distinct rows of every family they change.
+                net = np.concatenate([np.ones(up.size), -np.ones(down.size)])
+                deltas = [(f, np.concatenate([labels[f][up], labels[f][down]]), net) for f in changed_by[axes[n]]]
+            else:
+                deltas = [(f,) + _net_change(labels[f], up, down) for f in every]
+                deltas = [dl for dl in deltas if dl[1].size]
+            if any(touched[f][rows].any() for f, rows, _ in deltas):
+                continue  # its rows moved in this sweep: the next sweep prices it afresh
             # The gain again, from the current answers (earlier moves of this sweep may share rows).
             g = float(up_cost[up].sum() - up_cost[down].sum())
-            deltas = []
-            for f in changed:
-                rows, net = _net_change(labels[f], up, down)
-                if rows.size:
-                    v, t = values[f][rows], targets[f][rows]
-                    g += weights[f] * float((np.abs(v + net - t) - np.abs(v - t)).sum())
-                    deltas.append((f, rows, net))
-            if g >= -1e-9 or any(touched[f][rows].any() for f, rows, _ in deltas):
-                continue  # its rows moved in this sweep: the next sweep prices it afresh
+            for f, rows, net in deltas:
+                v, t = values[f][rows], targets[f][rows]
+                g += weights[f] * float((np.abs(v + net - t) - np.abs(v - t)).sum())
+            if g >= -1e-9:
+                continue
             b[up], b[down] = 1.0, 0.0
             for f, rows, net in deltas:
                 values[f][rows] += net
