@@ -7,7 +7,8 @@ Each case measures every 2-way marginal with the discrete Gaussian mechanism (zC
 all, seeded: NOT private), fits it (``reconstruct(..., integer=False)``), then rounds it with
 ``round_to_integers(x, cs, measured=...)`` (controlled rounding; the total as an invariant or
 not). Printed: wall and CPU seconds of the fit and of the rounding, the rounding's status, step,
-certified gap, answers outside floor/ceil, and the mean absolute error against the truth of the
+certified gap and the bound that certifies it, whether the fractions reached the best consistent
+integer answers before the walk, answers outside floor/ceil, and the mean absolute error against the truth of the
 rounded table relative to the fractional fit: summed over every measured marginal (issue 24
 wants it within 1 %) and on the worst marginal, each beside the same figure for rounding every
 answer to its nearest integer separately — a floor no single integer table beats (on nltcs the
@@ -78,6 +79,8 @@ def case(data: Dataset, objective: str, total: bool, rho: str, seed: int) -> dic
     return {"cells": dom.size, "objective": objective, "total": total, "fit s": round(fit_wall, 1),
             "fit cpu": round(fit_cpu, 1), "round s": round(wall, 1), "round cpu": round(cpu, 1),
             "status": res.status.name, "step": p.get("step", res.info.get("method")), "gap": res.info.get("gap"),
+            "bound": res.message.rsplit("against ", 1)[-1].split(" (")[0] if "against " in res.message else "",
+            "answers reached": p.get("answers", {}).get("reached"),
             "outside": int(res.info["measured_change"]["outside_floor_ceil"].sum()),
             "all-marginal MAE ratio": round(err_round / err_fit, 4), "nearest per answer": round(err_near / err_fit, 4),
             "worst marginal ratio": round(max(ratios), 4), "nearest's worst": round(max(nearest), 4)}

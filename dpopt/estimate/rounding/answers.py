@@ -179,12 +179,15 @@ def move_to_answers(y: np.ndarray, row_values, columns, goal: np.ndarray, *, dea
     y = np.array(y, dtype=np.float64)
     m = goal.size
     size = max(SAMPLE_MIN, SAMPLE_PER_ANSWER * m) if sample is None else sample
+    last = np.inf
     for _ in range(CORRECTION_STEPS):
         res = goal - row_values(y)
-        if np.abs(res).max(initial=0.0) <= ROW_TOL:
+        worst = float(np.abs(res).max(initial=0.0))
+        if worst <= ROW_TOL:
             return y
-        if deadline is not None and deadline.expired():
-            return None
+        if worst > 0.9 * last or (deadline is not None and deadline.expired()):
+            return None  # no room to move (cells at their bounds): the steps no longer get closer
+        last = worst
         room = np.minimum(y, 1.0 - y)
         cells = np.flatnonzero(room > 1e-6)
         if cells.size > size:
