@@ -496,7 +496,7 @@ def _walk_and_search(prog: "_Pass", b: np.ndarray, deadline: Deadline, record: d
     b = b.copy()
     coords = domain.unravel(table.free)
     answer_bound, moved = None, None
-    if prog.fractional.size:
+    if prog.fractional.size and prog.lo.size <= ANSWERS_MAX:
         # First the best consistent integer answers (a MIP over the answers, not the cells), then
         # the fractions moved to have them: the walk keeps them while it makes cells integral.
         moved, answer_bound = _answers_first(prog, b, axes, engine, deadline, gap, options, record)
@@ -544,8 +544,11 @@ def _walk_and_search(prog: "_Pass", b: np.ndarray, deadline: Deadline, record: d
     return b, solve, b_walk, answer_bound
 
 
-#: The answers' MIP gets at most this share of the rounding's time left.
+#: The answers' MIP gets at most this share of the rounding's time left ...
 ANSWERS_SHARE = 0.25
+#: ... and is built only for at most this many rows (answers and invariant values): an identity
+#: query among the measured ones would make it as large as the table.
+ANSWERS_MAX = 20_000
 
 
 def _answers_first(prog: "_Pass", b: np.ndarray, axes, engine, deadline: Deadline, gap: float, options: dict,
