@@ -182,11 +182,11 @@ def move_to_answers(y: np.ndarray, row_values, columns, goal: np.ndarray, *, dea
     m = goal.size
     size = max(SAMPLE_MIN, SAMPLE_PER_ANSWER * m) if sample is None else sample
     last = np.inf
+    res = goal - row_values(y)
     for _ in range(CORRECTION_STEPS):
-        res = goal - row_values(y)
         worst = float(np.abs(res).max(initial=0.0))
         if worst <= ROW_TOL:
-            return y
+            break
         if worst > 0.9 * last or (deadline is not None and deadline.expired()):
             return None  # no room to move (cells at their bounds): the steps no longer get closer
         last = worst
@@ -206,6 +206,9 @@ def move_to_answers(y: np.ndarray, row_values, columns, goal: np.ndarray, *, dea
         t = min(1.0, float(limit.min(initial=np.inf)))
         if t < 1.0:
             t *= 0.95  # stay inside, so that the next step still has room on every sampled cell
-        y[cells] = np.clip(y[cells] + t * d, 0.0, 1.0)
+        new = np.clip(y[cells] + t * d, 0.0, 1.0)
+        res = res - A_S @ (new - y[cells])  # only the sampled cells moved
+        y[cells] = new
+    # The exact check (the updates above accumulate rounding error).
     res = goal - row_values(y)
     return y if np.abs(res).max(initial=0.0) <= ROW_TOL else None
