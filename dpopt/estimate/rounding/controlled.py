@@ -549,6 +549,8 @@ ANSWERS_SHARE = 0.25
 #: ... and is built only for at most this many rows (answers and invariant values): an identity
 #: query among the measured ones would make it as large as the table.
 ANSWERS_MAX = 20_000
+#: The fractions are moved to the answers only with at least this many fractional cells per row.
+MOVE_MIN_PER_ROW = 4
 
 
 def _answers_first(prog: "_Pass", b: np.ndarray, axes, engine, deadline: Deadline, gap: float, options: dict,
@@ -573,6 +575,11 @@ def _answers_first(prog: "_Pass", b: np.ndarray, axes, engine, deadline: Deadlin
     record["answers"] = info
     bound = solve.bound if solve.bound is not None and np.isfinite(solve.bound) else None
     if z is None:
+        return None, bound
+    if prog.fractional.size < MOVE_MIN_PER_ROW * prog.lo.size:
+        # Too few fractional cells to carry the answers' change (a least-squares fit is fractional
+        # on about rank(A) cells): only the bound is used.
+        info["reached"] = False
         return None, bound
     free = table.free
 
