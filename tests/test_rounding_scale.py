@@ -68,19 +68,25 @@ def _brute_force_controlled(x, cs, measured, cell_weight=1e-3):
     return cost[ok].min()
 
 
+def _small_case(seed, dom, pairs):
+    """A random fractional table over ``dom`` (with its total as an invariant for odd seeds) and its measured rows."""
+    rng = np.random.default_rng(seed)  # test input only
+    x = rng.gamma(0.8, 1.2, dom.size)
+    x *= np.round(x.sum()) / x.sum()
+    cs = ConstraintSet(dom, [NonNegativity()])
+    if seed % 2:
+        cs.add(Invariant(Total(dom), [float(np.round(x.sum()))], name="total"))
+    table = RoundingTable(x, cs)
+    return x, cs, table, [_measured_rows(table, MeasuredQuery(q.name, q)) for q in pairs]
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_the_bounds_are_below_the_brute_force_optimum(seed):
     from dpopt.estimate.backends import get_backend
     from dataclasses import replace
 
+    x, cs, table, current = _small_case(seed, SMALL, SMALL_PAIRS)
     rng = np.random.default_rng(seed)  # test input only
-    x = rng.gamma(0.8, 1.2, SMALL.size)
-    x *= np.round(x.sum()) / x.sum()
-    cs = ConstraintSet(SMALL, [NonNegativity()])
-    if seed % 2:
-        cs.add(Invariant(Total(SMALL), [float(np.round(x.sum()))], name="total"))
-    table = RoundingTable(x, cs)
-    current = [_measured_rows(table, MeasuredQuery(q.name, q)) for q in SMALL_PAIRS]
     best = _brute_force_controlled(x, cs, SMALL_PAIRS)
     assert row_bound(table, current, 1e-3) <= best + 1e-9
     prog = _Pass(table, current, _constraint_rows(table), 1e-3)
@@ -238,14 +244,7 @@ def test_the_consistent_answers_bound_is_below_the_brute_force_optimum(seed):
 
     SMALL = Domain(("a", "b", "c"), (2, 2, 2)) if seed < 4 else Domain(("a", "b", "c"), (2, 2, 3))
     SMALL_PAIRS = [Marginal(SMALL, list(p)) for p in itertools.combinations(SMALL.attrs, 2)]
-    rng = np.random.default_rng(seed)  # test input only
-    x = rng.gamma(0.8, 1.2, SMALL.size)
-    x *= np.round(x.sum()) / x.sum()
-    cs = ConstraintSet(SMALL, [NonNegativity()])
-    if seed % 2:
-        cs.add(Invariant(Total(SMALL), [float(np.round(x.sum()))], name="total"))
-    table = RoundingTable(x, cs)
-    current = [_measured_rows(table, MeasuredQuery(q.name, q)) for q in SMALL_PAIRS]
+    x, cs, table, current = _small_case(seed, SMALL, SMALL_PAIRS)
     rows = current + _constraint_rows(table)
     sizes = np.asarray(SMALL.shape)
     families = [AnswerFamily(marginal_axes(r.query, SMALL), r.lo + r.frac if r.kind == "measured" else None, 1.0,
