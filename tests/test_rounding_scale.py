@@ -68,19 +68,25 @@ def _brute_force_controlled(x, cs, measured, cell_weight=1e-3):
     return cost[ok].min()
 
 
+def _small_case(seed, dom, pairs):
+    """A random fractional table over ``dom`` (with its total as an invariant for odd seeds) and its measured rows."""
+    rng = np.random.default_rng(seed)  # test input only
+    x = rng.gamma(0.8, 1.2, dom.size)
+    x *= np.round(x.sum()) / x.sum()
+    cs = ConstraintSet(dom, [NonNegativity()])
+    if seed % 2:
+        cs.add(Invariant(Total(dom), [float(np.round(x.sum()))], name="total"))
+    table = RoundingTable(x, cs)
+    return x, cs, table, [_measured_rows(table, MeasuredQuery(q.name, q)) for q in pairs]
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_the_bounds_are_below_the_brute_force_optimum(seed):
     from dpopt.estimate.backends import get_backend
     from dataclasses import replace
 
+    x, cs, table, current = _small_case(seed, SMALL, SMALL_PAIRS)
     rng = np.random.default_rng(seed)  # test input only
-    x = rng.gamma(0.8, 1.2, SMALL.size)
-    x *= np.round(x.sum()) / x.sum()
-    cs = ConstraintSet(SMALL, [NonNegativity()])
-    if seed % 2:
-        cs.add(Invariant(Total(SMALL), [float(np.round(x.sum()))], name="total"))
-    table = RoundingTable(x, cs)
-    current = [_measured_rows(table, MeasuredQuery(q.name, q)) for q in SMALL_PAIRS]
     best = _brute_force_controlled(x, cs, SMALL_PAIRS)
     assert row_bound(table, current, 1e-3) <= best + 1e-9
     prog = _Pass(table, current, _constraint_rows(table), 1e-3)
@@ -135,6 +141,8 @@ def test_large_tables_round_by_walk_and_search_within_floor_ceil():
     assert Total(dom).matvec(res.x)[0] == np.round(x.sum())
     assert np.all((res.x == np.floor(x)) | (res.x == np.floor(x) + 1))
     assert res.info["lower_bound"] <= res.fun + 1e-9
+    answers = res.info["passes"][0]["answers"]  # the consistent integer answers were found and reached
+    assert answers["status"] == "OPTIMAL" and answers["reached"]
     change = res.info["measured_change"]
     # at most one unit per answer on average, and every answer reported when outside floor/ceil
     assert change["l1_change"].sum() <= change["rows"].sum()
@@ -224,3 +232,69 @@ def test_solvers_without_callbacks_run_on_one_thread_and_a_signal_stops_the_wait
             timer.start()
             run_interruptibly(time.sleep, 5.0)  # stands for a C solver that never returns to Python
     assert time.perf_counter() - sent[0] < 2.0  # issue 24: signals honoured within 2 s
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_consistent_answers_bound_is_below_the_brute_force_optimum(seed):
+    """The answers' MIP relaxes the rounding: its optimum plus the cells' own bound never exceeds
+    the best floor/ceil table's objective, and its answers are consistent (some table has them)."""
+    from dpopt.estimate.backends import get_backend
+    from dpopt.estimate.rounding.answers import AnswerFamily, integer_answers
+    from dpopt.estimate.rounding.solve import Deadline
+
+    SMALL = Domain(("a", "b", "c"), (2, 2, 2)) if seed < 4 else Domain(("a", "b", "c"), (2, 2, 3))
+    SMALL_PAIRS = [Marginal(SMALL, list(p)) for p in itertools.combinations(SMALL.attrs, 2)]
+    x, cs, table, current = _small_case(seed, SMALL, SMALL_PAIRS)
+    rows = current + _constraint_rows(table)
+    sizes = np.asarray(SMALL.shape)
+    families = [AnswerFamily(marginal_axes(r.query, SMALL), r.lo + r.frac if r.kind == "measured" else None, 1.0,
+                             None if r.kind == "measured" else r.lo, SMALL.size / r.lo.size) for r in rows]
+    z, solve = integer_answers(families, sizes, get_backend("highs"), Deadline(30), 0.0, {})
+    assert solve.status is Status.OPTIMAL and z is not None
+    best = _brute_force_controlled(x, cs, SMALL_PAIRS)
+    assert solve.bound + row_bound(table, [], 1e-3) <= best + 1e-9
+    A = np.vstack([r.query.to_dense() for r in rows])
+    h = np.linalg.lstsq(A, np.concatenate(z), rcond=None)[0]
+    np.testing.assert_allclose(A @ h, np.concatenate(z), atol=1e-8)  # consistent: some real table has them
+    for zf, r in zip(z, current):
+        assert np.all(zf == np.round(zf)) and np.all(zf >= 0)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_fractions_move_to_consistent_integer_answers_and_the_walk_keeps_them(seed):
+    from dpopt.estimate.rounding.answers import move_to_answers
+
+    dom = Domain(tuple("abcdefg"), (2,) * 7)
+    rng = np.random.default_rng(seed)  # test input only
+    y = rng.uniform(0.2, 0.8, dom.size)
+    queries = [Marginal(dom, list(p)) for p in itertools.combinations(dom.attrs, 2)] + [Total(dom)]
+    A = np.vstack([q.to_dense() for q in queries])
+    # Consistent integer answers near A y (about 1.6 units off on rows of 32 cells): those of round(y).
+    goal = A @ np.round(y)
+    out = move_to_answers(y, lambda v: A @ v, lambda cells: A[:, cells], goal, sample=64)
+    assert out is not None
+    np.testing.assert_allclose(A @ out, goal, atol=1e-7)
+    assert np.all((out >= 0) & (out <= 1))
+    axes = [marginal_axes(q, dom) for q in queries]
+    walked, _ = reduce_support(out, rng.normal(size=out.size), dom.unravel(np.arange(dom.size)), dom.shape, axes)
+    np.testing.assert_allclose(A @ walked, goal, atol=1e-7)
+
+
+def test_swaps_and_single_units_without_a_total_never_worsen():
+    rng = np.random.default_rng(8)  # test input only
+    x = rng.gamma(0.5, 1.0, BIN5.size)
+    frac = x - np.floor(x)
+    b = (rng.random(x.size) < 0.5).astype(float)  # a poor start: the search has work to do
+    families = [marginal_axes(q, BIN5) for q in PAIRS]
+    values = [q.matvec(b) for q in PAIRS]
+    targets = [q.matvec(frac) for q in PAIRS]
+    up_cost = 1e-3 * (1.0 - 2.0 * frac)
+
+    def objective(bb):
+        return sum(np.abs(q.matvec(bb) - q.matvec(frac)).sum() for q in PAIRS) + 1e-3 * np.abs(bb - frac).sum()
+
+    before = objective(b)
+    out, info = neighbour_search(b, up_cost, BIN5.unravel(np.arange(BIN5.size)), BIN5.shape, families, values,
+                                 targets, [1.0] * len(PAIRS), set(), keep_total=False)
+    assert np.all((out == 0) | (out == 1)) and info["moves"] > 0
+    assert objective(out) == pytest.approx(before + info["gain"]) and objective(out) < before
