@@ -1,0 +1,306 @@
+"""From noisy marginals to the consistent, non-negative marginals that fit them best.
+
+:func:`estimate_marginals` is the one call: measurements of marginals (any attribute sets,
+any noise law: only each measurement's variance enters) and optionally a workload of further
+attribute sets go in; the workload's marginals come out, consistent with each other and
+non-negative, as the weighted least-squares fit of the measurements over the local marginal
+polytope (problem (4) of :mod:`~dpopt.estimate.marginal_space.projection`), certified by its
+duality gap. The full table is never formed: memory is a few vectors over the cells of the
+*cliques* (the largest sets among the workload, the measured sets and the constraints' sets)
+and over their residuals.
+
+Steps (module notes of each):
+
+1. :mod:`~dpopt.estimate.marginal_space.layout` — the cliques and the downward closure of
+   their residuals;
+2. :mod:`~dpopt.estimate.marginal_space.gls` — the unconstrained least squares, one
+   inverse-variance average per residual; exact measurements and invariants fix residuals;
+3. residuals that no measurement covers (workload sets above what was measured) get a weak
+   prior towards zero — "no interaction beyond the measured ones", the minimum-norm choice —
+   of weight ``D_A / (PRIOR_RATIO * L)``, where ``L = max D_A / W_A`` over measured residuals:
+   negligible against any measurement, yet it keeps the dual's condition number within a
+   factor ``PRIOR_RATIO`` of the measured problem's;
+4. :mod:`~dpopt.estimate.marginal_space.projection` — non-negativity and structural zeros by
+   the dual of (4), L-BFGS-B, and the duality-gap certificate (with the interior point of
+   :mod:`~dpopt.estimate.marginal_space.interior` for exact feasibility).
+
+This module is post-processing only: it never sees data or randomness.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from dpopt.errors import DomainError, ParameterError, QueryError
+from dpopt.estimate.certificates.verify import CERTIFICATE_TOL, feasibility_tolerance
+from dpopt.estimate.marginal_space.gls import fit_residuals
+from dpopt.estimate.marginal_space.interior import interior_residuals
+from dpopt.estimate.marginal_space.layout import ResidualIndex, SetFamily, check_sets, maximal_sets
+from dpopt.estimate.marginal_space.projection import ProjectionProblem, project
+from dpopt.estimate.marginal_space.result import MarginalEstimate
+from dpopt.estimate.status import Status
+from dpopt.model.constraints import ConstraintSet
+from dpopt.model.domain import Domain
+from dpopt.model.measurement import Measurement
+from dpopt.model.queries.basic import Identity, Total
+from dpopt.model.queries.marginal import Marginal
+
+__all__ = ["estimate_marginals", "marginal_sets", "PRIOR_RATIO", "MAX_CLIQUE_CELLS"]
+
+#: Condition-number allowance of the prior on unmeasured residuals (step 3 of the module notes).
+PRIOR_RATIO = 1e3
+#: Largest number of clique cells held (the solver keeps about ten vectors of that length).
+MAX_CLIQUE_CELLS = 2**27
+
+
+def marginal_sets(measurements: Sequence[Measurement], who: str = "measurement") -> list[tuple[str, ...]]:
+    """The attribute set of each measurement's query: a :class:`Marginal`, :class:`Total` (the empty
+    set) or :class:`Identity` (every attribute); QueryError naming any other."""
+    out = []
+    for i, m in enumerate(measurements):
+        if not isinstance(m, Measurement):
+            raise QueryError(f"{who} {i + 1}: expected a Measurement, got {type(m).__name__}")
+        q = m.query
+        if isinstance(q, Marginal):
+            out.append(tuple(q.attrs))
+        elif isinstance(q, Total):
+            out.append(())
+        elif isinstance(q, Identity):
+            out.append(tuple(q.domain.attrs))
+        else:
+            raise QueryError(f"{who} {m.label!r} measures {q.name}: marginal-space estimation takes marginals, "
+                             "totals and the identity (a marginal on every attribute), not other queries")
+    return out
+
+
+def estimate_marginals(
+    measurements: Sequence[Measurement],
+    workload: Iterable[Sequence[str]] | None = None,
+    constraints: ConstraintSet | None = None,
+    *,
+    total: float | None = None,
+    nonnegative: bool = True,
+    tol: float = CERTIFICATE_TOL / 10,
+    time_limit: float | None = None,
+    max_iter: int = 20000,
+    max_cells: int = MAX_CLIQUE_CELLS,
+) -> MarginalEstimate:
+    """The consistent, non-negative workload marginals that fit the measured marginals best.
+
+    Parameters
+    ----------
+    measurements : sequence of Measurement
+        Noisy (or exact: variance 0) answers to :class:`~dpopt.model.queries.Marginal`,
+        :class:`~dpopt.model.queries.Total` or :class:`~dpopt.model.queries.Identity` queries
+        over one domain, with any noise law (Laplace or Gaussian, any accounting): each enters
+        with weight ``1/variance``.
+    workload : iterable of attribute lists, optional
+        The marginals to release; default: every measured attribute set. Sets above what
+        was measured are answered too (their unmeasured interactions get the weak prior of
+        the module notes, step 3).
+    constraints : ConstraintSet, optional
+        Public constraints over the same domain: non-negativity (implied by ``nonnegative``),
+        structural zeros and hierarchies (their attribute sets join the cliques and their cells
+        are held at zero), invariants on marginals and totals (exact residuals), integrality
+        (ignored here: see :func:`~dpopt.estimate.marginal_space.sampling.synthetic_records`).
+        Inequalities and invariants on other queries are refused.
+    total : float, optional
+        A public record count (fixes the total; as an invariant on the total would).
+    nonnegative : bool
+        Impose non-negativity (default). False gives the consistent least-squares marginals
+        (structural zeros still held).
+    tol : float
+        Relative duality gap of the certificate (default one tenth of dpopt's
+        :data:`~dpopt.estimate.certificates.verify.CERTIFICATE_TOL`); cells must be within
+        :func:`~dpopt.estimate.certificates.verify.feasibility_tolerance` of their bounds.
+    time_limit : float, optional
+        Seconds for the solve; a solve that reaches it is status TIME_LIMIT, not an estimate.
+    max_iter : int
+        L-BFGS-B iterations.
+    max_cells : int
+        Refuse (DomainError, before any work) cliques holding more cells than this.
+
+    Returns
+    -------
+    MarginalEstimate
+        ``status`` OPTIMAL only when the certificate holds (``info["certificate"]``).
+    """
+    start = time.perf_counter()
+    measurements = list(measurements)
+    if not measurements:
+        raise QueryError("estimate_marginals: give at least one measurement")
+    sets = marginal_sets(measurements)
+    domain = measurements[0].query.domain
+    for m in measurements[1:]:
+        if m.query.domain != domain:
+            raise QueryError(f"measurement {m.label!r} is over {m.query.domain}, not {domain}")
+    zeros, exact = [], []
+    if constraints is not None:
+        zeros, exact = _constraint_parts(constraints, domain)
+    if total is not None:
+        total = float(total)
+        if not (math.isfinite(total) and total >= 0):
+            raise ParameterError(f"total must be a finite non-negative count, got {total!r}")
+        exact.append(((), np.array([total]), "public total"))
+    if not isinstance(nonnegative, bool):
+        raise ParameterError(f"nonnegative must be True or False, got {nonnegative!r}")
+    if not (isinstance(tol, float) and 0 < tol < 1):
+        raise ParameterError(f"tol must be a float in (0, 1), got {tol!r}")
+    if time_limit is not None and not (float(time_limit) > 0):
+        raise ParameterError(f"time_limit must be positive seconds, got {time_limit!r}")
+
+    measured_axes = check_sets(domain, [s for s in sets if s], "measurement") if any(sets) else []
+    axes_of = {}
+    all_axes = []
+    for s in sets:
+        a = tuple(sorted(domain.axes(s))) if s else ()
+        all_axes.append(a)
+        axes_of[s] = a
+    if workload is None:
+        work = list(dict.fromkeys(a for a in all_axes if a))
+        if not work:
+            raise QueryError("estimate_marginals: the measurements are all totals; give a workload of marginals")
+    else:
+        work = list(dict.fromkeys(check_sets(domain, list(workload), "workload")))
+        if not work:
+            raise QueryError("estimate_marginals: the workload is empty")
+    extra = [a for a, _ in zeros] + [a for a, _, _ in exact if a]
+    # Every attribute is held (alone if nothing else holds it: uniform, as nothing is known of it),
+    # so that records and marginals can be read over the whole domain.
+    held = {a for s in work + measured_axes + extra for a in s}
+    cliques = maximal_sets(work + measured_axes + extra + [(a,) for a in range(len(domain)) if a not in held])
+    sizes = np.asarray(domain.sizes, dtype=np.int64)
+    clique_cells = sum(math.prod(int(sizes[a]) for a in c) for c in cliques)
+    if clique_cells > max_cells:
+        biggest = max(cliques, key=lambda c: math.prod(int(sizes[a]) for a in c))
+        raise DomainError(
+            f"the marginals to hold have {clique_cells:,} cells, above max_cells = {max_cells:,} (largest: "
+            f"{', '.join(domain.attrs[a] for a in biggest)} with {math.prod(int(sizes[a]) for a in biggest):,} "
+            "cells); release fewer or smaller marginals")
+
+    tick = time.perf_counter()
+    index = ResidualIndex(domain, cliques)
+    family = SetFamily(index, cliques)
+    labels = [m.label for m in measurements] + [name for _, _, name in exact]
+    fit_sets = all_axes + [a for a, _, _ in exact]
+    values = [m.values for m in measurements] + [v for _, v, _ in exact]
+    variances = np.concatenate([[float(m.variance) for m in measurements], np.zeros(len(exact))])
+    fit = fit_residuals(index, fit_sets, values, variances, labels)
+    time_fit = time.perf_counter() - tick
+
+    diagonal = family.diagonal()
+    weight = fit.weight.copy()
+    noisy = (weight > 0) & ~fit.fixed
+    unmeasured = ~fit.measured
+    if noisy.any():
+        scale = float(np.max(diagonal[noisy] / weight[noisy]))
+    else:
+        scale = 1.0
+    weight[unmeasured] = diagonal[unmeasured] / (PRIOR_RATIO * scale)
+    zero_cells = _zero_cells(family, zeros, sizes) if zeros else None
+    fixed_total = bool(fit.fixed[index.position_of(())])
+    total_value = float(fit.target[index.set_offsets[index.position_of(())]])
+    interior = None
+    if nonnegative or zero_cells is not None:
+        r_int = interior_residuals(index, [(a, v) for a, v, _ in exact if a], zeros,
+                                   total_value if fixed_total else None)
+        if r_int is not None:
+            interior = (r_int, family.expand(r_int))
+    problem = ProjectionProblem(index, family, fit.target, weight, fit.fixed, zero_cells, interior,
+                                nonnegative=nonnegative)
+    feasibility = feasibility_tolerance(max(abs(total_value), 1.0))
+    solved = project(problem, tol=tol, feasibility=feasibility, max_iter=max_iter,
+                     time_limit=None if time_limit is None else max(float(time_limit) - (time.perf_counter() - start),
+                                                                     1e-3))
+    if solved.converged:
+        status = Status.OPTIMAL
+        message = (f"certified: relative duality gap {solved.gap:.1e} (tolerance {tol:g}), largest violation "
+                   f"{solved.violation:.1e} (tolerance {feasibility:.1e}); {solved.iterations} L-BFGS-B iterations")
+    else:
+        status = Status.TIME_LIMIT if solved.stopped == "time limit" else Status.NUMERICAL_ERROR
+        message = (f"not certified ({solved.stopped}): relative duality gap {solved.gap:.1e} (tolerance {tol:g}), "
+                   f"largest violation {solved.violation:.1e} (tolerance {feasibility:.1e}) after "
+                   f"{solved.iterations} L-BFGS-B iterations; the point is kept as an incumbent, not an estimate")
+    measured_family = SetFamily(index, [a for a, m in zip(all_axes, measurements) if m.variance > 0])
+    chi_square = _chi_square(measured_family, solved.r, [m for m in measurements if m.variance > 0])
+    info = {
+        "certificate": {"gap": solved.gap, "tol": tol, "violation": solved.violation, "feasibility_tol": feasibility,
+                        "primal": solved.fun, "dual": solved.dual, "ok": solved.converged},
+        "cliques": len(cliques), "clique_cells": int(family.size), "residual_sets": int(index.num_sets),
+        "residual_cells": int(index.size), "unmeasured_residual_sets": int(unmeasured.sum()),
+        "fixed_residual_sets": int(fit.fixed.sum()), "prior_ratio": PRIOR_RATIO,
+        "interior_point": interior is not None, "evaluations": solved.evaluations, "stopped": solved.stopped,
+        "time_fit": time_fit, "time_project": solved.time, "total_public": fixed_total,
+        "history": solved.history,
+    }
+    return MarginalEstimate(
+        status=status, success=status is Status.OPTIMAL, message=message, fun=chi_square,
+        domain=domain, workload=tuple(tuple(domain.attrs[a] for a in w) for w in work),
+        cliques=tuple(tuple(domain.attrs[a] for a in c) for c in cliques), index=index, family=family,
+        residuals=solved.r, clique_marginals=solved.mu, total=float(solved.r[index.set_offsets[index.position_of(())]]),
+        measurements=measurements, constraints=constraints, nit=solved.iterations,
+        time=time.perf_counter() - start, incumbent=not solved.converged, info=info,
+        residual_weights=fit.weight)
+
+
+def _constraint_parts(constraints: ConstraintSet, domain: Domain):
+    """``(zero patterns [(axes, mask)], exact marginals [(axes, values, name)])`` of public constraints."""
+    if not isinstance(constraints, ConstraintSet):
+        raise ParameterError(f"constraints must be a ConstraintSet, got {type(constraints).__name__}")
+    if constraints.domain != domain:
+        raise QueryError(f"constraints are over {constraints.domain}, not the measurements' {domain}")
+    if constraints.inequalities:
+        raise ParameterError("marginal-space estimation keeps non-negativity, structural zeros, hierarchies and "
+                             f"invariants on marginals, not inequalities ({constraints.inequalities[0].key!r})")
+    constraints.check()
+    zeros = []
+    for _, attrs, mask in constraints.zero_patterns():
+        zeros.append((tuple(sorted(domain.axes(attrs))), np.asarray(mask, dtype=bool)))
+    exact = []
+    for inv in constraints.invariants:
+        q = inv.query
+        if isinstance(q, Marginal):
+            axes = tuple(sorted(domain.axes(q.attrs)))
+        elif isinstance(q, Total):
+            axes = ()
+        elif isinstance(q, Identity):
+            axes = tuple(range(len(domain)))
+        else:
+            raise QueryError(f"invariant {inv.name!r} is on {q.name}: marginal-space estimation keeps invariants on "
+                             "marginals, totals and the identity only")
+        exact.append((axes, np.asarray(inv.values, dtype=np.float64), f"invariant {inv.name!r}"))
+    return zeros, exact
+
+
+def _zero_cells(family: SetFamily, zeros, sizes: np.ndarray) -> np.ndarray:
+    """Flat mask over the clique cells: cells whose projection on a zero pattern's attributes is forbidden."""
+    mask = np.zeros(family.size, dtype=bool)
+    for group in family.groups:
+        view = family.view(mask, group)
+        for axes, forbidden in zeros:
+            held = np.isin(group.axes, axes).sum(axis=1) == len(axes)
+            rows = np.flatnonzero(held)
+            if not rows.size:
+                continue
+            forbidden = np.asarray(forbidden, dtype=bool).reshape([int(sizes[a]) for a in axes])
+            for row in rows:  # loop over the cliques holding the pattern (few), never over cells
+                positions = [int(np.flatnonzero(group.axes[row] == a)[0]) for a in axes]
+                shape = [1] * len(group.sizes)
+                for p, a in zip(positions, axes):
+                    shape[p] = int(sizes[a])
+                view[row] |= forbidden.reshape(shape)
+    return mask
+
+
+def _chi_square(family: SetFamily, r: np.ndarray, measurements: list[Measurement]) -> float:
+    """``sum_S ||y_S - mu_S||² / sigma_S²`` at residuals ``r`` (dpopt's L2 objective value)."""
+    if not measurements:
+        return 0.0
+    mu = family.expand(r)
+    y = family.pack([m.values for m in measurements])
+    w = family.per_set(np.array([1.0 / m.variance for m in measurements]))
+    return float(np.sum(w * (mu - y) ** 2))

@@ -1,0 +1,303 @@
+"""The marginal-space estimator (issue 27) against brute force on small domains.
+
+Residual maps against dense marginals, residual GLS against explicit GLS, the non-negative
+fit against the dense constrained least squares (equal where the local polytope is the
+marginal polytope, a relaxation elsewhere), constraints, certificate failures, records.
+"""
+
+from itertools import combinations
+
+import numpy as np
+import pytest
+
+from dpopt.errors import DomainError, InconsistentConstraintsError, ParameterError, QueryError
+from dpopt.estimate import reconstruct
+from dpopt.estimate.marginal_space import estimate_marginals
+from dpopt.estimate.marginal_space import layout as layout_module
+from dpopt.estimate.marginal_space.interior import interior_residuals
+from dpopt.estimate.marginal_space.layout import ResidualIndex, SetFamily, maximal_sets
+from dpopt.estimate.marginal_space.projection import certify
+from dpopt.estimate.marginal_space.sampling import controlled_counts, fit_network, synthetic_records
+from dpopt.estimate.status import Status
+from dpopt.model.constraints import ConstraintSet, Invariant, LinearInequality, NonNegativity, StructuralZeros
+from dpopt.model.data import Dataset
+from dpopt.model.domain import Domain
+from dpopt.model.measurement import Measurement
+from dpopt.model.queries import Marginal, Total
+from dpopt.model.queries.basic import Identity
+from dpopt.model.queries.ranges import Prefix
+
+DOM = Domain(("a", "b", "c", "d", "e"), (2, 3, 2, 3, 2))
+
+
+def dense_marginal(x, domain, attrs):
+    return Marginal(domain, attrs).matvec(x)
+
+
+def centred_residuals(index, x, domain):
+    """Equation (2) on a dense table: ``C_A marg_A(x)`` for every set of the index."""
+    r = np.zeros(index.size)
+    for sig, group in index.groups.items():
+        view = index.view(r, sig)
+        for row, axes in enumerate(group.axes):
+            attrs = [domain.attrs[a] for a in axes]
+            m = dense_marginal(x, domain, attrs).reshape(sig) if attrs else np.array(x.sum())
+            for axis in range(m.ndim):
+                m = m - m.mean(axis=axis, keepdims=True)
+            view[row] = m
+    return r
+
+
+def noisy(domain, x, sets, sd, gen, noise="gaussian"):
+    out = []
+    for i, s in enumerate(sets):
+        q = Marginal(domain, s)
+        sigma = sd * (1 + i % 2)
+        out.append(Measurement(q, q.matvec(x) + gen.normal(0, sigma, q.num_rows), noise, sigma, sigma**2,
+                               label=", ".join(s)))
+    return out
+
+
+# ---- layout --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("matrix_entries", [layout_module.MATRIX_ENTRIES, 0])
+def test_expand_gives_the_marginals_and_adjoint_is_its_transpose(matrix_entries, monkeypatch, rng):
+    monkeypatch.setattr(layout_module, "MATRIX_ENTRIES", matrix_entries)
+    x = rng.random(DOM.size) * 10
+    sets = [(0, 1), (1, 2, 4), (0, 3), (2,), (1, 3, 4)]
+    index = ResidualIndex(DOM, sets)
+    family = SetFamily(index, sets)
+    assert all((g.matrix is None) == (matrix_entries == 0) for g in family.groups)
+    r = centred_residuals(index, x, DOM)
+    mu = family.expand(r)
+    for i, s in enumerate(sets):
+        np.testing.assert_allclose(family.marginal(mu, i), dense_marginal(x, DOM, [DOM.attrs[a] for a in s]))
+    v = rng.standard_normal(family.size)
+    rc = index.center(rng.standard_normal(index.size))
+    assert family.expand(rc) @ v == pytest.approx(rc @ family.adjoint(v), rel=1e-12)
+    # adjoint(expand(.)) is diagonal on centred residuals, with the diagonal of `diagonal()`
+    np.testing.assert_allclose(family.adjoint(family.expand(rc)), index.per_set(family.diagonal()) * rc, atol=1e-12)
+    w = rng.random(len(sets))
+    np.testing.assert_allclose(family.adjoint(v * family.per_set(w)), family.adjoint(v, w), atol=1e-12)
+
+
+def test_maximal_sets_keep_the_largest_only():
+    assert maximal_sets([(0, 1), (1,), (0, 1, 2), (3,), (2, 3), (3,)]) == [(0, 1, 2), (2, 3)]
+    assert maximal_sets([(), (4,)]) == [(4,)]
+
+
+# ---- residual GLS ---------------------------------------------------------------------------------
+def test_residual_gls_equals_explicit_gls(rng):
+    """Without non-negativity the estimate is the generalised least squares fit: the measured
+    marginals of the minimum-norm weighted least-squares table, solved densely."""
+    x = rng.poisson(4, DOM.size).astype(float)
+    sets = [("a", "b"), ("b", "c", "d"), ("a", "d", "e"), ("b",), ("c", "e")]
+    ms = noisy(DOM, x, sets, 3.0, rng)
+    ms.append(Measurement(Total(DOM), np.array([x.sum() + 5.0]), "gaussian", 10.0, 100.0, label="total"))
+    est = estimate_marginals(ms, nonnegative=False)
+    assert est.status is Status.OPTIMAL
+    A = np.vstack([m.query.to_dense() / m.stddev for m in ms])
+    y = np.concatenate([m.values / m.stddev for m in ms])
+    x_gls = np.linalg.lstsq(A, y, rcond=None)[0]
+    for s in sets + [("a",), ("d", "e")]:
+        np.testing.assert_allclose(est.marginal(s), dense_marginal(x_gls, DOM, s), atol=1e-8)
+    assert est.total == pytest.approx(x_gls.sum(), abs=1e-8)
+    assert est.fun == pytest.approx(float(np.sum((A @ x_gls - y) ** 2)), rel=1e-9)
+
+
+# ---- the non-negative fit against the dense constrained least squares ------------------------------
+@pytest.mark.parametrize("sets", [
+    [("a", "b"), ("b", "c"), ("c", "d"), ("d", "e"), ("b",)],      # a chain: a junction tree
+    [("a", "b", "c"), ("b", "c", "d"), ("d", "e")],                # decomposable, overlapping pairs
+    [("a", "b", "c", "d", "e")],                                   # one marginal on everything
+])
+def test_decomposable_sets_match_the_dense_constrained_least_squares(sets, rng):
+    x = rng.poisson(0.4, DOM.size).astype(float)  # sparse: the noisy answers have many negatives
+    ms = noisy(DOM, x, sets, 3.0, rng)
+    est = estimate_marginals(ms)
+    assert est.status is Status.OPTIMAL, est.message
+    dense = reconstruct(ms, ConstraintSet(DOM, [NonNegativity()]), "l2")
+    assert dense.success
+    assert min(v.min() for v in est.marginals().values()) >= -est.info["certificate"]["feasibility_tol"]
+    assert est.info["certificate"]["gap"] > 0 or est.fun == pytest.approx(dense.fun)
+    for s in sets:
+        np.testing.assert_allclose(est.marginal(s), dense_marginal(dense.x, DOM, s), atol=2e-3 * (1 + x.sum()) ** 0.5)
+    assert est.fun == pytest.approx(dense.fun, rel=1e-5, abs=1e-6)
+
+
+def test_cycles_are_a_relaxation_consistent_and_non_negative(rng):
+    """On a cycle b-c-d the local polytope is larger than the marginal polytope: the fit is at
+    least as good as the dense one, its marginals consistent and non-negative."""
+    x = rng.poisson(0.4, DOM.size).astype(float)
+    sets = [("a", "b", "c"), ("c", "d"), ("b", "d", "e")]
+    ms = noisy(DOM, x, sets, 4.0, rng)
+    est = estimate_marginals(ms)
+    dense = reconstruct(ms, ConstraintSet(DOM, [NonNegativity()]), "l2")
+    assert est.status is Status.OPTIMAL and dense.success
+    assert est.fun <= dense.fun * (1 + 1e-6) + 1e-6
+    m = est.marginals()
+    tol = est.info["certificate"]["feasibility_tol"]
+    assert min(v.min() for v in m.values()) >= -tol
+    # every pair of overlapping marginals agrees on the shared attributes
+    for s, t in combinations(sets, 2):
+        shared = [a for a in s if a in t]
+        if shared:
+            ms_ = Marginal(DOM.project(s), shared).matvec(m[tuple(s)])
+            mt_ = Marginal(DOM.project(t), shared).matvec(m[tuple(t)])
+            np.testing.assert_allclose(ms_, mt_, atol=1e-9)
+    # the duality certificate is a true lower bound: the dense optimum is feasible for the relaxation
+    cert = est.info["certificate"]
+    assert cert["dual"] <= cert["primal"] + 1e-9
+
+
+def test_workload_above_the_measurements_and_subsets(rng):
+    x = rng.poisson(2, DOM.size).astype(float)
+    ms = noisy(DOM, x, [("a", "b"), ("b", "c"), ("a", "c")], 1.0, rng)
+    est = estimate_marginals(ms, workload=[("a", "b", "c")])
+    assert est.status is Status.OPTIMAL
+    abc = est.marginal(("a", "b", "c")).reshape(2, 3, 2)
+    assert abc.min() >= -1e-6
+    np.testing.assert_allclose(abc.sum(axis=2).ravel(), est.marginal(("a", "b")), atol=1e-9)
+    assert est.info["unmeasured_residual_sets"] == 3  # (a, b, c), and d and e held alone (uniform)
+    np.testing.assert_allclose(est.marginal(("d",)), np.full(3, est.total / 3))
+    with pytest.raises(QueryError, match="not inside any estimated marginal"):
+        est.marginal(("a", "d"))
+
+
+# ---- constraints -----------------------------------------------------------------------------------
+def test_structural_zeros_and_invariants_against_the_dense_solve(rng):
+    x = rng.poisson(1.0, DOM.size).astype(float)
+    zeros = StructuralZeros("a == 1 and b == 2", name="no a1 b2")
+    xa = x.reshape(DOM.shape)
+    xa[1, 2] = 0.0
+    x = xa.ravel()
+    inv = Invariant(Marginal(DOM, ["c"]), dense_marginal(x, DOM, ["c"]), name="c totals")
+    cs = ConstraintSet(DOM, [NonNegativity(), zeros, inv])
+    sets = [("a", "b"), ("b", "c"), ("c", "d")]
+    ms = noisy(DOM, x, sets, 2.0, rng)
+    est = estimate_marginals(ms, constraints=cs)
+    assert est.status is Status.OPTIMAL, est.message
+    assert est.marginal(("a", "b")).reshape(2, 3)[1, 2] == pytest.approx(0.0, abs=1e-6)
+    np.testing.assert_allclose(est.marginal(("c",)), inv.values, atol=1e-6)
+    assert est.total == pytest.approx(x.sum(), abs=1e-6)
+    assert est.info["interior_point"]
+    dense = reconstruct(ms, cs, "l2")
+    for s in sets:
+        np.testing.assert_allclose(est.marginal(s), dense_marginal(dense.x, DOM, s), atol=1e-3)
+
+
+def test_interior_point_is_the_residuals_of_the_product(rng):
+    """The interior point's residuals equal those of the dense product table it stands for."""
+    cs_axes = (0, 1)
+    mask = np.zeros(6, dtype=bool)
+    mask[5] = True
+    exact_values = np.array([3.0, 5.0])
+    index = ResidualIndex(DOM, [(0, 1, 2), (1, 3), (3, 4)])
+    r = interior_residuals(index, [((4,), exact_values)], [(cs_axes, mask)], total=8.0)
+    block = np.ones((2, 3))
+    block.ravel()[5] = 0.0
+    block /= block.sum()
+    table = block[:, :, None, None, None] * (np.ones(2) / 2)[None, None, :, None, None] \
+        * (np.ones(3) / 3)[None, None, None, :, None] * (exact_values / 8.0)[None, None, None, None, :] * 8.0
+    np.testing.assert_allclose(r, centred_residuals(index, table.ravel(), DOM), atol=1e-12)
+
+
+def test_contradicting_exact_marginals_are_refused(rng):
+    x = rng.poisson(2, DOM.size).astype(float)
+    ms = noisy(DOM, x, [("a", "b")], 1.0, rng)
+    ms.append(Measurement.exact(Marginal(DOM, ["a"]), np.array([3.0, 4.0]), "a exact"))
+    ms.append(Measurement.exact(Marginal(DOM, ["a", "c"]), np.array([1.0, 1.0, 2.0, 2.0]), "a c exact"))
+    with pytest.raises(InconsistentConstraintsError, match="disagree"):
+        estimate_marginals(ms)
+
+
+def test_bad_inputs_get_one_line_errors(rng):
+    x = rng.poisson(2, DOM.size).astype(float)
+    ms = noisy(DOM, x, [("a", "b")], 1.0, rng)
+    prefix = Measurement(Prefix(DOM, "b"), np.zeros(3), "gaussian", 1.0, 1.0, label="ranges")
+    with pytest.raises(QueryError, match="'ranges' measures"):
+        estimate_marginals(ms + [prefix])
+    ineq = ConstraintSet(DOM, [LinearInequality(Marginal(DOM, ["a"]), 0.0, 10.0, name="cap")])
+    with pytest.raises(ParameterError, match="not inequalities"):
+        estimate_marginals(ms, constraints=ineq)
+    with pytest.raises(DomainError, match="max_cells"):
+        estimate_marginals(ms, workload=[("a", "b", "c", "d", "e")], max_cells=10)
+    with pytest.raises(QueryError, match="named twice"):
+        estimate_marginals(ms, workload=[("a", "a")])
+    with pytest.raises(QueryError, match="at least one measurement"):
+        estimate_marginals([])
+    ident = Measurement(Identity(DOM), x, "gaussian", 1.0, 1.0, label="all")
+    assert estimate_marginals([ident], workload=[("a",)]).status is Status.OPTIMAL
+
+
+# ---- certificate failures ------------------------------------------------------------------------------
+def test_an_unfinished_solve_is_not_an_estimate(rng):
+    x = rng.poisson(0.3, DOM.size).astype(float)
+    ms = noisy(DOM, x, [("a", "b", "c"), ("c", "d", "e"), ("a", "e")], 5.0, rng)
+    est = estimate_marginals(ms, max_iter=1)
+    assert est.status is Status.NUMERICAL_ERROR and not est.success and est.incumbent
+    assert "not certified" in est.message
+    with pytest.raises(QueryError, match="not certified"):
+        synthetic_records(est, 10, rng=np.random.default_rng(0))
+    done = estimate_marginals(ms)
+    assert done.success
+    # the certificate separates good and bad multipliers: zero multipliers leave a gap (or negatives)
+    problem_point = certify(_problem_of(done), np.zeros(done.family.size))
+    assert problem_point[3] > 1e-3 or problem_point[4] > 1e-3
+
+
+def _problem_of(est):
+    from dpopt.estimate.marginal_space.gls import fit_residuals
+    from dpopt.estimate.marginal_space.projection import ProjectionProblem
+
+    sets = [tuple(sorted(est.domain.axes(m.query.attrs))) for m in est.measurements]
+    fit = fit_residuals(est.index, sets, [m.values for m in est.measurements],
+                        np.array([m.variance for m in est.measurements]), [m.label for m in est.measurements])
+    weight = np.where(fit.weight > 0, fit.weight, 1.0)
+    return ProjectionProblem(est.index, est.family, fit.target, weight, fit.fixed)
+
+
+# ---- records --------------------------------------------------------------------------------------------
+def test_controlled_counts_are_floor_or_ceiling_and_unbiased():
+    expected = np.array([[0.4, 1.3, 2.3], [5.0, 0.0, 0.0], [0.5, 0.5, 1.0]])
+    totals = np.array([4, 5, 2])
+    grid = (np.arange(1000) + 0.5) / 1000
+    draws = np.stack([controlled_counts(expected, totals, np.full(3, u)) for u in grid])
+    assert (draws.sum(axis=2) == totals).all()
+    assert (draws >= np.floor(expected)).all() and (draws <= np.ceil(expected)).all()
+    np.testing.assert_allclose(draws.mean(axis=0), expected, atol=2e-3)
+
+
+def test_records_follow_the_network_with_controlled_rounding(rng):
+    """Family counts in the records are within one record of (parent counts) x P(child | parents);
+    on a chain (a junction tree) the network reproduces the estimate, and so do the records."""
+    x = rng.poisson(30, DOM.size).astype(float)
+    sets = [("a", "b"), ("b", "c"), ("c", "d"), ("d", "e")]
+    est = estimate_marginals(noisy(DOM, x, sets, 2.0, rng))
+    model = fit_network(est)
+    n = 5000
+    records = synthetic_records(est, n, rng=np.random.default_rng(1), model=model, labels=False)
+    assert len(records) == n
+    data = Dataset(records.to_numpy(), DOM)
+    for child in model.order:
+        parents = model.parents[child]
+        family = tuple(sorted((child,) + parents))
+        counts = data.marginal([DOM.attrs[a] for a in family]).reshape([DOM.sizes[a] for a in family])
+        counts = np.moveaxis(counts, family.index(child), -1).reshape(-1, DOM.sizes[child])
+        parent_counts = counts.sum(axis=1, keepdims=True)
+        assert np.abs(counts - parent_counts * model.conditionals[child]).max() < 1.0
+    scale = n / est.total
+    for s in sets:
+        assert np.abs(data.marginal(s) - est.marginal(s) * scale).max() <= 4.0
+
+
+def test_records_need_exactly_one_source_of_randomness(rng):
+    x = rng.poisson(5, DOM.size).astype(float)
+    est = estimate_marginals(noisy(DOM, x, [("a", "b")], 1.0, rng))
+    with pytest.raises(ParameterError, match="exactly one"):
+        synthetic_records(est, 10)
+    with pytest.raises(ParameterError, match="needed"):
+        synthetic_records(est, 10, uniforms=np.zeros(3))
+    u = np.random.default_rng(0).random(1000)
+    a = synthetic_records(est, 10, uniforms=u)
+    b = synthetic_records(est, 10, uniforms=u)
+    assert a.equals(b) and list(a.columns) == list(DOM.attrs)
