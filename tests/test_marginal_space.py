@@ -15,7 +15,7 @@ from dpopt.estimate import reconstruct
 from dpopt.estimate.marginal_space import estimate_marginals
 from dpopt.estimate.marginal_space import layout as layout_module
 from dpopt.estimate.marginal_space.interior import interior_residuals
-from dpopt.estimate.marginal_space.layout import ResidualIndex, SetFamily, maximal_sets
+from dpopt.estimate.marginal_space.layout import ResidualIndex, SetFamily, contrast, is_decomposable, maximal_sets
 from dpopt.estimate.marginal_space.projection import certify
 from dpopt.estimate.marginal_space.sampling import controlled_counts, fit_network, synthetic_records
 from dpopt.estimate.status import Status
@@ -28,23 +28,22 @@ from dpopt.model.queries.basic import Identity
 from dpopt.model.queries.ranges import Prefix
 
 DOM = Domain(("a", "b", "c", "d", "e"), (2, 3, 2, 3, 2))
+#: Estimate in marginal space even on these small domains (they would otherwise be solved as a table).
+SPACE = {"exact_cells": 0}
 
 
 def dense_marginal(x, domain, attrs):
     return Marginal(domain, attrs).matvec(x)
 
 
-def centred_residuals(index, x, domain):
-    """Equation (2) on a dense table: ``C_A marg_A(x)`` for every set of the index."""
+def residuals_of(index, x, domain):
+    """Equation (2) on a dense table: ``Q_A marg_A(x)`` for every set of the index."""
     r = np.zeros(index.size)
-    for sig, group in index.groups.items():
-        view = index.view(r, sig)
-        for row, axes in enumerate(group.axes):
-            attrs = [domain.attrs[a] for a in axes]
-            m = dense_marginal(x, domain, attrs).reshape(sig) if attrs else np.array(x.sum())
-            for axis in range(m.ndim):
-                m = m - m.mean(axis=axis, keepdims=True)
-            view[row] = m
+    for p, axes in enumerate(index.set_axes):
+        attrs = [domain.attrs[a] for a in axes]
+        m = dense_marginal(x, domain, attrs).reshape([domain.sizes[a] for a in axes]) if attrs else np.array(x.sum())
+        start = index.set_offsets[p]
+        r[start:start + index.set_cells[p]] = contrast(m).ravel()
     return r
 
 
@@ -59,25 +58,41 @@ def noisy(domain, x, sets, sd, gen, noise="gaussian"):
 
 
 # ---- layout --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("matrix_entries", [layout_module.MATRIX_ENTRIES, 0])
-def test_expand_gives_the_marginals_and_adjoint_is_its_transpose(matrix_entries, monkeypatch, rng):
-    monkeypatch.setattr(layout_module, "MATRIX_ENTRIES", matrix_entries)
+@pytest.mark.parametrize("dense_cells", [layout_module.DENSE_TRANSFORM_CELLS, 0])
+def test_expand_gives_the_marginals_and_adjoint_is_its_transpose(dense_cells, monkeypatch, rng):
+    monkeypatch.setattr(layout_module, "DENSE_TRANSFORM_CELLS", dense_cells)
     x = rng.random(DOM.size) * 10
     sets = [(0, 1), (1, 2, 4), (0, 3), (2,), (1, 3, 4)]
     index = ResidualIndex(DOM, sets)
     family = SetFamily(index, sets)
-    assert all((g.matrix is None) == (matrix_entries == 0) for g in family.groups)
-    r = centred_residuals(index, x, DOM)
+    assert all((g.dense is None) == (dense_cells == 0) for g in family.groups)
+    r = residuals_of(index, x, DOM)
     mu = family.expand(r)
     for i, s in enumerate(sets):
         np.testing.assert_allclose(family.marginal(mu, i), dense_marginal(x, DOM, [DOM.attrs[a] for a in s]))
     v = rng.standard_normal(family.size)
-    rc = index.center(rng.standard_normal(index.size))
+    rc = rng.standard_normal(index.size)
     assert family.expand(rc) @ v == pytest.approx(rc @ family.adjoint(v), rel=1e-12)
-    # adjoint(expand(.)) is diagonal on centred residuals, with the diagonal of `diagonal()`
+    # adjoint(expand(.)) is diagonal, with the diagonal of `diagonal()`
     np.testing.assert_allclose(family.adjoint(family.expand(rc)), index.per_set(family.diagonal()) * rc, atol=1e-12)
     w = rng.random(len(sets))
     np.testing.assert_allclose(family.adjoint(v * family.per_set(w)), family.adjoint(v, w), atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [2, 3, 40])
+def test_helmert_transforms_are_orthonormal_and_transposed(n, monkeypatch, rng):
+    """The per-axis transforms by cumulative sums equal the dense ``U_a`` and its transpose; the
+    contrasts are orthonormal and orthogonal to the constant."""
+    u = layout_module._axis_matrix(n)
+    q = u[:, 1:].T
+    np.testing.assert_allclose(q @ q.T, np.eye(n - 1), atol=1e-12)
+    np.testing.assert_allclose(q @ np.ones(n), 0.0, atol=1e-12)
+    x = rng.standard_normal((3, n, 5))
+    for dense_axis, work in ((layout_module.DENSE_AXIS, layout_module.DENSE_AXIS_WORK), (0, 0)):
+        monkeypatch.setattr(layout_module, "DENSE_AXIS", dense_axis)
+        monkeypatch.setattr(layout_module, "DENSE_AXIS_WORK", work)
+        np.testing.assert_allclose(layout_module.synthesize_axis(x, 1), np.einsum("ij,ajb->aib", u, x), atol=1e-12)
+        np.testing.assert_allclose(layout_module.analyse_axis(x, 1), np.einsum("ji,ajb->aib", u, x), atol=1e-12)
 
 
 def test_maximal_sets_keep_the_largest_only():
@@ -93,7 +108,7 @@ def test_residual_gls_equals_explicit_gls(rng):
     sets = [("a", "b"), ("b", "c", "d"), ("a", "d", "e"), ("b",), ("c", "e")]
     ms = noisy(DOM, x, sets, 3.0, rng)
     ms.append(Measurement(Total(DOM), np.array([x.sum() + 5.0]), "gaussian", 10.0, 100.0, label="total"))
-    est = estimate_marginals(ms, nonnegative=False)
+    est = estimate_marginals(ms, nonnegative=False, **SPACE)
     assert est.status is Status.OPTIMAL
     A = np.vstack([m.query.to_dense() / m.stddev for m in ms])
     y = np.concatenate([m.values / m.stddev for m in ms])
@@ -113,8 +128,9 @@ def test_residual_gls_equals_explicit_gls(rng):
 def test_decomposable_sets_match_the_dense_constrained_least_squares(sets, rng):
     x = rng.poisson(0.4, DOM.size).astype(float)  # sparse: the noisy answers have many negatives
     ms = noisy(DOM, x, sets, 3.0, rng)
-    est = estimate_marginals(ms)
+    est = estimate_marginals(ms, **SPACE)
     assert est.status is Status.OPTIMAL, est.message
+    assert est.info["polytope"] == "marginal"
     dense = reconstruct(ms, ConstraintSet(DOM, [NonNegativity()]), "l2")
     assert dense.success
     assert min(v.min() for v in est.marginals().values()) >= -est.info["certificate"]["feasibility_tol"]
@@ -130,9 +146,9 @@ def test_cycles_are_a_relaxation_consistent_and_non_negative(rng):
     x = rng.poisson(0.4, DOM.size).astype(float)
     sets = [("a", "b", "c"), ("c", "d"), ("b", "d", "e")]
     ms = noisy(DOM, x, sets, 4.0, rng)
-    est = estimate_marginals(ms)
+    est = estimate_marginals(ms, **SPACE)
     dense = reconstruct(ms, ConstraintSet(DOM, [NonNegativity()]), "l2")
-    assert est.status is Status.OPTIMAL and dense.success
+    assert est.status is Status.OPTIMAL and dense.success and est.info["polytope"] == "local"
     assert est.fun <= dense.fun * (1 + 1e-6) + 1e-6
     m = est.marginals()
     tol = est.info["certificate"]["feasibility_tol"]
@@ -149,10 +165,31 @@ def test_cycles_are_a_relaxation_consistent_and_non_negative(rng):
     assert cert["dual"] <= cert["primal"] + 1e-9
 
 
+def test_small_domains_are_solved_as_a_table(rng):
+    """Within ``exact_cells`` the full table is solved densely: the marginals are the dense fit's."""
+    x = rng.poisson(0.4, DOM.size).astype(float)
+    sets = [("a", "b", "c"), ("c", "d"), ("b", "d", "e")]
+    ms = noisy(DOM, x, sets, 4.0, rng)
+    est = estimate_marginals(ms)
+    dense = reconstruct(ms, ConstraintSet(DOM, [NonNegativity()]), "l2")
+    assert est.status is Status.OPTIMAL and est.info["polytope"] == "table"
+    for s in sets + [("a", "e")]:
+        np.testing.assert_allclose(est.marginal(s), dense_marginal(dense.x, DOM, s), atol=1e-7)
+    assert est.fun == pytest.approx(dense.fun, rel=1e-9)
+
+
+def test_decomposability():
+    assert is_decomposable([(0, 1), (1, 2), (2, 3)])
+    assert is_decomposable([(0, 1, 2), (1, 2, 3), (3, 4)])
+    assert not is_decomposable([(0, 1), (1, 2), (0, 2)])  # the triangle's clique is held by no set
+    assert not is_decomposable([(0, 1), (1, 2), (2, 3), (3, 0)])  # a chordless cycle
+    assert not is_decomposable([(a, b) for a in range(30) for b in range(a + 1, 30)])
+
+
 def test_workload_above_the_measurements_and_subsets(rng):
     x = rng.poisson(2, DOM.size).astype(float)
     ms = noisy(DOM, x, [("a", "b"), ("b", "c"), ("a", "c")], 1.0, rng)
-    est = estimate_marginals(ms, workload=[("a", "b", "c")])
+    est = estimate_marginals(ms, workload=[("a", "b", "c")], **SPACE)
     assert est.status is Status.OPTIMAL
     abc = est.marginal(("a", "b", "c")).reshape(2, 3, 2)
     assert abc.min() >= -1e-6
@@ -174,7 +211,7 @@ def test_structural_zeros_and_invariants_against_the_dense_solve(rng):
     cs = ConstraintSet(DOM, [NonNegativity(), zeros, inv])
     sets = [("a", "b"), ("b", "c"), ("c", "d")]
     ms = noisy(DOM, x, sets, 2.0, rng)
-    est = estimate_marginals(ms, constraints=cs)
+    est = estimate_marginals(ms, constraints=cs, **SPACE)
     assert est.status is Status.OPTIMAL, est.message
     assert est.marginal(("a", "b")).reshape(2, 3)[1, 2] == pytest.approx(0.0, abs=1e-6)
     np.testing.assert_allclose(est.marginal(("c",)), inv.values, atol=1e-6)
@@ -198,7 +235,7 @@ def test_interior_point_is_the_residuals_of_the_product(rng):
     block /= block.sum()
     table = block[:, :, None, None, None] * (np.ones(2) / 2)[None, None, :, None, None] \
         * (np.ones(3) / 3)[None, None, None, :, None] * (exact_values / 8.0)[None, None, None, None, :] * 8.0
-    np.testing.assert_allclose(r, centred_residuals(index, table.ravel(), DOM), atol=1e-12)
+    np.testing.assert_allclose(r, residuals_of(index, table.ravel(), DOM), atol=1e-12)
 
 
 def test_contradicting_exact_marginals_are_refused(rng):
@@ -233,12 +270,12 @@ def test_bad_inputs_get_one_line_errors(rng):
 def test_an_unfinished_solve_is_not_an_estimate(rng):
     x = rng.poisson(0.3, DOM.size).astype(float)
     ms = noisy(DOM, x, [("a", "b", "c"), ("c", "d", "e"), ("a", "e")], 5.0, rng)
-    est = estimate_marginals(ms, max_iter=1)
+    est = estimate_marginals(ms, max_iter=1, **SPACE)
     assert est.status is Status.NUMERICAL_ERROR and not est.success and est.incumbent
     assert "not certified" in est.message
     with pytest.raises(QueryError, match="not certified"):
         synthetic_records(est, 10, rng=np.random.default_rng(0))
-    done = estimate_marginals(ms)
+    done = estimate_marginals(ms, **SPACE)
     assert done.success
     # the certificate separates good and bad multipliers: zero multipliers leave a gap (or negatives)
     problem_point = certify(_problem_of(done), np.zeros(done.family.size))
@@ -272,12 +309,12 @@ def test_records_follow_the_network_with_controlled_rounding(rng):
     on a chain (a junction tree) the network reproduces the estimate, and so do the records."""
     x = rng.poisson(30, DOM.size).astype(float)
     sets = [("a", "b"), ("b", "c"), ("c", "d"), ("d", "e")]
-    est = estimate_marginals(noisy(DOM, x, sets, 2.0, rng))
+    est = estimate_marginals(noisy(DOM, x, sets, 2.0, rng), **SPACE)
     model = fit_network(est)
     n = 5000
-    records = synthetic_records(est, n, rng=np.random.default_rng(1), model=model, labels=False)
+    records = synthetic_records(est, n, rng=np.random.default_rng(1), model=model)
     assert len(records) == n
-    data = Dataset(records.to_numpy(), DOM)
+    data = Dataset(records, DOM)
     for child in model.order:
         parents = model.parents[child]
         family = tuple(sorted((child,) + parents))
@@ -292,7 +329,7 @@ def test_records_follow_the_network_with_controlled_rounding(rng):
 
 def test_records_need_exactly_one_source_of_randomness(rng):
     x = rng.poisson(5, DOM.size).astype(float)
-    est = estimate_marginals(noisy(DOM, x, [("a", "b")], 1.0, rng))
+    est = estimate_marginals(noisy(DOM, x, [("a", "b")], 1.0, rng), **SPACE)
     with pytest.raises(ParameterError, match="exactly one"):
         synthetic_records(est, 10)
     with pytest.raises(ParameterError, match="needed"):
@@ -300,4 +337,4 @@ def test_records_need_exactly_one_source_of_randomness(rng):
     u = np.random.default_rng(0).random(1000)
     a = synthetic_records(est, 10, uniforms=u)
     b = synthetic_records(est, 10, uniforms=u)
-    assert a.equals(b) and list(a.columns) == list(DOM.attrs)
+    assert np.array_equal(a, b) and a.shape == (10, len(DOM))

@@ -16,8 +16,14 @@ Parts: :mod:`.layout` (residuals and marginals held set by set), :mod:`.gls`,
 Pure post-processing: no data, no randomness of its own.
 """
 
-from dpopt.estimate.marginal_space.estimator import MAX_CLIQUE_CELLS, PRIOR_RATIO, estimate_marginals, marginal_sets
+from dpopt.estimate.marginal_space.estimator import (
+    EXACT_CELLS,
+    MAX_CLIQUE_CELLS,
+    PRIOR_RATIO,
+    estimate_marginals,
+    marginal_sets,
+)
 from dpopt.estimate.marginal_space.result import MarginalEstimate, MarginalFrameMap
 
 __all__ = ["estimate_marginals", "marginal_sets", "MarginalEstimate", "MarginalFrameMap", "PRIOR_RATIO",
-           "MAX_CLIQUE_CELLS"]
+           "MAX_CLIQUE_CELLS", "EXACT_CELLS"]

@@ -39,7 +39,7 @@ from dpopt.errors import DomainError, ParameterError, QueryError
 from dpopt.estimate.certificates.verify import CERTIFICATE_TOL, feasibility_tolerance
 from dpopt.estimate.marginal_space.gls import fit_residuals
 from dpopt.estimate.marginal_space.interior import interior_residuals
-from dpopt.estimate.marginal_space.layout import ResidualIndex, SetFamily, check_sets, maximal_sets
+from dpopt.estimate.marginal_space.layout import ResidualIndex, SetFamily, check_sets, is_decomposable, maximal_sets
 from dpopt.estimate.marginal_space.projection import ProjectionProblem, project
 from dpopt.estimate.marginal_space.result import MarginalEstimate
 from dpopt.estimate.status import Status
@@ -49,12 +49,14 @@ from dpopt.model.measurement import Measurement
 from dpopt.model.queries.basic import Identity, Total
 from dpopt.model.queries.marginal import Marginal
 
-__all__ = ["estimate_marginals", "marginal_sets", "PRIOR_RATIO", "MAX_CLIQUE_CELLS"]
+__all__ = ["estimate_marginals", "marginal_sets", "PRIOR_RATIO", "MAX_CLIQUE_CELLS", "EXACT_CELLS"]
 
 #: Condition-number allowance of the prior on unmeasured residuals (step 3 of the module notes).
 PRIOR_RATIO = 1e3
 #: Largest number of clique cells held (the solver keeps about ten vectors of that length).
 MAX_CLIQUE_CELLS = 2**27
+#: Domains up to this many cells are solved as a table (exact); larger ones in marginal space.
+EXACT_CELLS = 2**20
 
 
 def marginal_sets(measurements: Sequence[Measurement], who: str = "measurement") -> list[tuple[str, ...]]:
@@ -84,10 +86,11 @@ def estimate_marginals(
     *,
     total: float | None = None,
     nonnegative: bool = True,
-    tol: float = CERTIFICATE_TOL / 10,
+    tol: float = CERTIFICATE_TOL,
     time_limit: float | None = None,
     max_iter: int = 20000,
     max_cells: int = MAX_CLIQUE_CELLS,
+    exact_cells: int = EXACT_CELLS,
 ) -> MarginalEstimate:
     """The consistent, non-negative workload marginals that fit the measured marginals best.
 
@@ -114,15 +117,23 @@ def estimate_marginals(
         Impose non-negativity (default). False gives the consistent least-squares marginals
         (structural zeros still held).
     tol : float
-        Relative duality gap of the certificate (default one tenth of dpopt's
-        :data:`~dpopt.estimate.certificates.verify.CERTIFICATE_TOL`); cells must be within
-        :func:`~dpopt.estimate.certificates.verify.feasibility_tolerance` of their bounds.
+        Relative duality gap of the certificate (default dpopt's
+        :data:`~dpopt.estimate.certificates.verify.CERTIFICATE_TOL`; the solver aims at a tenth of
+        it); cells must be within :func:`~dpopt.estimate.certificates.verify.feasibility_tolerance`
+        of their bounds.
     time_limit : float, optional
         Seconds for the solve; a solve that reaches it is status TIME_LIMIT, not an estimate.
     max_iter : int
         L-BFGS-B iterations.
     max_cells : int
         Refuse (DomainError, before any work) cliques holding more cells than this.
+    exact_cells : int
+        Domains of at most this many cells are solved exactly as a table by
+        :func:`dpopt.estimate.reconstruct` (weighted least squares, certified by its engine) and the
+        marginals read off it (``info["polytope"] == "table"``). Larger domains are estimated in
+        marginal space: exactly when the marginals are decomposable (the cliques of a chordal
+        graph: their local polytope is the marginal polytope, ``"marginal"``), otherwise over the
+        local relaxation (``"local"``), which can fit the noise more closely than any table could.
 
     Returns
     -------
@@ -174,6 +185,10 @@ def estimate_marginals(
     held = {a for s in work + measured_axes + extra for a in s}
     cliques = maximal_sets(work + measured_axes + extra + [(a,) for a in range(len(domain)) if a not in held])
     sizes = np.asarray(domain.sizes, dtype=np.int64)
+    if exact_cells and domain.size <= exact_cells:
+        polytope = "table"  # the full table fits: solved densely, exactly
+    else:
+        polytope = "marginal" if is_decomposable(cliques) else "local"
     clique_cells = sum(math.prod(int(sizes[a]) for a in c) for c in cliques)
     if clique_cells > max_cells:
         biggest = max(cliques, key=lambda c: math.prod(int(sizes[a]) for a in c))
@@ -201,50 +216,90 @@ def estimate_marginals(
     else:
         scale = 1.0
     weight[unmeasured] = diagonal[unmeasured] / (PRIOR_RATIO * scale)
-    zero_cells = _zero_cells(family, zeros, sizes) if zeros else None
     fixed_total = bool(fit.fixed[index.position_of(())])
     total_value = float(fit.target[index.set_offsets[index.position_of(())]])
-    interior = None
-    if nonnegative or zero_cells is not None:
-        r_int = interior_residuals(index, [(a, v) for a, v, _ in exact if a], zeros,
-                                   total_value if fixed_total else None)
-        if r_int is not None:
-            interior = (r_int, family.expand(r_int))
-    problem = ProjectionProblem(index, family, fit.target, weight, fit.fixed, zero_cells, interior,
-                                nonnegative=nonnegative)
     feasibility = feasibility_tolerance(max(abs(total_value), 1.0))
-    solved = project(problem, tol=tol, feasibility=feasibility, max_iter=max_iter,
-                     time_limit=None if time_limit is None else max(float(time_limit) - (time.perf_counter() - start),
-                                                                     1e-3))
-    if solved.converged:
-        status = Status.OPTIMAL
-        message = (f"certified: relative duality gap {solved.gap:.1e} (tolerance {tol:g}), largest violation "
-                   f"{solved.violation:.1e} (tolerance {feasibility:.1e}); {solved.iterations} L-BFGS-B iterations")
+    remaining = None if time_limit is None else max(float(time_limit) - (time.perf_counter() - start), 1e-3)
+    interior = None
+    table = None
+    if polytope == "table":
+        r, mu, status, message, certificate, nit, stopped, table = _solve_table(
+            measurements, constraints, total, nonnegative, remaining, family)
+        time_project = time.perf_counter() - start - time_fit
+        history: list = []
     else:
-        status = Status.TIME_LIMIT if solved.stopped == "time limit" else Status.NUMERICAL_ERROR
-        message = (f"not certified ({solved.stopped}): relative duality gap {solved.gap:.1e} (tolerance {tol:g}), "
-                   f"largest violation {solved.violation:.1e} (tolerance {feasibility:.1e}) after "
-                   f"{solved.iterations} L-BFGS-B iterations; the point is kept as an incumbent, not an estimate")
+        zero_cells = _zero_cells(family, zeros, sizes) if zeros else None
+        if nonnegative or zero_cells is not None:
+            r_int = interior_residuals(index, [(a, v) for a, v, _ in exact if a], zeros,
+                                       total_value if fixed_total else None)
+            if r_int is not None:
+                interior = (r_int, family.expand(r_int))
+        problem = ProjectionProblem(index, family, fit.target, weight, fit.fixed, zero_cells, interior,
+                                    nonnegative=nonnegative)
+        solved = project(problem, tol=tol, feasibility=feasibility, max_iter=max_iter, time_limit=remaining)
+        r, mu, nit, stopped, history, time_project = (solved.r, solved.mu, solved.iterations, solved.stopped,
+                                                      solved.history, solved.time)
+        what = "marginal polytope: the marginals are decomposable" if polytope == "marginal" else \
+            "local polytope: a relaxation"
+        if solved.converged:
+            status = Status.OPTIMAL
+            message = (f"certified ({what}): relative duality gap {solved.gap:.1e} (tolerance {tol:g}), largest "
+                       f"violation {solved.violation:.1e} (tolerance {feasibility:.1e}); {nit} L-BFGS-B iterations")
+        else:
+            status = Status.TIME_LIMIT if stopped == "time limit" else Status.NUMERICAL_ERROR
+            message = (f"not certified ({stopped}): relative duality gap {solved.gap:.1e} (tolerance {tol:g}), "
+                       f"largest violation {solved.violation:.1e} (tolerance {feasibility:.1e}) after {nit} L-BFGS-B "
+                       "iterations; the point is kept as an incumbent, not an estimate")
+        certificate = {"gap": solved.gap, "tol": tol, "violation": solved.violation, "feasibility_tol": feasibility,
+                       "primal": solved.fun, "dual": solved.dual, "ok": solved.converged}
     measured_family = SetFamily(index, [a for a, m in zip(all_axes, measurements) if m.variance > 0])
-    chi_square = _chi_square(measured_family, solved.r, [m for m in measurements if m.variance > 0])
+    chi_square = _chi_square(measured_family, r, [m for m in measurements if m.variance > 0])
     info = {
-        "certificate": {"gap": solved.gap, "tol": tol, "violation": solved.violation, "feasibility_tol": feasibility,
-                        "primal": solved.fun, "dual": solved.dual, "ok": solved.converged},
-        "cliques": len(cliques), "clique_cells": int(family.size), "residual_sets": int(index.num_sets),
-        "residual_cells": int(index.size), "unmeasured_residual_sets": int(unmeasured.sum()),
-        "fixed_residual_sets": int(fit.fixed.sum()), "prior_ratio": PRIOR_RATIO,
-        "interior_point": interior is not None, "evaluations": solved.evaluations, "stopped": solved.stopped,
-        "time_fit": time_fit, "time_project": solved.time, "total_public": fixed_total,
-        "history": solved.history,
+        "certificate": certificate, "polytope": polytope, "cliques": len(cliques), "clique_cells": int(family.size),
+        "residual_sets": int(index.num_sets), "residual_cells": int(index.size),
+        "unmeasured_residual_sets": int(unmeasured.sum()), "fixed_residual_sets": int(fit.fixed.sum()),
+        "prior_ratio": PRIOR_RATIO, "interior_point": interior is not None, "stopped": stopped,
+        "time_fit": time_fit, "time_project": time_project, "total_public": fixed_total, "history": history,
     }
+    solver = (f"dpopt.estimate.reconstruct ({certificate.get('backend')})" if polytope == "table" else
+              "residual least squares, then the dual by L-BFGS-B (scipy)")
     return MarginalEstimate(
-        status=status, success=status is Status.OPTIMAL, message=message, fun=chi_square,
+        status=status, success=status is Status.OPTIMAL, message=message, fun=chi_square, objective="l2",
+        backend="marginal_space", solver=solver,
         domain=domain, workload=tuple(tuple(domain.attrs[a] for a in w) for w in work),
         cliques=tuple(tuple(domain.attrs[a] for a in c) for c in cliques), index=index, family=family,
-        residuals=solved.r, clique_marginals=solved.mu, total=float(solved.r[index.set_offsets[index.position_of(())]]),
-        measurements=measurements, constraints=constraints, nit=solved.iterations,
-        time=time.perf_counter() - start, incumbent=not solved.converged, info=info,
+        residuals=r, clique_marginals=mu, total=float(r[index.set_offsets[index.position_of(())]]), table=table,
+        measurements=measurements, constraints=constraints, nit=nit,
+        time=time.perf_counter() - start, incumbent=status is not Status.OPTIMAL, info=info,
         residual_weights=fit.weight)
+
+
+def _solve_table(measurements, constraints, total, nonnegative, time_limit, family: SetFamily):
+    """The dense route: :func:`dpopt.estimate.reconstruct` (weighted least squares under the
+    constraints, certified by its engine), and the residuals of its table (``adjoint / diagonal``
+    of the cliques' marginals, which are consistent)."""
+    from dpopt.estimate import reconstruct
+    from dpopt.model.constraints import Invariant, NonNegativity
+
+    domain = family.index.domain
+    cs = ConstraintSet(domain, list(constraints.constraints) if constraints is not None else [])
+    if nonnegative and not cs.nonnegative:
+        cs.add(NonNegativity())
+    if total is not None:
+        cs.add(Invariant(Total(domain), np.array([float(total)]), name="public total"))
+    result = reconstruct(measurements, cs, "l2", time_limit=time_limit, integer=False)
+    certificate = {"dense": True, "backend": result.backend, "status": result.status.name,
+                   "max_violation": result.max_violation, "ok": bool(result.success)}
+    note = f"the full table ({domain.size:,} cells) fits: solved densely ({result.backend}): {result.message}"
+    if result.x is None:
+        return (np.zeros(family.index.size), np.zeros(family.size), result.status, note, certificate,
+                result.nit, result.status.name, None)
+    x = np.asarray(result.x, dtype=np.float64)
+    mu = family.pack([Marginal(domain, [domain.attrs[a] for a in s]).matvec(x) for s in family.sets])
+    r = family.adjoint(mu) / family.index.per_set(family.diagonal())
+    status = result.status if result.success else (result.status if result.status is not Status.OPTIMAL
+                                                   else Status.NUMERICAL_ERROR)
+    return r, family.expand(r), status, note, certificate, result.nit, result.status.name, x
 
 
 def _constraint_parts(constraints: ConstraintSet, domain: Domain):

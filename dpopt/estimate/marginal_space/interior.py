@@ -13,7 +13,7 @@ that keeps every fixed residual and structural zero. Built as a product distribu
 - attributes in no block are uniform and independent.
 
 The residuals of a product are products of the blocks' residuals (equation (2) factorises):
-``r_A = N prod_B C_{A∩B} marg_{A∩B}(P_B)``, zero as soon as ``A`` holds an attribute outside
+``c_A = N prod_B Q_{A∩B} marg_{A∩B}(P_B)``, zero as soon as ``A`` holds an attribute outside
 every block. Blocks are limited to :data:`MAX_BLOCK_CELLS` cells; beyond that (or when the
 fitting does not reach the invariants) no interior point is built and the projection relies
 on its feasibility tolerance alone.
@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from dpopt.estimate.marginal_space.layout import ResidualIndex
+from dpopt.estimate.marginal_space.layout import ResidualIndex, contrast
 
 __all__ = ["interior_residuals", "MAX_BLOCK_CELLS"]
 
@@ -74,23 +74,17 @@ def interior_residuals(index: ResidualIndex, exact: Sequence[tuple[tuple[int, ..
         covered[list(block)] = True
     out = np.zeros(index.size)
     out[index.set_offsets[index.position_of(())]] = n_total
-    count = 0
-    for sig, group in index.groups.items():
-        if not sig:
-            continue
-        inside = covered[group.axes].all(axis=1)
-        rows = np.flatnonzero(inside)
-        count += rows.size
-        if count > MAX_BLOCK_SETS:
-            return None
-        view = index.view(out, sig)
-        for row in rows:
-            view[row] = n_total * _product_residual(tuple(int(a) for a in group.axes[row]), tables)
+    inside = [p for p, axes in enumerate(index.set_axes) if axes and covered[list(axes)].all()]
+    if len(inside) > MAX_BLOCK_SETS:
+        return None
+    for p in inside:
+        start = index.set_offsets[p]
+        out[start:start + index.set_cells[p]] = n_total * _product_residual(index.set_axes[p], tables).ravel()
     return out
 
 
 def _product_residual(axes: tuple[int, ...], tables: dict) -> np.ndarray:
-    """``prod_B C_{A∩B} marg_{A∩B}(P_B)`` as an array over ``A`` (axes in increasing order)."""
+    """``prod_B Q_{A∩B} marg_{A∩B}(P_B)`` over ``A``'s coefficients (axes in increasing order)."""
     parts, order = [], []
     for block, table in tables.items():
         inner = [a for a in axes if a in block]
@@ -98,9 +92,7 @@ def _product_residual(axes: tuple[int, ...], tables: dict) -> np.ndarray:
             continue
         keep = tuple(block.index(a) for a in inner)
         m = table.sum(axis=tuple(i for i in range(len(block)) if i not in keep))
-        for axis in range(m.ndim):
-            m = m - m.mean(axis=axis, keepdims=True)
-        parts.append(m)
+        parts.append(contrast(m))
         order.extend(inner)
     out = parts[0]
     for p in parts[1:]:

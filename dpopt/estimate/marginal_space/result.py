@@ -42,6 +42,9 @@ class MarginalEstimate(OptimizeResult):
         The estimate's record count.
     residuals : ndarray
         The residuals (flat, :class:`~dpopt.estimate.marginal_space.layout.ResidualIndex` layout).
+    table : ndarray or None
+        The full table when the domain was small enough to be solved as one
+        (``info["polytope"] == "table"``); None otherwise.
     info : dict
         ``certificate`` (relative duality gap, largest violation, their tolerances, primal and
         dual values), sizes (``cliques``, ``clique_cells``, ``residual_sets``, ...), timings.
@@ -70,6 +73,11 @@ class MarginalEstimate(OptimizeResult):
         """
         from dpopt.estimate.marginal_space.layout import SetFamily
 
+        if self.get("table") is not None:  # solved as a table: any marginal of it
+            from dpopt.model.queries.marginal import Marginal
+
+            attrs = self.domain.canonical((attrs,) if isinstance(attrs, str) else attrs)
+            return Marginal(self.domain, attrs).matvec(self.table) if attrs else np.array([self.table.sum()])
         axes = self._axes(attrs)
         return SetFamily(self.index, [axes]).expand(self.residuals)
 
@@ -78,21 +86,12 @@ class MarginalEstimate(OptimizeResult):
         from dpopt.estimate.marginal_space.layout import SetFamily
 
         sets = self.workload if sets is None else [tuple(self.domain.canonical(s)) for s in sets]
+        if self.get("table") is not None:
+            return {tuple(s): self.marginal(s) for s in sets}
         axes = [self._axes(s) for s in sets]
         family = SetFamily(self.index, axes)
         flat = family.expand(self.residuals)
         return {tuple(s): family.marginal(flat, i).copy() for i, s in enumerate(sets)}
-
-    def frame(self, attrs: Sequence[str]) -> pd.DataFrame:
-        """The marginal over ``attrs`` as labelled attribute columns and ``count``."""
-        from dpopt.model.data import cells_frame
-
-        attrs = self.domain.canonical((attrs,) if isinstance(attrs, str) else attrs)
-        return cells_frame(self.domain.project(attrs), self.marginal(attrs))
-
-    def frames(self) -> "MarginalFrameMap":
-        """The workload marginals as a lazy mapping ``"a, b" -> DataFrame`` (built when read)."""
-        return MarginalFrameMap(self, self.workload)
 
     def answer(self, query) -> np.ndarray:
         """A :class:`Marginal` or :class:`Total` query's answers on the estimate."""
@@ -103,8 +102,8 @@ class MarginalEstimate(OptimizeResult):
         return self.marginal(attrs) if attrs else np.array([self.total])
 
     # ---- records ------------------------------------------------------------------------------
-    def records(self, n: int | None = None, *, uniforms=None, rng=None, **options) -> pd.DataFrame:
-        """Synthetic records whose marginals follow the estimate
+    def records(self, n: int | None = None, *, uniforms=None, rng=None, **options) -> np.ndarray:
+        """Codes ``(n, d)`` of synthetic records whose marginals follow the estimate
         (:func:`~dpopt.estimate.marginal_space.sampling.synthetic_records`)."""
         from dpopt.estimate.marginal_space.sampling import synthetic_records
 
@@ -119,10 +118,13 @@ class MarginalEstimate(OptimizeResult):
 
 
 class MarginalFrameMap(Mapping):
-    """Workload marginals as ``"a, b" -> DataFrame`` built on access (many marginals cost nothing unread)."""
+    """Marginals as ``"a, b" -> DataFrame`` built on access by ``frame_of(attrs)`` (thousands of
+    marginals cost nothing until read); ``extra`` frames follow under their own labels. The
+    release layer gives the labelled frames (``dpopt.algorithms.marginal_space``)."""
 
-    def __init__(self, estimate: MarginalEstimate, sets, extra: Mapping | None = None) -> None:
-        self._estimate = estimate
+    def __init__(self, frame_of, sets, extra: Mapping | None = None, cells_of=None) -> None:
+        self._frame_of = frame_of
+        self._cells_of = cells_of
         self._keys = {", ".join(s): tuple(s) for s in sets}
         self._frames: dict[str, pd.DataFrame] = dict(extra or {})
         self._order = list(self._keys) + [k for k in (extra or {}) if k not in self._keys]
@@ -132,7 +134,7 @@ class MarginalFrameMap(Mapping):
         if frame is None:
             if key not in self._keys:
                 raise KeyError(key)
-            frame = self._frames[key] = self._estimate.frame(self._keys[key])
+            frame = self._frames[key] = self._frame_of(self._keys[key])
         return frame
 
     def __iter__(self):
@@ -140,6 +142,12 @@ class MarginalFrameMap(Mapping):
 
     def __len__(self) -> int:
         return len(self._order)
+
+    def rows(self, key: str) -> int:
+        """Rows of the frame under ``key``, without building it when ``cells_of`` was given."""
+        if self._cells_of is not None and key in self._keys and key not in self._frames:
+            return int(self._cells_of(self._keys[key]))
+        return len(self[key])
 
     def __repr__(self) -> str:
         return f"MarginalFrameMap({len(self)} marginals)"

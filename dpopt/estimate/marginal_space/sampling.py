@@ -2,7 +2,7 @@
 
 The estimate holds consistent marginals, not a table; records need a joint law. Here it is a
 Bayesian network fitted to the estimate alone (post-processing), in the manner of PrivBayes
-(Zhang, Cormode, Procopiuc, Srivastava, Xiao, TODS 2017, §4) and of Chow and Liu (1968) for
+(Zhang, Cormode, Procopiuc, Srivastava, Xiao, TODS 2017) and of Chow and Liu (1968) for
 one parent:
 
 1. **Structure.** Every *family* — a child and its parents — is an attribute set inside one
@@ -13,6 +13,9 @@ one parent:
    ``max_parents`` parents).
 2. **Conditionals.** ``P(child | parents)`` is the estimated family marginal, normalised per
    parent configuration (a configuration with no mass gets the child's own marginal).
+(An estimate solved as a table — small domains — is sampled from the table itself: its cell counts are
+the floor or ceiling of ``n x / total`` by the same systematic rounding.)
+
 3. **Records by controlled rounding along the network.** The root's values are allocated to
    the ``n`` records by systematic sampling of ``n P(root)`` (each count the floor or ceiling
    of its expectation, unbiased); then for each child, the records are grouped by their
@@ -32,12 +35,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from dpopt.errors import ParameterError, QueryError
 from dpopt.estimate.marginal_space.layout import SetFamily
 
-__all__ = ["NetworkModel", "fit_network", "synthetic_records", "uniforms_needed"]
+__all__ = ["NetworkModel", "fit_network", "synthetic_records", "uniforms_needed", "product_records", "controlled_counts"]
 
 #: Largest table (cells) of one family's conditional probabilities.
 MAX_FAMILY_CELLS = 2**22
@@ -123,8 +125,8 @@ def fit_network(estimate, *, max_parents: int | None = None) -> NetworkModel:
     if max_parents < 0:
         raise ParameterError(f"max_parents must be >= 0, got {max_parents}")
     # Candidate families: every residual set of 2 .. max_parents + 1 attributes (all subsets of cliques).
-    families = [tuple(int(a) for a in row) for sig, g in index.groups.items()
-                if 2 <= len(sig) <= max_parents + 1 and np.prod(sig) <= MAX_FAMILY_CELLS for row in g.axes]
+    families = [axes for axes in index.set_axes
+                if 2 <= len(axes) <= max_parents + 1 and np.prod(sizes[list(axes)]) <= MAX_FAMILY_CELLS]
     fam = SetFamily(index, families) if families else None
     flat = fam.expand(estimate.residuals) if fam else np.zeros(0)
     child_of, parents_of, score_of, family_of = [], [], [], []
@@ -206,8 +208,9 @@ def uniforms_needed(model: NetworkModel, n: int) -> int:
 
 
 def synthetic_records(estimate, n: int | None = None, *, uniforms=None, rng=None, max_parents: int | None = None,
-                      model: NetworkModel | None = None, labels: bool = True) -> pd.DataFrame:
-    """``n`` records (default: the estimate's total, rounded) from the network fitted to ``estimate``.
+                      model: NetworkModel | None = None) -> np.ndarray:
+    """Codes ``(n, d)`` of ``n`` records (default: the estimate's total, rounded) from the network
+    fitted to ``estimate`` (the release layer labels them).
 
     Parameters
     ----------
@@ -222,11 +225,7 @@ def synthetic_records(estimate, n: int | None = None, *, uniforms=None, rng=None
         Largest parent set (default: the largest clique's size minus one).
     model : NetworkModel, optional
         A network already fitted (:func:`fit_network`).
-    labels : bool
-        Decode codes to the domain's labels.
     """
-    from dpopt.model.data import decode_codes
-
     if not estimate.get("success", False):
         raise QueryError(f"the estimate is not certified (status {estimate.status.name}): no records from it")
     if (uniforms is None) == (rng is None):
@@ -234,10 +233,41 @@ def synthetic_records(estimate, n: int | None = None, *, uniforms=None, rng=None
     n = int(round(estimate.total)) if n is None else n
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
         raise ParameterError(f"n must be a non-negative integer, got {n!r}")
+    table = estimate.get("table")
+    if table is not None and model is None:  # solved as a table: controlled rounding of the table itself
+        x = np.maximum(np.asarray(table, dtype=np.float64), 0.0)
+        expected = x * (n / x.sum()) if x.sum() > 0 else np.full(x.size, n / x.size)
+        draw = _uniform_draws(uniforms, rng, 1 + n)
+        counts = controlled_counts(expected[None, :], np.array([n]), draw(1))[0]
+        cells = np.repeat(np.arange(x.size), counts)[np.argsort(draw(n), kind="stable")]
+        return estimate.domain.unravel(cells)
     model = fit_network(estimate, max_parents=max_parents) if model is None else model
     draw = _uniform_draws(uniforms, rng, uniforms_needed(model, n))
-    codes = model.sample_codes(int(n), draw)
-    return decode_codes(codes, estimate.domain, labels=labels)
+    return model.sample_codes(int(n), draw)
+
+
+def product_records(domain, groups, n: int, *, uniforms=None, rng=None) -> np.ndarray:
+    """Codes ``(n, d)`` of ``n`` records from a product of independent group tables.
+
+    ``groups``: ``(axes, probabilities)`` pairs covering every attribute once (axes sorted, the
+    table shaped by their sizes) — e.g. the groups of factored MWEM's
+    :class:`~dpopt.estimate.engines.factored.FactoredTable`. Each group's cells get the floor or
+    ceiling of ``n p`` records (systematic rounding, :func:`controlled_counts`), in a random order
+    drawn independently per group, so groups stay independent and each group's marginal is kept
+    to within a record. Randomness as for :func:`synthetic_records`.
+    """
+    if (uniforms is None) == (rng is None):
+        raise ParameterError("give exactly one of uniforms= (an array of uniforms on [0, 1)) and rng=")
+    n = int(n)
+    draw = _uniform_draws(uniforms, rng, len(groups) * (n + 1))
+    codes = np.zeros((n, len(domain)), dtype=np.int64)
+    for axes, table in groups:
+        p = np.maximum(np.asarray(table, dtype=np.float64).ravel(), 0.0)
+        p = p / p.sum()
+        counts = controlled_counts((n * p)[None, :], np.array([n]), draw(1))[0]
+        cells = np.repeat(np.arange(p.size), counts)[np.argsort(draw(n), kind="stable")]
+        codes[:, list(axes)] = np.stack(np.unravel_index(cells, np.shape(table)), axis=1)
+    return codes
 
 
 def _uniform_draws(uniforms, rng, needed: int):
