@@ -19,7 +19,12 @@ Steps (module notes of each):
    prior towards zero — "no interaction beyond the measured ones", the minimum-norm choice —
    of weight ``D_A / (PRIOR_RATIO * L)``, where ``L = max D_A / W_A`` over measured residuals:
    negligible against any measurement, yet it keeps the dual's condition number within a
-   factor ``PRIOR_RATIO`` of the measured problem's;
+   factor ``PRIOR_RATIO`` of the measured problem's. This minimum-norm completion makes two
+   attributes whose pair was never measured independent given nothing: it does not carry
+   dependence through a common neighbour as a graphical model's maximum-entropy completion
+   does (on a 27-attribute network, answering every 3-way marginal from the 25 that factored MWEM
+   measured is worse than MWEM's own table on the unmeasured ones, 0.12 against 0.04 mean L1 / n):
+   measure what is released;
 4. :mod:`~dpopt.estimate.marginal_space.projection` — non-negativity and structural zeros by
    the dual of (4), L-BFGS-B, and the duality-gap certificate (with the interior point of
    :mod:`~dpopt.estimate.marginal_space.interior` for exact feasibility).

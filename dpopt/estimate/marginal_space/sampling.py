@@ -13,9 +13,6 @@ one parent:
    ``max_parents`` parents).
 2. **Conditionals.** ``P(child | parents)`` is the estimated family marginal, normalised per
    parent configuration (a configuration with no mass gets the child's own marginal).
-(An estimate solved as a table — small domains — is sampled from the table itself: its cell counts are
-the floor or ceiling of ``n x / total`` by the same systematic rounding.)
-
 3. **Records by controlled rounding along the network.** The root's values are allocated to
    the ``n`` records by systematic sampling of ``n P(root)`` (each count the floor or ceiling
    of its expectation, unbiased); then for each child, the records are grouped by their
@@ -24,6 +21,11 @@ the floor or ceiling of ``n x / total`` by the same systematic rounding.)
    within the group. So every family's counts in the records are within one record of
    ``(records with those parents) x P(child | parents)``, and the records follow the network
    exactly in expectation.
+
+An estimate solved as a table (small domains) is sampled from the table itself: its cell counts
+are the floor or ceiling of ``n x / total`` by the same systematic rounding. The network carries
+dependence between attributes through their common neighbours, which the estimate's minimum-norm
+completion of unmeasured marginals does not (see :mod:`~dpopt.estimate.marginal_space.estimator`).
 
 Randomness is the caller's: ``uniforms`` (an array of independent uniforms on [0, 1)) or
 ``rng`` (a :class:`~dpopt.privacy.randomness.RandomSource` or a ``numpy`` Generator) passed in;
