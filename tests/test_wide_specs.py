@@ -106,7 +106,8 @@ def test_default_rounds_rule():
     assert default_rounds("zcdp", 0.5, 16) == default_rounds("pure", 1, 16)
 
 
-@pytest.mark.parametrize("name, data", [("nltcs_mwem_factored", "nltcs.csv"), ("adult_marginal_space", "adult_pgm.csv")])
+@pytest.mark.parametrize("name, data", [("nltcs_mwem_factored", "nltcs.csv"),
+                                        ("adult_marginal_space", "adult_pgm.csv")])
 def test_shipped_wide_specs_plan(name, data):
     """models/nltcs_mwem_factored.toml and models/adult_marginal_space.toml (they run end to end in
     the shipped-spec test)."""

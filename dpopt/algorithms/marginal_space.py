@@ -95,7 +95,8 @@ class MarginalSpaceParams(AlgorithmParams):
             raise ParameterError(f"exact_cells must be an integer >= 0, got {self.exact_cells!r}")
 
     def describe(self) -> str:
-        extra = "" if self.workload is None else f", workload {self.workload if isinstance(self.workload, int) else len(self.workload)}"
+        w = self.workload
+        extra = "" if w is None else f", workload {w if isinstance(w, int) else len(w)}"
         return f"{len(self.measures)} measurement{'s' if len(self.measures) != 1 else ''}{extra}"
 
     @classmethod
@@ -215,7 +216,8 @@ class MarginalSpace(Algorithm):
         rounds), its answers to the measurements and its workload marginals."""
         from dpopt.algorithms.base import marginal_answers, measured_answers, round_release
 
-        counts, rounding, failure = round_release(estimate.table, plan.constraints, measurements, self.params.time_limit)
+        counts, rounding, failure = round_release(estimate.table, plan.constraints, measurements,
+                                                  self.params.time_limit)
         if failure is not None:
             return make_release(self, plan, accountant, status=rounding.status, measurements=measurements,
                                 reconstruction=estimate, rounding=rounding, message=failure,
@@ -230,15 +232,9 @@ class MarginalSpace(Algorithm):
 
     @classmethod
     def example(cls, domain):
-        from fractions import Fraction
+        from dpopt.algorithms.measure_reconstruct import MeasureReconstruct
 
-        from dpopt.model.queries.marginal import Marginal
-
-        attrs = domain.attrs
-        pairs = [attrs[i:i + 2] for i in range(0, max(len(attrs) - 1, 1))][:3]
-        measures = tuple(MeasureSpec(f"marginal({', '.join(a)})", Marginal(domain, a), None,
-                                     Fraction(1, len(pairs))) for a in pairs)
-        return cls.Params(measures)
+        return cls.Params(MeasureReconstruct.example(domain).measures)  # three pair marginals
 
 
 def clique_cells(domain, sets) -> int:

@@ -251,7 +251,7 @@ def main() -> None:
     cases = []
     for case in args.cases:
         if case == "bn":
-            cases += [f"bn{d}k2" for d in args.sizes] + ([f"bn27k3"] if 27 in args.sizes else [])
+            cases += [f"bn{d}k2" for d in args.sizes] + (["bn27k3"] if 27 in args.sizes else [])
         else:
             cases.append(case)
     results = []

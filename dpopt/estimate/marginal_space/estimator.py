@@ -169,13 +169,8 @@ def estimate_marginals(
     if time_limit is not None and not (float(time_limit) > 0):
         raise ParameterError(f"time_limit must be positive seconds, got {time_limit!r}")
 
-    measured_axes = check_sets(domain, [s for s in sets if s], "measurement") if any(sets) else []
-    axes_of = {}
-    all_axes = []
-    for s in sets:
-        a = tuple(sorted(domain.axes(s))) if s else ()
-        all_axes.append(a)
-        axes_of[s] = a
+    all_axes = [tuple(sorted(domain.axes(s))) if s else () for s in sets]  # () for a total
+    measured_axes = [a for a in all_axes if a]
     if workload is None:
         work = list(dict.fromkeys(a for a in all_axes if a))
         if not work:

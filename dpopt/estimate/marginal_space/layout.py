@@ -50,7 +50,8 @@ import numpy as np
 from dpopt.errors import DomainError, QueryError
 from dpopt.model.domain import Domain
 
-__all__ = ["ResidualIndex", "SetFamily", "downward_closure", "maximal_sets", "is_decomposable", "contrast", "check_sets"]
+__all__ = ["ResidualIndex", "SetFamily", "downward_closure", "maximal_sets", "is_decomposable", "contrast",
+           "check_sets"]
 
 #: Shapes with at most this many cells transform through a dense Kronecker matrix.
 DENSE_TRANSFORM_CELLS = 256

@@ -41,7 +41,8 @@ import numpy as np
 from dpopt.errors import ParameterError, QueryError
 from dpopt.estimate.marginal_space.layout import SetFamily
 
-__all__ = ["NetworkModel", "fit_network", "synthetic_records", "uniforms_needed", "product_records", "controlled_counts"]
+__all__ = ["NetworkModel", "fit_network", "synthetic_records", "uniforms_needed", "product_records",
+           "controlled_counts"]
 
 #: Largest table (cells) of one family's conditional probabilities.
 MAX_FAMILY_CELLS = 2**22
@@ -131,7 +132,7 @@ def fit_network(estimate, *, max_parents: int | None = None) -> NetworkModel:
                 if 2 <= len(axes) <= max_parents + 1 and np.prod(sizes[list(axes)]) <= MAX_FAMILY_CELLS]
     fam = SetFamily(index, families) if families else None
     flat = fam.expand(estimate.residuals) if fam else np.zeros(0)
-    child_of, parents_of, score_of, family_of = [], [], [], []
+    child_of, parents_of, score_of = [], [], []
     if fam:
         for g in fam.groups:
             probs = np.maximum(fam.view(flat, g), 0.0)
@@ -141,7 +142,6 @@ def fit_network(estimate, *, max_parents: int | None = None) -> NetworkModel:
                 child_of.append(g.axes[:, j])
                 parents_of.append(np.delete(g.axes, j, axis=1))
                 score_of.append(_mutual_information(probs, j))
-                family_of.append(g.members)
     placed = np.zeros(d, dtype=bool)
     order: list[int] = []
     parents: dict[int, tuple[int, ...]] = {}
@@ -152,13 +152,12 @@ def fit_network(estimate, *, max_parents: int | None = None) -> NetworkModel:
         child = np.concatenate(child_of)
         pad = np.concatenate([np.pad(p, ((0, 0), (0, width - p.shape[1])), constant_values=-1) for p in parents_of])
         score = np.concatenate(score_of)
-        fam_index = np.concatenate(family_of)
         nparents = (pad >= 0).sum(axis=1)
         # The root: the parent of the strongest one-parent family (ties: the first).
         single = np.flatnonzero(nparents == 1)
         root = int(pad[single[np.argmax(score[single])], 0]) if single.size else 0
     else:
-        child = pad = score = fam_index = nparents = np.zeros(0, dtype=np.int64)
+        child = pad = score = nparents = np.zeros(0, dtype=np.int64)
         root = 0
     _place(root, (), 0.0, placed, order, parents, scores)
     while len(order) < d:
