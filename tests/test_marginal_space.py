@@ -200,6 +200,51 @@ def test_workload_above_the_measurements_and_subsets(rng):
         est.marginal(("a", "d"))
 
 
+
+@pytest.mark.parametrize("measured, components", [
+    ([("a",), ("b",), ("c",)], [("a",), ("b",), ("c",)]),           # no pair linked: full independence
+    ([("a", "b"), ("c",)], [("a", "b"), ("c",)]),                    # (a, b) measured, c apart
+    ([("a", "c"), ("b",), ("d",)], [("a", "c"), ("b",), ("d",)]),    # axes interleaved in the product
+])
+def test_independence_prior_is_the_product_over_unlinked_groups(measured, components, rng):
+    """Unmeasured workload marginals are the product of the fitted marginals of the groups no
+    measurement links (equation (5) of prior.py): compared with the dense product table."""
+    x = rng.poisson(4, DOM.size).astype(float)
+    ms = noisy(DOM, x, measured, 0.5, rng)
+    work = tuple(sorted({a for c in components for a in c}, key=DOM.attrs.index))
+    est = estimate_marginals(ms, workload=[work] + measured, nonnegative=False, **SPACE)
+    assert est.status is Status.OPTIMAL, est.message
+    total = est.total
+    product = np.ones(())
+    order = []
+    for c in components:
+        product = np.multiply.outer(product, est.marginal(c).reshape([DOM.sizes[DOM.attrs.index(a)] for a in c]))
+        order += [work.index(a) for a in c]
+    product = np.transpose(product, np.argsort(order)) / total ** (len(components) - 1)
+    np.testing.assert_allclose(est.marginal(work), product.ravel(), rtol=1e-6, atol=1e-6 * total)
+
+
+def test_linked_but_unmeasured_interactions_are_centred_at_zero(rng):
+    """(a, b) and (b, c) measured, (a, b, c) asked: one component, its own residual centred at zero,
+    so its marginal is the additive (minimum-norm) completion; (a, c) alone is unlinked: product."""
+    from dpopt.estimate.marginal_space.layout import ResidualIndex
+    from dpopt.estimate.marginal_space.prior import independence_prior
+
+    index = ResidualIndex(DOM, [(0, 1, 2)])
+    target = rng.normal(size=index.size)
+    measured = np.ones(index.num_sets, dtype=bool)
+    for axes in [(0, 2), (0, 1, 2)]:
+        measured[index.position_of(axes)] = False
+    target[index.set_offsets[index.position_of(())]] = 10.0
+    out = independence_prior(index, target, measured)
+    assert np.all(index.residual(out, (0, 1, 2)) == 0)
+    np.testing.assert_allclose(index.residual(out, (0, 2)),
+                               np.multiply.outer(index.residual(target, (0,)), index.residual(target, (2,))) / 10.0)
+    kept = index.per_set(measured) > 0
+    np.testing.assert_array_equal(out[kept], target[kept])
+    target[index.set_offsets[index.position_of(())]] = -1.0  # a negative noisy total: no product, zeros
+    assert np.all(independence_prior(index, target, measured)[~kept] == 0)
+
 # ---- constraints -----------------------------------------------------------------------------------
 def test_structural_zeros_and_invariants_against_the_dense_solve(rng):
     x = rng.poisson(1.0, DOM.size).astype(float)

@@ -16,15 +16,14 @@ Steps (module notes of each):
 2. :mod:`~dpopt.estimate.marginal_space.gls` — the unconstrained least squares, one
    inverse-variance average per residual; exact measurements and invariants fix residuals;
 3. residuals that no measurement covers (workload sets above what was measured) get a weak
-   prior towards zero — "no interaction beyond the measured ones", the minimum-norm choice —
-   of weight ``D_A / (PRIOR_RATIO * L)``, where ``L = max D_A / W_A`` over measured residuals:
-   negligible against any measurement, yet it keeps the dual's condition number within a
-   factor ``PRIOR_RATIO`` of the measured problem's. This minimum-norm completion makes two
-   attributes whose pair was never measured independent given nothing: it does not carry
-   dependence through a common neighbour as a graphical model's maximum-entropy completion
-   does (on a 27-attribute network, answering every 3-way marginal from the 25 that factored MWEM
-   measured is worse than MWEM's own table on the unmeasured ones, 0.12 against 0.04 mean L1 / n):
-   measure what is released;
+   quadratic prior of weight ``D_A / (PRIOR_RATIO * L)``, where ``L = max D_A / W_A`` over
+   measured residuals: negligible against any measurement, yet it keeps the dual's condition
+   number within a factor ``PRIOR_RATIO`` of the measured problem's. Its centre is the
+   *independence prior* of :mod:`~dpopt.estimate.marginal_space.prior`: the residual the set
+   would have if its attributes were independent across the groups no measurement links
+   (two attributes whose pair was never measured: ``mu_ab = mu_a ⊗ mu_b / N``), zero for an
+   interaction whose every pair was measured. It does not carry dependence through a common
+   neighbour as a graphical model's maximum-entropy completion does: measure what is released;
 4. :mod:`~dpopt.estimate.marginal_space.projection` — non-negativity and structural zeros by
    the dual of (4), L-BFGS-B, and the duality-gap certificate (with the interior point of
    :mod:`~dpopt.estimate.marginal_space.interior` for exact feasibility).
@@ -45,6 +44,7 @@ from dpopt.estimate.certificates.verify import CERTIFICATE_TOL, feasibility_tole
 from dpopt.estimate.marginal_space.gls import fit_residuals
 from dpopt.estimate.marginal_space.interior import interior_residuals
 from dpopt.estimate.marginal_space.layout import ResidualIndex, SetFamily, check_sets, is_decomposable, maximal_sets
+from dpopt.estimate.marginal_space.prior import independence_prior
 from dpopt.estimate.marginal_space.projection import ProjectionProblem, project
 from dpopt.estimate.marginal_space.result import MarginalEstimate
 from dpopt.estimate.status import Status
@@ -108,8 +108,9 @@ def estimate_marginals(
         with weight ``1/variance``.
     workload : iterable of attribute lists, optional
         The marginals to release; default: every measured attribute set. Sets above what
-        was measured are answered too (their unmeasured interactions get the weak prior of
-        the module notes, step 3).
+        was measured are answered too (their unmeasured interactions get the weak independence
+        prior of the module notes, step 3). On a domain solved as a table (``exact_cells``)
+        they are what the dense least squares gives instead.
     constraints : ConstraintSet, optional
         Public constraints over the same domain: non-negativity (implied by ``nonnegative``),
         structural zeros and hierarchies (their attribute sets join the cliques and their cells
@@ -216,6 +217,7 @@ def estimate_marginals(
     else:
         scale = 1.0
     weight[unmeasured] = diagonal[unmeasured] / (PRIOR_RATIO * scale)
+    target = independence_prior(index, fit.target, fit.measured) if unmeasured.any() else fit.target
     fixed_total = bool(fit.fixed[index.position_of(())])
     total_value = float(fit.target[index.set_offsets[index.position_of(())]])
     feasibility = feasibility_tolerance(max(abs(total_value), 1.0))
@@ -234,7 +236,7 @@ def estimate_marginals(
                                        total_value if fixed_total else None)
             if r_int is not None:
                 interior = (r_int, family.expand(r_int))
-        problem = ProjectionProblem(index, family, fit.target, weight, fit.fixed, zero_cells, interior,
+        problem = ProjectionProblem(index, family, target, weight, fit.fixed, zero_cells, interior,
                                     nonnegative=nonnegative)
         solved = project(problem, tol=tol, feasibility=feasibility, max_iter=max_iter, time_limit=remaining)
         r, mu, nit, stopped, history, time_project = (solved.r, solved.mu, solved.iterations, solved.stopped,

@@ -24,8 +24,8 @@ one parent:
 
 An estimate solved as a table (small domains) is sampled from the table itself: its cell counts
 are the floor or ceiling of ``n x / total`` by the same systematic rounding. The network carries
-dependence between attributes through their common neighbours, which the estimate's minimum-norm
-completion of unmeasured marginals does not (see :mod:`~dpopt.estimate.marginal_space.estimator`).
+dependence between attributes through their common neighbours, which the estimate's independence
+prior for unmeasured marginals does not (see :mod:`~dpopt.estimate.marginal_space.estimator`).
 
 Randomness is the caller's: ``uniforms`` (an array of independent uniforms on [0, 1)) or
 ``rng`` (a :class:`~dpopt.privacy.randomness.RandomSource` or a ``numpy`` Generator) passed in;
