@@ -383,3 +383,40 @@ def test_records_need_exactly_one_source_of_randomness(rng):
     a = synthetic_records(est, 10, uniforms=u)
     b = synthetic_records(est, 10, uniforms=u)
     assert np.array_equal(a, b) and a.shape == (10, len(DOM))
+
+
+def test_the_one_call_for_plans_on_a_wide_domain():
+    """What a plan (``auto``) calls when the table does not fit: measurements of marginals drawn by
+    dpopt's own mechanisms on 30 binary attributes (10^9 cells, never formed) in; certified,
+    consistent, non-negative marginals (measured and unmeasured workload pairs) and records out."""
+    from fractions import Fraction
+
+    from dpopt.datasets.bayes_net import random_sparse_network
+    from dpopt.privacy.budget import Budget
+    from dpopt.privacy.mechanisms import calibrate, measure
+    from dpopt.privacy.randomness import make_random
+
+    data = random_sparse_network(30, seed=2).sample(4000, 3)
+    names = data.domain.attrs
+    chain = [(names[i], names[i + 1]) for i in range(29)]
+    budget = Budget.zcdp(Fraction(1))
+    accountant, source = budget.accountant(), make_random(5)
+    ms = []
+    for s in chain:
+        q = Marginal(data.domain, s)
+        law = calibrate(q, budget.share(Fraction(1, len(chain))))
+        ms.append(measure(q, data, law, accountant, source, label=", ".join(s)))
+    unmeasured = (names[0], names[29])
+    est = estimate_marginals(ms, workload=chain + [unmeasured])
+    assert est.success and est.info["polytope"] == "local", est.message  # the pair closes a cycle
+    released = est.marginals()
+    assert set(released) == set(chain) | {unmeasured}
+    assert all(v.min() >= -1e-6 for v in released.values())
+    np.testing.assert_allclose(released[unmeasured].reshape(2, 2).sum(axis=1), est.marginal((names[0],)), atol=1e-6)
+    one, last = est.marginal((names[0],)), est.marginal((names[29],))
+    np.testing.assert_allclose(released[unmeasured], np.outer(one, last).ravel() / est.total, rtol=1e-5)
+    codes = est.records(2000, rng=make_random(6))
+    assert codes.shape == (2000, 30)
+    records = Dataset(codes, data.domain)
+    for s in chain[:5]:
+        assert np.abs(records.marginal(s) - est.marginal(s) * 2000 / est.total).max() <= 4.0
