@@ -44,7 +44,7 @@ from dpopt.estimate.certificates.verify import CERTIFICATE_TOL, feasibility_tole
 from dpopt.estimate.marginal_space.gls import fit_residuals
 from dpopt.estimate.marginal_space.interior import interior_residuals
 from dpopt.estimate.marginal_space.layout import ResidualIndex, SetFamily, check_sets, is_decomposable, maximal_sets
-from dpopt.estimate.marginal_space.prior import independence_prior
+from dpopt.estimate.marginal_space.prior import independence_prior, shrink_to_independence
 from dpopt.estimate.marginal_space.projection import ProjectionProblem, project
 from dpopt.estimate.marginal_space.result import MarginalEstimate
 from dpopt.estimate.status import Status
@@ -91,6 +91,7 @@ def estimate_marginals(
     *,
     total: float | None = None,
     nonnegative: bool = True,
+    shrink: bool = False,
     tol: float = CERTIFICATE_TOL,
     time_limit: float | None = None,
     max_iter: int = 20000,
@@ -122,6 +123,13 @@ def estimate_marginals(
     nonnegative : bool
         Impose non-negativity (default). False gives the consistent least-squares marginals
         (structural zeros still held).
+    shrink : bool
+        Empirical-Bayes shrinkage of the measured interactions towards independence
+        (:func:`~dpopt.estimate.marginal_space.prior.shrink_to_independence`, equation (6)): the
+        posterior mode under a normal prior whose variance per order is estimated from the
+        measurements themselves. Off by default (the estimate is then the least-squares fit);
+        worth it when many marginals share a small budget, so that each is noisier than the
+        interactions it measures. Marginal space only (not on a domain solved as a table).
     tol : float
         Relative duality gap of the certificate (default dpopt's
         :data:`~dpopt.estimate.certificates.verify.CERTIFICATE_TOL`; the solver aims at a tenth of
@@ -165,6 +173,8 @@ def estimate_marginals(
         exact.append(((), np.array([total]), "public total"))
     if not isinstance(nonnegative, bool):
         raise ParameterError(f"nonnegative must be True or False, got {nonnegative!r}")
+    if not isinstance(shrink, bool):
+        raise ParameterError(f"shrink must be True or False, got {shrink!r}")
     if not (isinstance(tol, float) and 0 < tol < 1):
         raise ParameterError(f"tol must be a float in (0, 1), got {tol!r}")
     if time_limit is not None and not (float(time_limit) > 0):
@@ -218,6 +228,10 @@ def estimate_marginals(
         scale = 1.0
     weight[unmeasured] = diagonal[unmeasured] / (PRIOR_RATIO * scale)
     target = independence_prior(index, fit.target, fit.measured) if unmeasured.any() else fit.target
+    shrinkage = None
+    if shrink:
+        target, weight, shrinkage = shrink_to_independence(index, target, weight, fit.measured, fit.fixed,
+                                                           max_ratio=PRIOR_RATIO)
     fixed_total = bool(fit.fixed[index.position_of(())])
     total_value = float(fit.target[index.set_offsets[index.position_of(())]])
     feasibility = feasibility_tolerance(max(abs(total_value), 1.0))
@@ -260,7 +274,7 @@ def estimate_marginals(
         "certificate": certificate, "polytope": polytope, "cliques": len(cliques), "clique_cells": int(family.size),
         "residual_sets": int(index.num_sets), "residual_cells": int(index.size),
         "unmeasured_residual_sets": int(unmeasured.sum()), "fixed_residual_sets": int(fit.fixed.sum()),
-        "prior_ratio": PRIOR_RATIO, "interior_point": interior is not None, "stopped": stopped,
+        "prior_ratio": PRIOR_RATIO, "shrinkage": shrinkage, "interior_point": interior is not None, "stopped": stopped,
         "time_fit": time_fit, "time_project": time_project, "total_public": fixed_total, "history": history,
     }
     solver = (f"dpopt.estimate.reconstruct ({certificate.get('backend')})" if polytope == "table" else

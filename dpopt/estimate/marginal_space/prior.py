@@ -118,3 +118,49 @@ def _blocks(index: ResidualIndex, flat: np.ndarray, axes: np.ndarray) -> np.ndar
     positions = index.positions(axes)
     cells = int(index.set_cells[positions[0]])
     return flat[index.set_offsets[positions][:, None] + np.arange(cells)[None, :]]
+
+
+def shrink_to_independence(index: ResidualIndex, target: np.ndarray, weight: np.ndarray, measured: np.ndarray,
+                           fixed: np.ndarray, *, max_ratio: float) -> tuple[np.ndarray, np.ndarray, dict]:
+    """Empirical-Bayes shrinkage of the measured interactions towards independence (opt-in).
+
+    Each noisy residual ``r^_A`` of order ``k >= 2`` is an unbiased estimate of ``c_A`` with
+    variance ``1/W_A`` per coordinate. Put a normal prior on ``c_A`` centred at the residual of
+    the product of the fitted one-way marginals, ``c0_A = N^{1-k} ⊗_{a ∈ A} c_a`` (equation (5)
+    with every attribute its own group), with one variance ``tau_k²`` per order, estimated by
+    the method of moments (James and Stein 1961; Efron and Morris 1973)::
+
+        tau_k²  =  max(mean (r^_A - c0_A)²  -  mean 1/W_A,  0)                            (6)
+
+    (means over the coordinates of the noisy residuals of order ``k``). The posterior mode is
+    the minimiser of ``W_A ||c_A - r^_A||² + P_k ||c_A - c0_A||²`` with ``P_k = 1/tau_k²``, i.e. a
+    least-squares term of weight ``W_A + P_k`` around ``(W_A r^_A + P_k c0_A) / (W_A + P_k)``:
+    the projection then solves the same problem (4) with these targets and weights. ``P_k`` is
+    capped at ``max_ratio * W_A`` (at most that much shrinkage; it keeps the dual's conditioning).
+
+    Returns ``(target, weight, info)``; ``info`` has ``tau2`` and the mean shrinkage factor
+    ``P / (W + P)`` per order.
+    """
+    order = index.set_order
+    one_way = measured & (order <= 1)
+    centre = independence_prior(index, target, one_way)  # every set of order >= 2: the product of one-ways
+    target, weight = target.copy(), weight.copy()
+    info: dict = {}
+    for k in range(2, int(order.max(initial=0)) + 1):
+        sets = np.flatnonzero((order == k) & measured & ~fixed & (weight > 0) & (index.set_cells > 0))
+        if not sets.size:
+            continue
+        chosen = np.zeros(index.num_sets, dtype=bool)
+        chosen[sets] = True
+        coords = index.per_set(chosen) > 0
+        w_flat = index.per_set(weight)[coords]
+        spread = float(np.mean((target[coords] - centre[coords]) ** 2))
+        tau2 = max(spread - float(np.mean(1.0 / w_flat)), 0.0)
+        prior = np.minimum(1.0 / tau2 if tau2 > 0 else np.inf, max_ratio * weight[sets])
+        per_set = np.zeros(index.num_sets)
+        per_set[sets] = prior
+        p_flat = index.per_set(per_set)[coords]
+        target[coords] = (w_flat * target[coords] + p_flat * centre[coords]) / (w_flat + p_flat)
+        weight[sets] = weight[sets] + prior
+        info[k] = {"tau2": tau2, "shrinkage": float(np.mean(p_flat / (w_flat + p_flat)))}
+    return target, weight, info
