@@ -49,11 +49,13 @@ def run_measuring_memory(spec, data):
 def test_marginal_space_spec_runs_on_30_attributes_without_the_table(wide):
     net, data = wide
     spec = spec_of(net, "marginal_space", privacy={"accounting": "zcdp", "rho": 0.5},
-                   measure=[{"label": "pairs", "query": "all_marginals", "k": 2, "mechanism": "gaussian", "share": 1}])
+                   measure=[{"label": "pairs", "query": "all_marginals", "k": 2, "mechanism": "gaussian", "share": 1}],
+                   marginal_space={"shrink": True})
     release, peak = run_measuring_memory(spec, data)
     assert peak < PEAK_BYTES, f"peak {peak / 2**20:.0f} MiB"
     assert release.success and release.counts is None and release.table is None
     assert release.reconstruction.info["polytope"] == "local"
+    assert release.reconstruction.info["shrinkage"][2]["shrinkage"] >= 0  # [marginal_space] shrink reached it
     assert len(release.answers) == D * (D - 1) // 2
     frame = release.answers["x003, x004"]
     n = round(release.reconstruction.total)  # the record count is estimated (noisy), not the data's

@@ -69,6 +69,9 @@ class MarginalSpaceParams(AlgorithmParams):
     exact_cells : int
         Domains of at most this many cells are solved as a table (exact), see
         :func:`~dpopt.estimate.marginal_space.estimate_marginals`.
+    shrink : bool
+        Empirical-Bayes shrinkage of the measured interactions towards independence
+        (``estimate_marginals(shrink=True)``); off by default.
     """
 
     measures: tuple[MeasureSpec, ...] = ()
@@ -77,6 +80,7 @@ class MarginalSpaceParams(AlgorithmParams):
     records: bool = True
     max_parents: int | None = None
     exact_cells: int = EXACT_CELLS
+    shrink: bool = False
 
     def validate(self) -> None:
         if not self.measures:
@@ -93,6 +97,8 @@ class MarginalSpaceParams(AlgorithmParams):
             raise ParameterError(f"records must be true or false, got {self.records!r}")
         if isinstance(self.exact_cells, bool) or not isinstance(self.exact_cells, int) or self.exact_cells < 0:
             raise ParameterError(f"exact_cells must be an integer >= 0, got {self.exact_cells!r}")
+        if not isinstance(self.shrink, bool):
+            raise ParameterError(f"shrink must be true or false, got {self.shrink!r}")
 
     def describe(self) -> str:
         w = self.workload
@@ -107,7 +113,8 @@ class MarginalSpaceParams(AlgorithmParams):
         t = reader.table("marginal_space")
         workload = parse_marginals(t, "workload") if t.has("workload") else None
         return cls(measures, workload, t.float("time_limit", positive=True), t.bool("records", default=True),
-                   t.int("max_parents", minimum=0), t.int("exact_cells", default=EXACT_CELLS, minimum=0))
+                   t.int("max_parents", minimum=0), t.int("exact_cells", default=EXACT_CELLS, minimum=0),
+                   t.bool("shrink", default=False))
 
 
 @register
@@ -121,7 +128,7 @@ class MarginalSpace(Algorithm):
     accountings = ("pure", "approx", "zcdp")
     supports = frozenset({"nonnegative", "integer", "structural_zeros", "hierarchy", "invariants"})
     sections = {"measure": ("label", "query", "attrs", "k", "mechanism", "share"),
-                "marginal_space": ("workload", "time_limit", "records", "max_parents", "exact_cells")}
+                "marginal_space": ("workload", "time_limit", "records", "max_parents", "exact_cells", "shrink")}
     dense_domain = False
     Params = MarginalSpaceParams
 
@@ -176,7 +183,7 @@ class MarginalSpace(Algorithm):
         workload = list(dict.fromkeys([tuple(getattr(m.query, "attrs", ())) for m in measurements
                                        if getattr(m.query, "attrs", ())] + list(plan.details or [])))
         estimate = estimate_marginals(measurements, workload or None, plan.constraints, time_limit=p.time_limit,
-                                      exact_cells=p.exact_cells)
+                                      exact_cells=p.exact_cells, shrink=p.shrink)
         if not estimate.success:
             return make_release(self, plan, accountant, status=estimate.status, measurements=measurements,
                                 reconstruction=estimate, info={"spec_key": ("marginal_space",)},
