@@ -194,7 +194,7 @@ def build_report(release: "ReleaseResult") -> dict:
             "total": _num(x.sum()) if x is not None else None,
             "integer": bool(spec.constraints.integer),
             "synthetic_rows": None if release.synthetic is None else int(len(release.synthetic)),
-            "answers": {label: int(len(frame)) for label, frame in release.answers.items()},
+            "answers": _answer_rows(release.answers),
         },
         "evaluation": None,
         "timings": dict(release.timings),
@@ -606,3 +606,12 @@ def _jsonable(obj: Any) -> Any:
     if obj is None or isinstance(obj, str):
         return obj
     return str(obj)
+
+
+def _answer_rows(answers) -> dict[str, int]:
+    """Rows of each released answer table; a lazy mapping that knows its sizes (``rows(label)``, e.g.
+    thousands of marginals) is not built just to count them."""
+    rows = getattr(answers, "rows", None)
+    if rows is not None:
+        return {label: int(rows(label)) for label in answers}
+    return {label: int(len(frame)) for label, frame in answers.items()}

@@ -224,7 +224,8 @@ def test_seeded_run_equals_dense_mwem(bits_data, ways, select, passes, scope):
 def test_zcdp_run_equals_dense_mwem(bits_data):
     W = all_marginals(BITS, 2)
     dense = mwem(bits_data, W, rho="1/2", rounds=6, rng=make_random(5))
-    fac = factored_mwem(bits_data, 2, rho="1/2", rounds=6, rng=make_random(5))
+    fac = factored_mwem(bits_data, 2, rho="1/2", rounds=6, rng=make_random(5), select="query", repeat_passes=0,
+                        pass_scope="all", final_passes=0)
     assert fac.selected == dense.selected
     np.testing.assert_allclose(fac.table.to_dense(), dense.last, rtol=1e-9)
     assert all(m.noise == "discrete_gaussian" for m in fac.measurements)
@@ -233,7 +234,8 @@ def test_zcdp_run_equals_dense_mwem(bits_data):
 
 def test_group_pass_scope_replays_by_hand(bits_data):
     """pass_scope="group": after each round, passes over the new measurement's group only."""
-    res = factored_mwem(bits_data, 2, 2, rounds=7, rng=make_random(8), repeat_passes=3, pass_scope="group")
+    res = factored_mwem(bits_data, 2, 2, rounds=7, rng=make_random(8), select="query", repeat_passes=3,
+                        pass_scope="group", final_passes=0)
     state = FactoredMWState(FactoredTable(BITS, float(bits_data.total)))
     for attrs, (_, row), m in zip(res.marginals, res.selected, res.measurements):
         state.add_measurement(attrs, [row], m.values)

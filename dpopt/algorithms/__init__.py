@@ -29,6 +29,7 @@ from dpopt.algorithms.base import (
     registered_names,
 )
 from dpopt.algorithms.dualquery import DualQuery, DualQueryParams, dualquery
+from dpopt.algorithms.marginal_space import MarginalSpace, MarginalSpaceParams
 from dpopt.algorithms.matrix_mechanism import MatrixMechanism, MatrixMechanismParams, WorkloadSpec
 from dpopt.algorithms.measure_reconstruct import MeasureReconstruct, MeasureReconstructParams
 from dpopt.algorithms.mwem import MWEM, MWEMParams, MWEMResult, mwem
@@ -47,6 +48,7 @@ __all__ = [
     "FactoredMWEMResult", "factored_mwem",
     "Polynomial", "PolynomialParams", "PolynomialRelease",
     "DualQuery", "DualQueryParams", "dualquery",
+    "MarginalSpace", "MarginalSpaceParams",
     "MatrixMechanism", "MatrixMechanismParams", "WorkloadSpec",
     "TopDown", "TopDownParams", "TopDownRelease",
 ]

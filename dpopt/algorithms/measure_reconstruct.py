@@ -47,7 +47,7 @@ DEFAULT_RELEASE_TIME_LIMIT = 600.0
 if TYPE_CHECKING:  # pragma: no cover
     from dpopt.spec.table import SpecReader
 
-__all__ = ["MeasureReconstruct", "MeasureReconstructParams"]
+__all__ = ["MeasureReconstruct", "MeasureReconstructParams", "parse_measure_tables", "plan_measures"]
 
 
 @dataclass(frozen=True)
@@ -94,36 +94,71 @@ class MeasureReconstructParams(AlgorithmParams):
 
     @classmethod
     def from_spec(cls, reader: "SpecReader") -> "MeasureReconstructParams":
-        tables = reader.tables("measure", required=True)
-        measures, labels = [], {}
-        for t in tables:
-            query = reader.query(t, QUERY_KINDS)
-            mechanism = t.str("mechanism", required=True, choices=MECHANISMS)
-            try:
-                reader.budget.noise(mechanism)
-            except DpoptError as exc:
-                raise t.error(("mechanism",), str(exc)) from None
-            share = t.budget("share", required=True)
-            label = t.str("label", default=query.describe())
-            if not label.strip():
-                raise t.error(("label",), "must not be empty")
-            if label in labels:
-                raise t.error(("label",), f"label {label!r} is already used by measure[{labels[label] + 1}]; "
-                              "give each [[measure]] a distinct label")
-            labels[label] = len(measures)
-            measures.append(MeasureSpec(label, query, mechanism, share, t.path_))
-        total = sum((m.share for m in measures), Fraction(0))
-        if total != 1:
-            ctx = tables[0].ctx
-            shares = ", ".join(str(m.share) for m in measures)
-            lines = [ctx.lines.get(m.path + ("share",)) for m in measures]
-            at = f", lines {', '.join(map(str, lines))}" if all(lines) else ""
-            raise SpecError(
-                f"spec{f' {ctx.source}' if ctx.source else ''}{at}, key 'measure[*].share': the budget shares of "
-                f"the [[measure]] tables ({shares}) sum to {total} ({float(total):.6g}), not exactly 1")
         from dpopt.spec.sections import parse_reconstruct
 
-        return cls(tuple(measures), parse_reconstruct(reader.table("reconstruct")))
+        return cls(parse_measure_tables(reader), parse_reconstruct(reader.table("reconstruct")))
+
+
+def parse_measure_tables(reader: "SpecReader", kinds=QUERY_KINDS) -> tuple[MeasureSpec, ...]:
+    """The spec's ``[[measure]]`` tables (queries of ``kinds``), their shares summing to exactly 1."""
+    tables = reader.tables("measure", required=True)
+    measures, labels = [], {}
+    for t in tables:
+        query = reader.query(t, kinds)
+        mechanism = t.str("mechanism", required=True, choices=MECHANISMS)
+        try:
+            reader.budget.noise(mechanism)
+        except DpoptError as exc:
+            raise t.error(("mechanism",), str(exc)) from None
+        share = t.budget("share", required=True)
+        label = t.str("label", default=query.describe())
+        if not label.strip():
+            raise t.error(("label",), "must not be empty")
+        if label in labels:
+            raise t.error(("label",), f"label {label!r} is already used by measure[{labels[label] + 1}]; "
+                          "give each [[measure]] a distinct label")
+        labels[label] = len(measures)
+        measures.append(MeasureSpec(label, query, mechanism, share, t.path_))
+    total = sum((m.share for m in measures), Fraction(0))
+    if total != 1:
+        ctx = tables[0].ctx
+        shares = ", ".join(str(m.share) for m in measures)
+        lines = [ctx.lines.get(m.path + ("share",)) for m in measures]
+        at = f", lines {', '.join(map(str, lines))}" if all(lines) else ""
+        raise SpecError(
+            f"spec{f' {ctx.source}' if ctx.source else ''}{at}, key 'measure[*].share': the budget shares of "
+            f"the [[measure]] tables ({shares}) sum to {total} ({float(total):.6g}), not exactly 1")
+    return tuple(measures)
+
+
+def plan_measures(measures, domain, budget) -> list[PlannedMeasure]:
+    """Each measure's query (``all_marginals`` expanded, its share split equally) with the noise law
+    :func:`~dpopt.privacy.mechanisms.calibrate` derives from its exact share of the budget."""
+    entries = []  # (label, query, mechanism, share, path)
+    for m in measures:
+        if isinstance(m.query, LinearQuery):
+            if m.query.domain != domain:
+                raise at_key(ParameterError(f"measure {m.label!r}: its query is over {m.query.domain}, "
+                                            f"not {domain}"), m.path)
+            queries = [("", m.query)]
+        else:
+            queries = build_query(m.query, domain, lambda path, msg: at_key(ParameterError(msg), path))
+        mechanism = budget.noise(m.mechanism)
+        for suffix, query in queries:
+            entries.append((m.label + suffix, query, mechanism, m.share / len(queries), m.path))
+    labels = [e[0] for e in entries]
+    if len(set(labels)) != len(labels):
+        dup = next(lab for lab in labels if labels.count(lab) > 1)
+        raise at_key(ParameterError(f"two measurements are labelled {dup!r}; give distinct labels"), ("measure",))
+    costs = budget.shares({e[0]: e[3] for e in entries})
+    planned = []
+    for label, query, mechanism, share, path in entries:
+        try:
+            law = calibrate(query, costs[label], mechanism)
+        except DpoptError as exc:
+            raise at_key(exc, path + ("mechanism",)) from None
+        planned.append(PlannedMeasure(label, query, mechanism, share, costs[label], law, path=path))
+    return planned
 
 
 @register
@@ -146,30 +181,7 @@ class MeasureReconstruct(Algorithm):
     takes_engine_options = True
 
     def plan(self, domain, constraints, budget) -> AlgorithmPlan:
-        entries = []  # (label, query, mechanism, share, path)
-        for m in self.params.measures:
-            if isinstance(m.query, LinearQuery):
-                if m.query.domain != domain:
-                    raise at_key(ParameterError(f"measure {m.label!r}: its query is over {m.query.domain}, "
-                                                f"not {domain}"), m.path)
-                queries = [("", m.query)]
-            else:
-                queries = build_query(m.query, domain, lambda path, msg: at_key(ParameterError(msg), path))
-            mechanism = budget.noise(m.mechanism)
-            for suffix, query in queries:
-                entries.append((m.label + suffix, query, mechanism, m.share / len(queries), m.path))
-        labels = [e[0] for e in entries]
-        if len(set(labels)) != len(labels):
-            dup = next(lab for lab in labels if labels.count(lab) > 1)
-            raise at_key(ParameterError(f"two measurements are labelled {dup!r}; give distinct labels"), ("measure",))
-        costs = budget.shares({e[0]: e[3] for e in entries})
-        planned = []
-        for label, query, mechanism, share, path in entries:
-            try:
-                law = calibrate(query, costs[label], mechanism)
-            except DpoptError as exc:
-                raise at_key(exc, path + ("mechanism",)) from None
-            planned.append(PlannedMeasure(label, query, mechanism, share, costs[label], law, path=path))
+        planned = plan_measures(self.params.measures, domain, budget)
         rc = self.params.reconstruct
         lines = [f"reconstruct: objective {rc.objective}, backend {rc.backend or 'default'}"
                  + (f", time limit {rc.time_limit:g} s" if rc.time_limit else "")

@@ -314,7 +314,8 @@ def _build_domain(spec: ReleaseSpec) -> Domain:
         if spec.algorithm.dense_domain and domain.size > MAX_DENSE_CELLS:
             raise DomainError(f"the domain has {domain.size:.3g} cells, above the limit of {MAX_DENSE_CELLS:.0e} "
                               f"for algorithm = {spec.algorithm.name!r}, which releases a table over the full "
-                              "domain; use fewer or coarser attributes")
+                              "domain; use fewer or coarser attributes, or algorithm = \"marginal_space\" (marginals "
+                              "and records without the full table)")
     except (DpoptError, OSError, ValueError) as exc:
         raise spec.error(("domain",), plain(exc)) from None
     return domain

@@ -32,7 +32,9 @@ estimates):
   there is.
 
 An algorithm that does not hold the full table (``dense_domain = False``: records or answers
-only) is charged nothing here; the engine figures apply to algorithms that declare the
+only) is charged what its ``memory(plan)`` method says it holds, when it has one (the
+marginal-space estimate's clique cells, factored MWEM's workload cells): the domain's size
+itself is no limit for it. The engine figures apply to algorithms that declare the
 ``[reconstruct]`` section.
 
 The limit is ``DPOPT_MEMORY_LIMIT`` (bytes, or with a K/M/G/T suffix; ``none`` turns the check
@@ -209,8 +211,11 @@ def estimate_memory(p, *, matrix_free: bool = False) -> MemoryEstimate:
     algorithm = getattr(p, "algorithm", None)
     if not getattr(algorithm, "dense_domain", True):
         # Records or answers without the full table (DualQuery, the polynomial release, top-down's
-        # level tables): the algorithm's own plan bounds what it holds.
+        # level tables, marginal space, factored MWEM): charged what the algorithm says it holds.
         estimate.solve = "the algorithm's own (no table over the whole domain)"
+        held = getattr(algorithm, "memory", None)
+        for what, path, size, detail, advice in (held(p.algorithm_plan) if callable(held) else []):
+            estimate.items.append(MemoryItem(what, tuple(path), float(size), "table", detail, advice))
         return estimate
     estimate.items.append(MemoryItem(
         "the released table", ("domain",), n * (BYTES_PER_CELL + BYTES_PER_ATTRIBUTE_CELL * k), "table",

@@ -1,0 +1,279 @@
+"""Measure marginals, then estimate in marginal space: the release for domains no table can hold.
+
+The plan is that of ``measure_reconstruct`` (the spec's ``[[measure]]`` tables, each with its
+exact share of the budget and the noise :func:`~dpopt.privacy.mechanisms.calibrate` derives),
+restricted to marginals, totals and the identity; the reconstruction is
+:func:`dpopt.estimate.marginal_space.estimate_marginals` (residual least squares, then the
+non-negative consistent fit over the marginal polytope's local relaxation, certified), which
+never forms the full table. The release holds
+
+- the workload marginals (every measured set, plus ``[marginal_space] workload``), with their
+  ``noisy`` answers beside the measured ones;
+- synthetic records drawn from a Bayesian network fitted to the estimate
+  (:func:`~dpopt.estimate.marginal_space.sampling.synthetic_records`, post-processing with the
+  release's own random source);
+- with ``[constraints] integer = true``, integer marginals: those of the records (consistent
+  with each other and whole persons), the estimate's fractional counts beside them.
+
+A deliberately small algorithm: choosing *what* to measure is the workload-first ``auto``
+plan's job; this one measures what the spec names.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from itertools import combinations
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from dpopt.algorithms.base import Algorithm, AlgorithmParams, Release, make_release, register
+from dpopt.algorithms.measure_reconstruct import parse_measure_tables, plan_measures
+from dpopt.errors import DomainError, DpoptError, ParameterError, QueryError, at_key
+from dpopt.estimate.marginal_space import EXACT_CELLS, MAX_CLIQUE_CELLS, MarginalFrameMap, estimate_marginals
+from dpopt.estimate.marginal_space.layout import maximal_sets
+from dpopt.estimate.status import Status
+from dpopt.privacy.mechanisms import measure
+from dpopt.spec.model import MeasureSpec
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dpopt.spec.table import SpecReader
+
+__all__ = ["MarginalSpace", "MarginalSpaceParams", "marginal_release_answers", "SOLVER_BYTES_PER_CELL"]
+
+#: Bytes held per clique cell by the estimator (L-BFGS-B's ten pairs of vectors, the iterate, the
+#: gradient, the marginals, the index map) — the envelope ``resources`` charges.
+SOLVER_BYTES_PER_CELL = 8 * 28
+#: The query kinds a ``[[measure]]`` table may name here.
+MARGINAL_KINDS = {"marginal": ("attrs",), "total": (), "identity": (), "all_marginals": ("k",)}
+
+
+@dataclass(frozen=True)
+class MarginalSpaceParams(AlgorithmParams):
+    """``[[measure]]`` tables and ``[marginal_space]``.
+
+    Attributes
+    ----------
+    measures : tuple of MeasureSpec
+        As for ``measure_reconstruct``; marginals, totals and the identity only.
+    workload : tuple of attribute tuples, or int, or None
+        Marginals released besides the measured ones: listed sets, or ``k`` for every ``k``-way
+        marginal.
+    time_limit : float or None
+        Seconds for the estimation.
+    records : bool
+        Draw synthetic records (needed for integer marginals).
+    max_parents : int or None
+        Largest parent set of the records' network (default: the largest clique minus one).
+    exact_cells : int
+        Domains of at most this many cells are solved as a table (exact), see
+        :func:`~dpopt.estimate.marginal_space.estimate_marginals`.
+    shrink : bool
+        Empirical-Bayes shrinkage of the measured interactions towards independence
+        (``estimate_marginals(shrink=True)``); off by default.
+    """
+
+    measures: tuple[MeasureSpec, ...] = ()
+    workload: tuple | int | None = None
+    time_limit: float | None = None
+    records: bool = True
+    max_parents: int | None = None
+    exact_cells: int = EXACT_CELLS
+    shrink: bool = False
+
+    def validate(self) -> None:
+        if not self.measures:
+            raise ParameterError("measures: give at least one measurement")
+        w = self.workload
+        if w is not None and not (isinstance(w, int) and not isinstance(w, bool) and w >= 1) and \
+                not (isinstance(w, tuple) and w and all(isinstance(s, tuple) and s for s in w)):
+            raise ParameterError(f"workload must be an order k >= 1 or a non-empty list of attribute lists, got {w!r}")
+        if self.time_limit is not None and not (isinstance(self.time_limit, (int, float)) and self.time_limit > 0):
+            raise ParameterError(f"time_limit must be positive seconds, got {self.time_limit!r}")
+        if self.max_parents is not None and not (isinstance(self.max_parents, int) and self.max_parents >= 0):
+            raise ParameterError(f"max_parents must be an integer >= 0, got {self.max_parents!r}")
+        if not isinstance(self.records, bool):
+            raise ParameterError(f"records must be true or false, got {self.records!r}")
+        if isinstance(self.exact_cells, bool) or not isinstance(self.exact_cells, int) or self.exact_cells < 0:
+            raise ParameterError(f"exact_cells must be an integer >= 0, got {self.exact_cells!r}")
+        if not isinstance(self.shrink, bool):
+            raise ParameterError(f"shrink must be true or false, got {self.shrink!r}")
+
+    def describe(self) -> str:
+        w = self.workload
+        extra = "" if w is None else f", workload {w if isinstance(w, int) else len(w)}"
+        return f"{len(self.measures)} measurement{'s' if len(self.measures) != 1 else ''}{extra}"
+
+    @classmethod
+    def from_spec(cls, reader: "SpecReader") -> "MarginalSpaceParams":
+        from dpopt.spec.queries import parse_marginals
+
+        measures = parse_measure_tables(reader, MARGINAL_KINDS)
+        t = reader.table("marginal_space")
+        workload = parse_marginals(t, "workload") if t.has("workload") else None
+        return cls(measures, workload, t.float("time_limit", positive=True), t.bool("records", default=True),
+                   t.int("max_parents", minimum=0), t.int("exact_cells", default=EXACT_CELLS, minimum=0),
+                   t.bool("shrink", default=False))
+
+
+@register
+class MarginalSpace(Algorithm):
+    """Measure the named marginals; estimate the workload's in marginal space; draw records from it."""
+
+    name = "marginal_space"
+    title = "noisy marginals, then the consistent non-negative marginals that fit them best, without the full table"
+    reference = ("residual least squares (Xiao et al., NeurIPS 2023; Mullins et al., NeurIPS 2024) with non-negativity "
+                 "over the local marginal polytope (Wainwright and Jordan 2008, §4.1)")
+    accountings = ("pure", "approx", "zcdp")
+    supports = frozenset({"nonnegative", "integer", "structural_zeros", "hierarchy", "invariants"})
+    sections = {"measure": ("label", "query", "attrs", "k", "mechanism", "share"),
+                "marginal_space": ("workload", "time_limit", "records", "max_parents", "exact_cells", "shrink")}
+    dense_domain = False
+    Params = MarginalSpaceParams
+
+    def workload_sets(self, domain) -> list[tuple[str, ...]]:
+        w = self.params.workload
+        if w is None:
+            return []
+        if isinstance(w, int):
+            if w > len(domain):
+                raise at_key(QueryError(f"workload = {w} exceeds the {len(domain)} attributes"),
+                             ("marginal_space", "workload"))
+            return [tuple(c) for c in combinations(domain.attrs, w)]
+        try:
+            return [domain.canonical(domain.check_attrs(s)) for s in w]
+        except DpoptError as exc:
+            raise at_key(QueryError(str(exc)), ("marginal_space", "workload")) from None
+
+    def plan(self, domain, constraints, budget):
+        planned = plan_measures(self.params.measures, domain, budget)
+        from dpopt.estimate.marginal_space import marginal_sets
+        from dpopt.model.measurement import Measurement
+
+        for m in planned:  # only marginals, totals and the identity can be estimated in marginal space
+            try:
+                marginal_sets([Measurement.exact(m.query, np.zeros(m.query.num_rows), m.label)])
+            except QueryError as exc:
+                raise at_key(exc, m.path) from None
+        workload = self.workload_sets(domain)
+        sets = [tuple(getattr(m.query, "attrs", ())) for m in planned] + workload
+        cells = clique_cells(domain, sets)
+        if cells > MAX_CLIQUE_CELLS:
+            raise at_key(DomainError(f"the marginals to estimate hold {cells:,} cells, above the limit of "
+                                     f"{MAX_CLIQUE_CELLS:,}; measure or release fewer or smaller marginals"),
+                         ("marginal_space", "workload") if workload else ("measure",))
+        how = "solved as a table (exact)" if domain.size <= self.params.exact_cells else \
+            "estimated in marginal space (the full table is never formed)"
+        lines = [f"marginal space: {len(set(sets))} marginals ({cells:,} cells), {how}",
+                 "records: a Bayesian network fitted to the estimate" if self.params.records else "no records"]
+        return self.new_plan(domain, constraints, budget, steps=planned, measures=planned, details=workload,
+                             lines=lines)
+
+    def memory(self, plan) -> list[tuple]:
+        """What the run holds: ``(what, spec path, bytes, detail, advice)`` (read by ``resources``)."""
+        sets = [tuple(getattr(m.query, "attrs", ())) for m in plan.measures] + list(plan.details or [])
+        cells = clique_cells(plan.domain, sets)
+        return [("the marginal-space estimate", ("marginal_space",), float(cells) * SOLVER_BYTES_PER_CELL,
+                 f"{cells:,} marginal cells", "measure or release fewer or smaller marginals")]
+
+    def run(self, plan, data, accountant, rng) -> Release:
+        p = self.params
+        measurements = [measure(m.query, data, m.law, accountant, rng, label=m.label) for m in plan.measures]
+        workload = list(dict.fromkeys([tuple(getattr(m.query, "attrs", ())) for m in measurements
+                                       if getattr(m.query, "attrs", ())] + list(plan.details or [])))
+        estimate = estimate_marginals(measurements, workload or None, plan.constraints, time_limit=p.time_limit,
+                                      exact_cells=p.exact_cells, shrink=p.shrink)
+        if not estimate.success:
+            return make_release(self, plan, accountant, status=estimate.status, measurements=measurements,
+                                reconstruction=estimate, info={"spec_key": ("marginal_space",)},
+                                message=f"the marginal-space estimate ended with status {estimate.status.name}: "
+                                        f"{estimate.message}")
+        if estimate.get("table") is not None:  # a small domain, solved as a table: release it as a table
+            return self._release_table(plan, accountant, estimate, measurements)
+        records = None
+        if p.records or plan.constraints.integral:
+            records = estimate.records(rng=rng, max_parents=p.max_parents)
+        answers = marginal_release_answers(plan.domain, estimate.workload, estimate.marginal, records,
+                                           measurements, plan.constraints.integral)
+        notes = [f"Marginals estimated in marginal space ({estimate.info['polytope']} polytope): "
+                 + {"table": "the domain is small enough to be solved as a table, exactly.",
+                    "marginal": "the marginals are decomposable, so the fit is that of the best table.",
+                    "local": "a relaxation: every released marginal is non-negative and consistent with every "
+                             "other, but no single table need have them all."}[estimate.info["polytope"]]]
+        if records is not None:
+            notes.append("Synthetic records: drawn from a Bayesian network fitted to the estimate (post-processing); "
+                         "each family's counts within one record of its conditional law.")
+        if plan.constraints.integral:
+            notes.append("Integer marginals: those of the synthetic records (whole persons, consistent); the "
+                         "estimate's fractional counts are in the 'fitted' column.")
+        from dpopt.model.data import decode_codes
+
+        release = make_release(self, plan, accountant, status=Status.OPTIMAL, message=estimate.message,
+                            measurements=measurements, reconstruction=estimate,
+                            records=None if records is None or not p.records else decode_codes(records, plan.domain),
+                            notes=notes, info={"polytope": estimate.info["polytope"],
+                                               "certificate": estimate.info["certificate"],
+                                               "marginals": len(estimate.workload)})
+        release.answers = answers  # a lazy mapping: frames are built when read
+        return release
+
+    def _release_table(self, plan, accountant, estimate, measurements) -> Release:
+        """The dense route's release: the table (rounded when integral, as ``measure_reconstruct``
+        rounds), its answers to the measurements and its workload marginals."""
+        from dpopt.algorithms.base import marginal_answers, measured_answers, round_release
+
+        counts, rounding, failure = round_release(estimate.table, plan.constraints, measurements,
+                                                  self.params.time_limit)
+        if failure is not None:
+            return make_release(self, plan, accountant, status=rounding.status, measurements=measurements,
+                                reconstruction=estimate, rounding=rounding, message=failure,
+                                info={"spec_key": ("constraints", "integer")})
+        answers = {**measured_answers(measurements, counts),
+                   **marginal_answers(plan.domain, counts, [w for w in plan.details or []])}
+        return make_release(self, plan, accountant, status=Status.OPTIMAL, message=estimate.message, counts=counts,
+                            answers=answers, measurements=measurements, reconstruction=estimate, rounding=rounding,
+                            notes=[f"The domain has {plan.domain.size:,} cells, at most exact_cells = "
+                                   f"{self.params.exact_cells:,}: solved as a table, exactly."],
+                            info={"polytope": "table"})
+
+    @classmethod
+    def example(cls, domain):
+        from dpopt.algorithms.measure_reconstruct import MeasureReconstruct
+
+        return cls.Params(MeasureReconstruct.example(domain).measures)  # three pair marginals
+
+
+def clique_cells(domain, sets) -> int:
+    """Cells of the largest sets among ``sets`` (attribute names), and of every attribute held alone."""
+    axes = [tuple(sorted(domain.axes(s))) for s in sets if s]
+    held = {a for s in axes for a in s}
+    cliques = maximal_sets(axes + [(a,) for a in range(len(domain)) if a not in held])
+    return int(sum(math.prod(domain.sizes[a] for a in c) for c in cliques))
+
+
+def marginal_release_answers(domain, sets, marginal_of, records: np.ndarray | None, measurements, integral: bool):
+    """The released marginals, built when read: attribute columns and ``count`` (the estimate's, or
+    with ``integral`` the records' whole counts and the estimate's beside them as ``fitted``), plus
+    ``noisy`` for a set measured once by a marginal query. ``records``: codes ``(n, d)``."""
+    from dpopt.model.data import Dataset, cells_frame
+
+    noisy = {}
+    for m in measurements:
+        attrs = tuple(getattr(m.query, "attrs", ()))
+        if attrs:
+            noisy[attrs] = None if attrs in noisy else m.values
+    coded = None if records is None else Dataset(records, domain)
+
+    def frame_of(attrs):
+        attrs = domain.canonical(attrs)
+        fitted = np.asarray(marginal_of(attrs), dtype=np.float64)
+        frame = cells_frame(domain.project(attrs), coded.marginal(attrs) if integral else fitted)
+        if integral:
+            frame["fitted"] = fitted
+        values = noisy.get(tuple(attrs))
+        if values is not None:
+            frame["noisy"] = values.astype(np.int64) if np.array_equal(values, np.round(values)) else values
+        return frame
+
+    return MarginalFrameMap(frame_of, [tuple(s) for s in sets], cells_of=lambda s: domain.project(s).size)

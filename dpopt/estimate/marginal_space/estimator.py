@@ -1,0 +1,377 @@
+"""From noisy marginals to the consistent, non-negative marginals that fit them best.
+
+:func:`estimate_marginals` is the one call: measurements of marginals (any attribute sets,
+any noise law: only each measurement's variance enters) and optionally a workload of further
+attribute sets go in; the workload's marginals come out, consistent with each other and
+non-negative, as the weighted least-squares fit of the measurements over the local marginal
+polytope (problem (4) of :mod:`~dpopt.estimate.marginal_space.projection`), certified by its
+duality gap. The full table is never formed: memory is a few vectors over the cells of the
+*cliques* (the largest sets among the workload, the measured sets and the constraints' sets)
+and over their residuals.
+
+Steps (module notes of each):
+
+1. :mod:`~dpopt.estimate.marginal_space.layout` — the cliques and the downward closure of
+   their residuals;
+2. :mod:`~dpopt.estimate.marginal_space.gls` — the unconstrained least squares, one
+   inverse-variance average per residual; exact measurements and invariants fix residuals;
+3. residuals that no measurement covers (workload sets above what was measured) get a weak
+   quadratic prior of weight ``D_A / (PRIOR_RATIO * L)``, where ``L = max D_A / W_A`` over
+   measured residuals: negligible against any measurement, yet it keeps the dual's condition
+   number within a factor ``PRIOR_RATIO`` of the measured problem's. Its centre is the
+   *independence prior* of :mod:`~dpopt.estimate.marginal_space.prior`: the residual the set
+   would have if its attributes were independent across the groups no measurement links
+   (two attributes whose pair was never measured: ``mu_ab = mu_a ⊗ mu_b / N``), zero for an
+   interaction whose every pair was measured. It does not carry dependence through a common
+   neighbour as a graphical model's maximum-entropy completion does: measure what is released;
+4. :mod:`~dpopt.estimate.marginal_space.projection` — non-negativity and structural zeros by
+   the dual of (4), L-BFGS-B, and the duality-gap certificate (with the interior point of
+   :mod:`~dpopt.estimate.marginal_space.interior` for exact feasibility).
+
+This module is post-processing only: it never sees data or randomness.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from dpopt.errors import DomainError, ParameterError, QueryError
+from dpopt.estimate.certificates.verify import CERTIFICATE_TOL, feasibility_tolerance
+from dpopt.estimate.marginal_space.gls import fit_residuals
+from dpopt.estimate.marginal_space.interior import interior_residuals
+from dpopt.estimate.marginal_space.layout import ResidualIndex, SetFamily, check_sets, is_decomposable, maximal_sets
+from dpopt.estimate.marginal_space.prior import independence_prior, shrink_to_independence
+from dpopt.estimate.marginal_space.projection import ProjectionProblem, project
+from dpopt.estimate.marginal_space.result import MarginalEstimate
+from dpopt.estimate.status import Status
+from dpopt.model.constraints import ConstraintSet
+from dpopt.model.domain import Domain
+from dpopt.model.measurement import Measurement
+from dpopt.model.queries.basic import Identity, Total
+from dpopt.model.queries.marginal import Marginal
+
+__all__ = ["estimate_marginals", "marginal_sets", "PRIOR_RATIO", "MAX_CLIQUE_CELLS", "EXACT_CELLS"]
+
+#: Condition-number allowance of the prior on unmeasured residuals (step 3 of the module notes).
+PRIOR_RATIO = 1e3
+#: Largest number of clique cells held (the solver keeps about ten vectors of that length).
+MAX_CLIQUE_CELLS = 2**27
+#: Domains up to this many cells are solved as a table (exact); larger ones in marginal space.
+EXACT_CELLS = 2**20
+
+
+def marginal_sets(measurements: Sequence[Measurement], who: str = "measurement") -> list[tuple[str, ...]]:
+    """The attribute set of each measurement's query: a :class:`Marginal`, :class:`Total` (the empty
+    set) or :class:`Identity` (every attribute); QueryError naming any other."""
+    out = []
+    for i, m in enumerate(measurements):
+        if not isinstance(m, Measurement):
+            raise QueryError(f"{who} {i + 1}: expected a Measurement, got {type(m).__name__}")
+        q = m.query
+        if isinstance(q, Marginal):
+            out.append(tuple(q.attrs))
+        elif isinstance(q, Total):
+            out.append(())
+        elif isinstance(q, Identity):
+            out.append(tuple(q.domain.attrs))
+        else:
+            raise QueryError(f"{who} {m.label!r} measures {q.name}: marginal-space estimation takes marginals, "
+                             "totals and the identity (a marginal on every attribute), not other queries")
+    return out
+
+
+def estimate_marginals(
+    measurements: Sequence[Measurement],
+    workload: Iterable[Sequence[str]] | None = None,
+    constraints: ConstraintSet | None = None,
+    *,
+    total: float | None = None,
+    nonnegative: bool = True,
+    shrink: bool = False,
+    tol: float = CERTIFICATE_TOL,
+    time_limit: float | None = None,
+    max_iter: int = 20000,
+    max_cells: int = MAX_CLIQUE_CELLS,
+    exact_cells: int = EXACT_CELLS,
+) -> MarginalEstimate:
+    """The consistent, non-negative workload marginals that fit the measured marginals best.
+
+    Parameters
+    ----------
+    measurements : sequence of Measurement
+        Noisy (or exact: variance 0) answers to :class:`~dpopt.model.queries.Marginal`,
+        :class:`~dpopt.model.queries.Total` or :class:`~dpopt.model.queries.Identity` queries
+        over one domain, with any noise law (Laplace or Gaussian, any accounting): each enters
+        with weight ``1/variance``.
+    workload : iterable of attribute lists, optional
+        The marginals to release; default: every measured attribute set. Sets above what
+        was measured are answered too (their unmeasured interactions get the weak independence
+        prior of the module notes, step 3). On a domain solved as a table (``exact_cells``)
+        they are what the dense least squares gives instead.
+    constraints : ConstraintSet, optional
+        Public constraints over the same domain: non-negativity (implied by ``nonnegative``),
+        structural zeros and hierarchies (their attribute sets join the cliques and their cells
+        are held at zero), invariants on marginals and totals (exact residuals), integrality
+        (ignored here: see :func:`~dpopt.estimate.marginal_space.sampling.synthetic_records`).
+        Inequalities and invariants on other queries are refused.
+    total : float, optional
+        A public record count (fixes the total; as an invariant on the total would).
+    nonnegative : bool
+        Impose non-negativity (default). False gives the consistent least-squares marginals
+        (structural zeros still held).
+    shrink : bool
+        Empirical-Bayes shrinkage of the measured interactions towards independence
+        (:func:`~dpopt.estimate.marginal_space.prior.shrink_to_independence`, equation (6)): the
+        posterior mode under a normal prior whose variance per order is estimated from the
+        measurements themselves. Off by default (the estimate is then the least-squares fit);
+        worth it when many marginals share a small budget, so that each is noisier than the
+        interactions it measures. Marginal space only (not on a domain solved as a table).
+    tol : float
+        Relative duality gap of the certificate (default dpopt's
+        :data:`~dpopt.estimate.certificates.verify.CERTIFICATE_TOL`; the solver aims at a tenth of
+        it); cells must be within :func:`~dpopt.estimate.certificates.verify.feasibility_tolerance`
+        of their bounds.
+    time_limit : float, optional
+        Seconds for the solve; a solve that reaches it is status TIME_LIMIT, not an estimate.
+    max_iter : int
+        L-BFGS-B iterations.
+    max_cells : int
+        Refuse (DomainError, before any work) cliques holding more cells than this.
+    exact_cells : int
+        Domains of at most this many cells are solved exactly as a table by
+        :func:`dpopt.estimate.reconstruct` (weighted least squares, certified by its engine) and the
+        marginals read off it (``info["polytope"] == "table"``). Larger domains are estimated in
+        marginal space: exactly when the marginals are decomposable (the cliques of a chordal
+        graph: their local polytope is the marginal polytope, ``"marginal"``), otherwise over the
+        local relaxation (``"local"``), which can fit the noise more closely than any table could.
+
+    Returns
+    -------
+    MarginalEstimate
+        ``status`` OPTIMAL only when the certificate holds (``info["certificate"]``).
+    """
+    start = time.perf_counter()
+    measurements = list(measurements)
+    if not measurements:
+        raise QueryError("estimate_marginals: give at least one measurement")
+    sets = marginal_sets(measurements)
+    domain = measurements[0].query.domain
+    for m in measurements[1:]:
+        if m.query.domain != domain:
+            raise QueryError(f"measurement {m.label!r} is over {m.query.domain}, not {domain}")
+    zeros, exact = [], []
+    if constraints is not None:
+        zeros, exact = _constraint_parts(constraints, domain)
+    if total is not None:
+        total = float(total)
+        if not (math.isfinite(total) and total >= 0):
+            raise ParameterError(f"total must be a finite non-negative count, got {total!r}")
+        exact.append(((), np.array([total]), "public total"))
+    if not isinstance(nonnegative, bool):
+        raise ParameterError(f"nonnegative must be True or False, got {nonnegative!r}")
+    if not isinstance(shrink, bool):
+        raise ParameterError(f"shrink must be True or False, got {shrink!r}")
+    if not (isinstance(tol, float) and 0 < tol < 1):
+        raise ParameterError(f"tol must be a float in (0, 1), got {tol!r}")
+    if time_limit is not None and not (float(time_limit) > 0):
+        raise ParameterError(f"time_limit must be positive seconds, got {time_limit!r}")
+
+    all_axes = [tuple(sorted(domain.axes(s))) if s else () for s in sets]  # () for a total
+    measured_axes = [a for a in all_axes if a]
+    if workload is None:
+        work = list(dict.fromkeys(a for a in all_axes if a))
+        if not work:
+            raise QueryError("estimate_marginals: the measurements are all totals; give a workload of marginals")
+    else:
+        work = list(dict.fromkeys(check_sets(domain, list(workload), "workload")))
+        if not work:
+            raise QueryError("estimate_marginals: the workload is empty")
+    extra = [a for a, _ in zeros] + [a for a, _, _ in exact if a]
+    # Every attribute is held (alone if nothing else holds it: uniform, as nothing is known of it),
+    # so that records and marginals can be read over the whole domain.
+    held = {a for s in work + measured_axes + extra for a in s}
+    cliques = maximal_sets(work + measured_axes + extra + [(a,) for a in range(len(domain)) if a not in held])
+    sizes = np.asarray(domain.sizes, dtype=np.int64)
+    if exact_cells and domain.size <= exact_cells:
+        polytope = "table"  # the full table fits: solved densely, exactly
+    else:
+        polytope = "marginal" if is_decomposable(cliques) else "local"
+    clique_cells = sum(math.prod(int(sizes[a]) for a in c) for c in cliques)
+    if clique_cells > max_cells:
+        biggest = max(cliques, key=lambda c: math.prod(int(sizes[a]) for a in c))
+        raise DomainError(
+            f"the marginals to hold have {clique_cells:,} cells, above max_cells = {max_cells:,} (largest: "
+            f"{', '.join(domain.attrs[a] for a in biggest)} with {math.prod(int(sizes[a]) for a in biggest):,} "
+            "cells); release fewer or smaller marginals")
+
+    tick = time.perf_counter()
+    index = ResidualIndex(domain, cliques)
+    family = SetFamily(index, cliques)
+    labels = [m.label for m in measurements] + [name for _, _, name in exact]
+    fit_sets = all_axes + [a for a, _, _ in exact]
+    values = [m.values for m in measurements] + [v for _, v, _ in exact]
+    variances = np.concatenate([[float(m.variance) for m in measurements], np.zeros(len(exact))])
+    fit = fit_residuals(index, fit_sets, values, variances, labels)
+    time_fit = time.perf_counter() - tick
+
+    diagonal = family.diagonal()
+    weight = fit.weight.copy()
+    noisy = (weight > 0) & ~fit.fixed
+    unmeasured = ~fit.measured
+    if noisy.any():
+        scale = float(np.max(diagonal[noisy] / weight[noisy]))
+    else:
+        scale = 1.0
+    weight[unmeasured] = diagonal[unmeasured] / (PRIOR_RATIO * scale)
+    target = independence_prior(index, fit.target, fit.measured) if unmeasured.any() else fit.target
+    shrinkage = None
+    if shrink:
+        target, weight, shrinkage = shrink_to_independence(index, target, weight, fit.measured, fit.fixed,
+                                                           max_ratio=PRIOR_RATIO)
+    fixed_total = bool(fit.fixed[index.position_of(())])
+    total_value = float(fit.target[index.set_offsets[index.position_of(())]])
+    feasibility = feasibility_tolerance(max(abs(total_value), 1.0))
+    remaining = None if time_limit is None else max(float(time_limit) - (time.perf_counter() - start), 1e-3)
+    interior = None
+    table = None
+    if polytope == "table":
+        r, mu, status, message, certificate, nit, stopped, table = _solve_table(
+            measurements, constraints, total, nonnegative, remaining, family)
+        time_project = time.perf_counter() - start - time_fit
+        history: list = []
+    else:
+        zero_cells = _zero_cells(family, zeros, sizes) if zeros else None
+        if nonnegative or zero_cells is not None:
+            r_int = interior_residuals(index, [(a, v) for a, v, _ in exact if a], zeros,
+                                       total_value if fixed_total else None)
+            if r_int is not None:
+                interior = (r_int, family.expand(r_int))
+        problem = ProjectionProblem(index, family, target, weight, fit.fixed, zero_cells, interior,
+                                    nonnegative=nonnegative)
+        solved = project(problem, tol=tol, feasibility=feasibility, max_iter=max_iter, time_limit=remaining)
+        r, mu, nit, stopped, history, time_project = (solved.r, solved.mu, solved.iterations, solved.stopped,
+                                                      solved.history, solved.time)
+        what = "marginal polytope: the marginals are decomposable" if polytope == "marginal" else \
+            "local polytope: a relaxation"
+        if solved.converged:
+            status = Status.OPTIMAL
+            message = (f"certified ({what}): relative duality gap {solved.gap:.1e} (tolerance {tol:g}), largest "
+                       f"violation {solved.violation:.1e} (tolerance {feasibility:.1e}); {nit} L-BFGS-B iterations")
+        else:
+            status = Status.TIME_LIMIT if stopped == "time limit" else Status.NUMERICAL_ERROR
+            message = (f"not certified ({stopped}): relative duality gap {solved.gap:.1e} (tolerance {tol:g}), "
+                       f"largest violation {solved.violation:.1e} (tolerance {feasibility:.1e}) after {nit} L-BFGS-B "
+                       "iterations; the point is kept as an incumbent, not an estimate")
+        certificate = {"gap": solved.gap, "tol": tol, "violation": solved.violation, "feasibility_tol": feasibility,
+                       "primal": solved.fun, "dual": solved.dual, "ok": solved.converged}
+    measured_family = SetFamily(index, [a for a, m in zip(all_axes, measurements) if m.variance > 0])
+    chi_square = _chi_square(measured_family, r, [m for m in measurements if m.variance > 0])
+    info = {
+        "certificate": certificate, "polytope": polytope, "cliques": len(cliques), "clique_cells": int(family.size),
+        "residual_sets": int(index.num_sets), "residual_cells": int(index.size),
+        "unmeasured_residual_sets": int(unmeasured.sum()), "fixed_residual_sets": int(fit.fixed.sum()),
+        "prior_ratio": PRIOR_RATIO, "shrinkage": shrinkage, "interior_point": interior is not None, "stopped": stopped,
+        "time_fit": time_fit, "time_project": time_project, "total_public": fixed_total, "history": history,
+    }
+    solver = (f"dpopt.estimate.reconstruct ({certificate.get('backend')})" if polytope == "table" else
+              "residual least squares, then the dual by L-BFGS-B (scipy)")
+    return MarginalEstimate(
+        status=status, success=status is Status.OPTIMAL, message=message, fun=chi_square, objective="l2",
+        backend="marginal_space", solver=solver,
+        domain=domain, workload=tuple(tuple(domain.attrs[a] for a in w) for w in work),
+        cliques=tuple(tuple(domain.attrs[a] for a in c) for c in cliques), index=index, family=family,
+        residuals=r, clique_marginals=mu, total=float(r[index.set_offsets[index.position_of(())]]), table=table,
+        measurements=measurements, constraints=constraints, nit=nit,
+        time=time.perf_counter() - start, incumbent=status is not Status.OPTIMAL, info=info,
+        residual_weights=fit.weight)
+
+
+def _solve_table(measurements, constraints, total, nonnegative, time_limit, family: SetFamily):
+    """The dense route: :func:`dpopt.estimate.reconstruct` (weighted least squares under the
+    constraints, certified by its engine), and the residuals of its table (``adjoint / diagonal``
+    of the cliques' marginals, which are consistent)."""
+    from dpopt.estimate import reconstruct
+    from dpopt.model.constraints import Invariant, NonNegativity
+
+    domain = family.index.domain
+    cs = ConstraintSet(domain, list(constraints.constraints) if constraints is not None else [])
+    if nonnegative and not cs.nonnegative:
+        cs.add(NonNegativity())
+    if total is not None:
+        cs.add(Invariant(Total(domain), np.array([float(total)]), name="public total"))
+    result = reconstruct(measurements, cs, "l2", time_limit=time_limit, integer=False)
+    certificate = {"dense": True, "backend": result.backend, "status": result.status.name,
+                   "max_violation": result.max_violation, "ok": bool(result.success)}
+    note = f"the full table ({domain.size:,} cells) fits: solved densely ({result.backend}): {result.message}"
+    if result.x is None:
+        return (np.zeros(family.index.size), np.zeros(family.size), result.status, note, certificate,
+                result.nit, result.status.name, None)
+    x = np.asarray(result.x, dtype=np.float64)
+    mu = family.pack([Marginal(domain, [domain.attrs[a] for a in s]).matvec(x) for s in family.sets])
+    r = family.adjoint(mu) / family.index.per_set(family.diagonal())
+    status = result.status if result.success else (result.status if result.status is not Status.OPTIMAL
+                                                   else Status.NUMERICAL_ERROR)
+    return r, family.expand(r), status, note, certificate, result.nit, result.status.name, x
+
+
+def _constraint_parts(constraints: ConstraintSet, domain: Domain):
+    """``(zero patterns [(axes, mask)], exact marginals [(axes, values, name)])`` of public constraints."""
+    if not isinstance(constraints, ConstraintSet):
+        raise ParameterError(f"constraints must be a ConstraintSet, got {type(constraints).__name__}")
+    if constraints.domain != domain:
+        raise QueryError(f"constraints are over {constraints.domain}, not the measurements' {domain}")
+    if constraints.inequalities:
+        raise ParameterError("marginal-space estimation keeps non-negativity, structural zeros, hierarchies and "
+                             f"invariants on marginals, not inequalities ({constraints.inequalities[0].key!r})")
+    constraints.check()
+    zeros = []
+    for _, attrs, mask in constraints.zero_patterns():
+        zeros.append((tuple(sorted(domain.axes(attrs))), np.asarray(mask, dtype=bool)))
+    exact = []
+    for inv in constraints.invariants:
+        q = inv.query
+        if isinstance(q, Marginal):
+            axes = tuple(sorted(domain.axes(q.attrs)))
+        elif isinstance(q, Total):
+            axes = ()
+        elif isinstance(q, Identity):
+            axes = tuple(range(len(domain)))
+        else:
+            raise QueryError(f"invariant {inv.name!r} is on {q.name}: marginal-space estimation keeps invariants on "
+                             "marginals, totals and the identity only")
+        exact.append((axes, np.asarray(inv.values, dtype=np.float64), f"invariant {inv.name!r}"))
+    return zeros, exact
+
+
+def _zero_cells(family: SetFamily, zeros, sizes: np.ndarray) -> np.ndarray:
+    """Flat mask over the clique cells: cells whose projection on a zero pattern's attributes is forbidden."""
+    mask = np.zeros(family.size, dtype=bool)
+    for group in family.groups:
+        view = family.view(mask, group)
+        for axes, forbidden in zeros:
+            held = np.isin(group.axes, axes).sum(axis=1) == len(axes)
+            rows = np.flatnonzero(held)
+            if not rows.size:
+                continue
+            forbidden = np.asarray(forbidden, dtype=bool).reshape([int(sizes[a]) for a in axes])
+            for row in rows:  # loop over the cliques holding the pattern (few), never over cells
+                positions = [int(np.flatnonzero(group.axes[row] == a)[0]) for a in axes]
+                shape = [1] * len(group.sizes)
+                for p, a in zip(positions, axes):
+                    shape[p] = int(sizes[a])
+                view[row] |= forbidden.reshape(shape)
+    return mask
+
+
+def _chi_square(family: SetFamily, r: np.ndarray, measurements: list[Measurement]) -> float:
+    """``sum_S ||y_S - mu_S||² / sigma_S²`` at residuals ``r`` (dpopt's L2 objective value)."""
+    if not measurements:
+        return 0.0
+    mu = family.expand(r)
+    y = family.pack([m.values for m in measurements])
+    w = family.per_set(np.array([1.0 / m.variance for m in measurements]))
+    return float(np.sum(w * (mu - y) ** 2))

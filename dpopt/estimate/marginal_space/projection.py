@@ -1,0 +1,289 @@
+"""Non-negative, consistent marginals: the least-squares fit over the local marginal polytope.
+
+Given the residual fit ``(r^, W)`` of :mod:`~dpopt.estimate.marginal_space.gls` and a family
+of marginals (the *cliques*) written from the residuals by ``mu = E r``
+(:meth:`~dpopt.estimate.marginal_space.layout.SetFamily.expand`), solve
+
+    minimise    F(r) = 1/2 sum_{A free} W_A ||r_A - r^_A||²                              (4)
+    subject to  (E r)_c >= 0 for every clique cell c,  (E r)_c = 0 on structural zeros,
+                r_A = r^_A where exact measurements fix it.
+
+By equation (3) this is the weighted least-squares fit of the measurements over every family
+of marginals that is consistent (each ``r_A`` shared by all the marginals holding ``A``) and
+non-negative: the local relaxation of the marginal polytope (Wainwright and Jordan 2008, §4.1;
+the "local non-negativity" of Mullins et al., NeurIPS 2024). Where the cliques are
+decomposable (they have a junction tree) the local polytope *is* the marginal polytope and (4)
+gives the marginals of the dense constrained least-squares table; otherwise (4) is its
+relaxation.
+
+**Method: the dual.** With multipliers ``kappa >= 0`` on the cells (free on structural zeros)
+the Lagrangian is minimised in closed form by ``r(kappa) = r_ref + W^-1 E^T kappa`` (``r_ref`` is
+``r^`` on free sets and the fixed values elsewhere; ``W^-1`` is 0 on fixed sets), and the dual
+problem is the bound-constrained quadratic
+
+    minimise over kappa >= 0:   1/2 ||E^T kappa||²_{W^-1} + <E^T kappa, r_ref>            (5)
+
+whose gradient is the marginals ``mu(kappa) = E r(kappa)`` themselves: a multiplier grows
+exactly where its cell is negative. (5) is solved by L-BFGS-B (Byrd, Lu, Nocedal, Zhu 1995;
+scipy's implementation) after scaling ``kappa`` by ``1/sqrt(L)``, ``L = max_A D_A / W_A`` the
+largest eigenvalue of ``E W^-1 E^T`` (``D = E^T E`` is diagonal: layout notes). Every
+function evaluation is one :meth:`adjoint` and one :meth:`expand`; memory is a few vectors over
+the clique cells.
+
+**Certificate.** Weak duality: for any ``kappa`` feasible in (5) and any ``r`` feasible in (4),
+``F(r) + (5)(kappa) >= 0`` with equality at the optimum, so
+
+    gap = (F(r) - g(kappa)) / (1 + |F(r)| + |g(kappa)|),       g = -(5)
+
+bounds the suboptimality of ``r``. The primal point is ``r(kappa)`` moved towards an interior
+point ``r_int`` (positive marginals that keep every fixed residual and structural zero) just
+enough that no cell is negative (:func:`repair`): ``(1 - t) r + t r_int`` stays consistent and
+keeps the fixed residuals since the map is linear. A point is certified only when its
+remaining violation is within the feasibility tolerance and its gap within tolerance.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dpopt.estimate.marginal_space.layout import ResidualIndex, SetFamily
+
+__all__ = ["ProjectionProblem", "Projection", "project", "dual_value", "objective", "repair"]
+
+
+@dataclass
+class ProjectionProblem:
+    """Problem (4): residual targets and weights, the cliques, fixed residuals and zero cells.
+
+    ``interior`` is an optional pair ``(r_int, mu_int)``: residuals keeping every fixed value
+    and structural zero whose clique marginals are positive wherever a feasible point can be,
+    with the total of ``r_int`` equal to 1 when the total is free (it is rescaled to the
+    current total) — see :func:`repair`.
+    """
+
+    index: ResidualIndex
+    cliques: SetFamily
+    target: np.ndarray  # r^ (flat), fixed residuals at their values
+    weight: np.ndarray  # W_A per set, > 0 on every free set
+    fixed: np.ndarray  # bool per set
+    zero_cells: np.ndarray | None = None  # bool over clique cells (flat), structural zeros
+    interior: tuple | None = None
+    nonnegative: bool = True  # False: only the structural zeros constrain the cells
+
+    def __post_init__(self) -> None:
+        index = self.index
+        free_sets = ~np.asarray(self.fixed, dtype=bool)
+        if np.any(self.weight[free_sets] <= 0):
+            raise ValueError("every free residual needs a positive weight")
+        self.free_flat = index.per_set(free_sets) > 0
+        self.w_flat = index.per_set(np.where(free_sets, self.weight, 0.0))
+        self.inv_w_flat = np.zeros_like(self.w_flat)
+        self.inv_w_flat[self.free_flat] = 1.0 / self.w_flat[self.free_flat]
+        diagonal = self.cliques.diagonal()
+        ratio = diagonal[free_sets] / self.weight[free_sets]
+        self.lipschitz = float(ratio.max()) if ratio.size else 0.0
+        self.total_free = not bool(self.fixed[index.position_of(())])
+
+    def residuals(self, kappa: np.ndarray) -> np.ndarray:
+        """``r(kappa)`` of the Lagrangian's minimiser."""
+        return self.target + self.inv_w_flat * self.cliques.adjoint(kappa)
+
+
+def objective(problem: ProjectionProblem, r: np.ndarray) -> float:
+    """``F(r)`` of (4)."""
+    free = problem.free_flat
+    diff = (r - problem.target)[free]
+    return 0.5 * float(np.sum(problem.w_flat[free] * diff * diff))
+
+
+def dual_value(problem: ProjectionProblem, kappa: np.ndarray, h: np.ndarray | None = None) -> float:
+    """``g(kappa)``: minus (5). Pass ``h = E^T kappa`` when it is at hand."""
+    h = problem.cliques.adjoint(kappa) if h is None else h
+    free = problem.free_flat
+    return -0.5 * float(np.sum(h[free] ** 2 * problem.inv_w_flat[free])) - float(h @ problem.target)
+
+
+def repair(problem: ProjectionProblem, r: np.ndarray, mu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Move ``r`` towards the interior point just enough that no cell is negative.
+
+    ``(1 - t) r + t r_int`` keeps every fixed residual and consistency (the map is linear);
+    ``t`` is the smallest value that lifts every negative cell where the interior point is
+    positive. Cells the interior point leaves at zero cannot be lifted (their violation stays).
+    """
+    neg = mu < 0
+    if problem.interior is None or not neg.any():
+        return r, mu
+    r_int, mu_int = problem.interior
+    if problem.total_free:  # the interior point has total 1: give it the current total
+        total = float(r[problem.index.set_offsets[problem.index.position_of(())]])
+        if not total > 0:
+            return r, mu
+        r_int, mu_int = r_int * total, mu_int * total
+    lift = neg & (mu_int > 0)
+    if not lift.any():
+        return r, mu
+    t = float(np.max(-mu[lift] / (mu_int[lift] - mu[lift])))
+    t = min(1.0, t * (1.0 + 1e-9) + 1e-15)
+    return (1.0 - t) * r + t * r_int, (1.0 - t) * mu + t * mu_int
+
+
+def violation(problem: ProjectionProblem, mu: np.ndarray) -> float:
+    """The largest negative cell, or the largest deviation on a structural zero (counts)."""
+    worst = float(max(0.0, -mu.min(initial=0.0))) if problem.nonnegative else 0.0
+    zeros = problem.zero_cells
+    if zeros is not None and zeros.any():
+        worst = max(worst, float(np.abs(mu[zeros]).max()))
+    return worst
+
+
+@dataclass
+class Projection:
+    """The outcome of :func:`project`: the best point found and its certificate."""
+
+    r: np.ndarray
+    mu: np.ndarray
+    kappa: np.ndarray
+    fun: float  # F(r)
+    dual: float  # g(kappa)
+    gap: float  # relative duality gap
+    violation: float  # counts
+    iterations: int
+    evaluations: int
+    converged: bool
+    stopped: str  # why the solve ended
+    time: float
+    history: list = field(default_factory=list)
+
+
+def certify(problem: ProjectionProblem, kappa_in: np.ndarray) -> tuple:
+    """``(r, mu, kappa, gap, violation, F, g)`` at multipliers ``kappa`` (projected onto the bounds).
+
+    The absolute gap is computed without cancellation: at ``r(kappa)`` it is ``F - g = kappa . mu``
+    (complementarity), and the repair adds ``F(r_repaired) - F(r(kappa))``, a difference of
+    quadratics taken as ``1/2 W (r' - r)(r' + r - 2 r^)``.
+    """
+    kappa = np.maximum(np.array(kappa_in, dtype=np.float64), 0.0) if problem.nonnegative else \
+        np.zeros(problem.cliques.size)
+    if problem.zero_cells is not None:
+        kappa[problem.zero_cells] = np.asarray(kappa_in, dtype=np.float64)[problem.zero_cells]
+    h = problem.cliques.adjoint(kappa)
+    r = problem.target + problem.inv_w_flat * h
+    mu = problem.cliques.expand(r)
+    gap = float(kappa @ mu)
+    repaired, mu_repaired = repair(problem, r, mu)
+    if repaired is not r:
+        free = problem.free_flat
+        step = (repaired - r)[free]
+        gap += 0.5 * float(np.sum(problem.w_flat[free] * step * (repaired + r - 2.0 * problem.target)[free]))
+    fun = objective(problem, repaired)
+    dual = fun - gap
+    relative = max(gap, 0.0) / (1.0 + abs(fun) + abs(dual))
+    return repaired, mu_repaired, kappa, relative, violation(problem, mu_repaired), fun, dual
+
+
+def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float = 1e-6,
+            max_iter: int = 20000, time_limit: float | None = None, check_every: int = 10,
+            memory: int = 10, restarts: int = 5, target: float | None = None) -> Projection:
+    """Solve (4) through its dual (5) by L-BFGS-B; stop when the certificate holds or at a limit.
+
+    ``tol`` is the relative duality gap a point must reach to be certified, ``target`` (default
+    ``tol / 10``) the gap at which the solver stops early, ``feasibility`` the largest violation
+    allowed (counts).
+    A run of L-BFGS-B that ends without the certificate (a line search that can make no more
+    progress in floating point) is restarted from its point with a fresh memory, up to
+    ``restarts`` times. ``converged`` is True only when both figures hold at the returned point.
+    """
+    from scipy.optimize import minimize
+
+    start = time.perf_counter()
+    accept, tol = tol, tol / 10 if target is None else target
+    fam = problem.cliques
+    cells = fam.size
+    if problem.lipschitz <= 0:  # nothing free: the fixed residuals are the answer
+        point = certify(problem, np.zeros(cells))
+        return _outcome(point, 0, 0, point[4] <= feasibility, "nothing to fit", start, [])
+    s = 1.0 / np.sqrt(problem.lipschitz)
+    lower = np.zeros(cells)
+    upper = np.full(cells, np.inf) if problem.nonnegative else np.zeros(cells)
+    if problem.zero_cells is not None:
+        lower[problem.zero_cells] = -np.inf
+        upper[problem.zero_cells] = np.inf
+    bounds = np.column_stack([lower, upper])
+    inv_w, target = problem.inv_w_flat, problem.target
+    counter = {"f": 0, "it": 0}
+    history: list = []
+    best = certify(problem, np.zeros(cells))
+    history.append((0, 0, best[3], best[4]))
+    if best[4] <= feasibility and best[3] <= tol:
+        return _outcome(best, 0, 0, True, "the unconstrained fit is feasible", start, history)
+
+    unconstrained = fam.expand(target)  # b = E r_ref, the dual's linear term
+
+    def fun_grad(scaled):
+        # (5) = 1/2 k.(H k) + b.k = 1/2 k.(mu + b), with mu = H k + b its gradient: no cancellation.
+        counter["f"] += 1
+        kappa = s * scaled
+        mu = fam.expand(target + inv_w * fam.adjoint(kappa))
+        return 0.5 * float(kappa @ (mu + unconstrained)), s * mu
+
+    class _Done(Exception):
+        pass
+
+    state = {"best": best, "stopped": ""}
+
+    def callback(scaled):
+        counter["it"] += 1
+        if counter["it"] % check_every:
+            return
+        point = certify(problem, s * scaled)
+        history.append((counter["it"], counter["f"], point[3], point[4]))
+        if _better(point, state["best"], feasibility):
+            state["best"] = point
+        if point[4] <= feasibility and point[3] <= tol:
+            state["stopped"] = "certified"
+            raise StopIteration
+        if time_limit is not None and time.perf_counter() - start > time_limit:
+            state["stopped"] = "time limit"
+            raise StopIteration
+
+    x = np.zeros(cells)
+    for attempt in range(restarts + 1):
+        remaining = max_iter - counter["it"]
+        if remaining <= 0:
+            state["stopped"] = state["stopped"] or "iteration limit"
+            break
+        result = minimize(fun_grad, x, jac=True, method="L-BFGS-B", bounds=bounds, callback=callback,
+                          options={"maxiter": remaining, "maxcor": memory, "ftol": 0.0, "gtol": 0.0,
+                                   "maxfun": 10 * remaining})
+        x = result.x
+        point = certify(problem, s * x)
+        if _better(point, state["best"], feasibility):
+            state["best"] = point
+        if state["stopped"]:
+            break
+        if point[4] <= feasibility and point[3] <= tol:
+            state["stopped"] = "certified"
+            break
+        state["stopped"] = f"L-BFGS-B: {result.message}"
+    best = state["best"]
+    ok = best[4] <= feasibility and best[3] <= accept
+    return _outcome(best, counter["it"], counter["f"], ok, state["stopped"], start, history)
+
+
+def _outcome(point, iterations, evaluations, ok, stopped, start, history) -> Projection:
+    r, mu, kappa, gap, viol, fun, dual = point
+    return Projection(r, mu, kappa, fun, dual, gap, viol, iterations, evaluations, bool(ok), stopped,
+                      time.perf_counter() - start, history)
+
+
+def _better(a, b, feasibility) -> bool:
+    """Prefer points within the feasibility tolerance, then the smaller gap (else the smaller violation)."""
+    fa, fb = a[4] <= feasibility, b[4] <= feasibility
+    if fa != fb:
+        return fa
+    if not fa:
+        return a[4] < b[4]
+    return a[3] < b[3]

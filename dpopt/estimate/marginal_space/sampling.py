@@ -1,0 +1,293 @@
+"""Synthetic records from a marginal-space estimate: a Bayesian network drawn with controlled rounding.
+
+The estimate holds consistent marginals, not a table; records need a joint law. Here it is a
+Bayesian network fitted to the estimate alone (post-processing), in the manner of PrivBayes
+(Zhang, Cormode, Procopiuc, Srivastava, Xiao, TODS 2017) and of Chow and Liu (1968) for
+one parent:
+
+1. **Structure.** Every *family* — a child and its parents — is an attribute set inside one
+   of the estimate's cliques (so its marginal is estimated, and consistent with every other).
+   Greedily, starting from the strongest pair, the next attribute placed is the child of the
+   family, among those whose parents are all placed, with the largest mutual information
+   ``I(child; parents)`` computed from the estimated family marginal (at most
+   ``max_parents`` parents).
+2. **Conditionals.** ``P(child | parents)`` is the estimated family marginal, normalised per
+   parent configuration (a configuration with no mass gets the child's own marginal).
+3. **Records by controlled rounding along the network.** The root's values are allocated to
+   the ``n`` records by systematic sampling of ``n P(root)`` (each count the floor or ceiling
+   of its expectation, unbiased); then for each child, the records are grouped by their
+   parents' values and each group of ``m_g`` records receives the counts ``m_g P(child | g)``
+   rounded the same way (floor or ceiling, summing to ``m_g``), assigned in a random order
+   within the group. So every family's counts in the records are within one record of
+   ``(records with those parents) x P(child | parents)``, and the records follow the network
+   exactly in expectation.
+
+An estimate solved as a table (small domains) is sampled from the table itself: its cell counts
+are the floor or ceiling of ``n x / total`` by the same systematic rounding. The network carries
+dependence between attributes through their common neighbours, which the estimate's independence
+prior for unmeasured marginals does not (see :mod:`~dpopt.estimate.marginal_space.estimator`).
+
+Randomness is the caller's: ``uniforms`` (an array of independent uniforms on [0, 1)) or
+``rng`` (a :class:`~dpopt.privacy.randomness.RandomSource` or a ``numpy`` Generator) passed in;
+this package draws none. Records from a private estimate are post-processing: no privacy cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpopt.errors import ParameterError, QueryError
+from dpopt.estimate.marginal_space.layout import SetFamily
+
+__all__ = ["NetworkModel", "fit_network", "synthetic_records", "uniforms_needed", "product_records",
+           "controlled_counts"]
+
+#: Largest table (cells) of one family's conditional probabilities.
+MAX_FAMILY_CELLS = 2**22
+
+
+@dataclass
+class NetworkModel:
+    """A Bayesian network over the domain: families in sampling order and their conditionals.
+
+    Attributes
+    ----------
+    domain : Domain
+    order : list of int
+        Attribute axes in the order they are drawn.
+    parents : dict of int to tuple of int
+        Parent axes of each attribute (sorted).
+    conditionals : dict of int to ndarray
+        ``P(child | parents)``: shape ``(parent configurations, child values)``, parent
+        configurations in C order over the sorted parent axes.
+    scores : dict of int to float
+        ``I(child; parents)`` of each family (nats), from the estimate.
+    """
+
+    domain: object
+    order: list
+    parents: dict
+    conditionals: dict
+    scores: dict
+
+    def families(self) -> list[tuple[str, ...]]:
+        """Each family (child then parents) as attribute names, in sampling order."""
+        names = self.domain.attrs
+        return [(names[c],) + tuple(names[p] for p in self.parents[c]) for c in self.order]
+
+    def sample_codes(self, n: int, draw) -> np.ndarray:
+        """Codes ``(n, d)`` of ``n`` records (module notes, step 3); ``draw(m)`` returns ``m`` uniforms."""
+        sizes = np.asarray(self.domain.sizes, dtype=np.int64)
+        codes = np.zeros((n, len(sizes)), dtype=np.int64)
+        for child in self.order:
+            parents = self.parents[child]
+            table = self.conditionals[child]
+            if parents:
+                group = np.ravel_multi_index(tuple(codes[:, list(parents)].T), tuple(sizes[list(parents)]))
+            else:
+                group = np.zeros(n, dtype=np.int64)
+            counts = np.bincount(group, minlength=table.shape[0])
+            alloc = controlled_counts(counts[:, None] * table, counts, draw(table.shape[0]))
+            order = np.lexsort((draw(n), group))  # records by group, in a random order within each group
+            values = np.repeat(np.tile(np.arange(table.shape[1]), table.shape[0]), alloc.ravel())
+            codes[order, child] = values
+        return codes
+
+
+def controlled_counts(expected: np.ndarray, totals: np.ndarray, uniforms: np.ndarray) -> np.ndarray:
+    """Integer rows summing to ``totals``, each entry the floor or ceiling of ``expected`` (rows
+    summing to ``totals``), by systematic sampling of the fractional parts with one uniform per
+    row: unbiased (``E[out] = expected``), all rows at once."""
+    expected = np.maximum(np.asarray(expected, dtype=np.float64), 0.0)
+    totals = np.asarray(totals, dtype=np.int64)
+    base = np.floor(expected)
+    short = totals - base.sum(axis=1).astype(np.int64)  # how many entries of each row round up
+    frac = expected - base
+    sums = frac.sum(axis=1)
+    scale = np.divide(short, sums, out=np.zeros_like(sums), where=sums > 0)  # fix floating-point drift
+    cum = np.cumsum(frac * scale[:, None], axis=1)
+    cum[:, -1] = short
+    u = np.asarray(uniforms, dtype=np.float64)[:, None]
+    hits = np.floor(cum - u) - np.floor(np.concatenate([np.zeros((len(cum), 1)), cum[:, :-1]], axis=1) - u)
+    out = base.astype(np.int64) + hits.astype(np.int64)
+    bad = short < 0
+    if bad.any():  # cannot happen for rows of non-negative expectations summing to their totals
+        raise QueryError("controlled rounding: a row's expectations exceed its total")
+    return out
+
+
+def fit_network(estimate, *, max_parents: int | None = None) -> NetworkModel:
+    """The network of the module notes from a :class:`MarginalEstimate` (post-processing only)."""
+    index, domain = estimate.index, estimate.domain
+    sizes = np.asarray(domain.sizes, dtype=np.int64)
+    d = len(domain)
+    largest = max((len(c) for c in estimate.cliques), default=1)
+    max_parents = largest - 1 if max_parents is None else int(max_parents)
+    if max_parents < 0:
+        raise ParameterError(f"max_parents must be >= 0, got {max_parents}")
+    # Candidate families: every residual set of 2 .. max_parents + 1 attributes (all subsets of cliques).
+    families = [axes for axes in index.set_axes
+                if 2 <= len(axes) <= max_parents + 1 and np.prod(sizes[list(axes)]) <= MAX_FAMILY_CELLS]
+    fam = SetFamily(index, families) if families else None
+    flat = fam.expand(estimate.residuals) if fam else np.zeros(0)
+    child_of, parents_of, score_of = [], [], []
+    if fam:
+        for g in fam.groups:
+            probs = np.maximum(fam.view(flat, g), 0.0)
+            mass = probs.reshape(len(g.axes), -1).sum(axis=1)
+            probs = probs / np.where(mass > 0, mass, 1.0).reshape((-1,) + (1,) * len(g.sizes))
+            for j in range(len(g.sizes)):
+                child_of.append(g.axes[:, j])
+                parents_of.append(np.delete(g.axes, j, axis=1))
+                score_of.append(_mutual_information(probs, j))
+    placed = np.zeros(d, dtype=bool)
+    order: list[int] = []
+    parents: dict[int, tuple[int, ...]] = {}
+    scores: dict[int, float] = {}
+    # Flatten the candidates (padded parent arrays, -1 for "none") for vectorised filtering.
+    if child_of:
+        width = max(p.shape[1] for p in parents_of)
+        child = np.concatenate(child_of)
+        pad = np.concatenate([np.pad(p, ((0, 0), (0, width - p.shape[1])), constant_values=-1) for p in parents_of])
+        score = np.concatenate(score_of)
+        nparents = (pad >= 0).sum(axis=1)
+        # The root: the parent of the strongest one-parent family (ties: the first).
+        single = np.flatnonzero(nparents == 1)
+        root = int(pad[single[np.argmax(score[single])], 0]) if single.size else 0
+    else:
+        child = pad = score = nparents = np.zeros(0, dtype=np.int64)
+        root = 0
+    _place(root, (), 0.0, placed, order, parents, scores)
+    while len(order) < d:
+        if child.size:
+            parents_ok = np.where(pad >= 0, placed[np.maximum(pad, 0)], True).all(axis=1)
+            valid = parents_ok & ~placed[child]
+        else:
+            valid = np.zeros(0, dtype=bool)
+        if valid.any():
+            best = np.flatnonzero(valid)[np.argmax(score[valid])]
+            c = int(child[best])
+            _place(c, tuple(int(p) for p in pad[best] if p >= 0), float(score[best]), placed, order, parents, scores)
+        else:  # an attribute in no family with placed parents: independent
+            c = int(np.flatnonzero(~placed)[0])
+            _place(c, (), 0.0, placed, order, parents, scores)
+    conditionals = {}
+    for c in order:
+        family = tuple(sorted((c,) + parents[c]))
+        table = np.maximum(estimate.marginal([domain.attrs[a] for a in family]), 0.0)
+        table = table.reshape([int(sizes[a]) for a in family])
+        table = np.moveaxis(table, family.index(c), -1).reshape(-1, int(sizes[c]))
+        mass = table.sum(axis=1, keepdims=True)
+        own = np.maximum(estimate.marginal([domain.attrs[c]]), 0.0)
+        own = own / own.sum() if own.sum() > 0 else np.full(own.size, 1.0 / own.size)
+        conditionals[c] = np.where(mass > 0, table / np.where(mass > 0, mass, 1.0), own[None, :])
+    return NetworkModel(domain, order, parents, conditionals, scores)
+
+
+def _place(c, parents, score, placed, order, parents_of, scores) -> None:
+    placed[c] = True
+    order.append(c)
+    parents_of[c] = tuple(sorted(parents))
+    scores[c] = score
+
+
+def _mutual_information(probs: np.ndarray, j: int) -> np.ndarray:
+    """``I(x_j; other axes)`` of each batch row of probability tables ``(M, n_1, ..., n_k)``."""
+    axis = 1 + j
+    child = probs.sum(axis=tuple(a for a in range(1, probs.ndim) if a != axis), keepdims=True)
+    rest = probs.sum(axis=axis, keepdims=True)
+    expected = child * rest
+    ratio = np.divide(probs, expected, out=np.ones_like(probs), where=(probs > 0) & (expected > 0))
+    return (probs * np.log(ratio)).reshape(len(probs), -1).sum(axis=1)
+
+
+def uniforms_needed(model: NetworkModel, n: int) -> int:
+    """How many uniforms :func:`synthetic_records` draws for ``n`` records from ``model``."""
+    return int(sum(n + model.conditionals[c].shape[0] for c in model.order))
+
+
+def synthetic_records(estimate, n: int | None = None, *, uniforms=None, rng=None, max_parents: int | None = None,
+                      model: NetworkModel | None = None) -> np.ndarray:
+    """Codes ``(n, d)`` of ``n`` records (default: the estimate's total, rounded) from the network
+    fitted to ``estimate`` (the release layer labels them).
+
+    Parameters
+    ----------
+    estimate : MarginalEstimate
+        A certified estimate (``success``): an uncertified one is refused.
+    n : int, optional
+    uniforms : ndarray, optional
+        Independent uniforms on [0, 1), at least :func:`uniforms_needed` of them.
+    rng : RandomSource or numpy Generator, optional
+        Where to draw the uniforms instead (exactly one of ``uniforms`` and ``rng``).
+    max_parents : int, optional
+        Largest parent set (default: the largest clique's size minus one).
+    model : NetworkModel, optional
+        A network already fitted (:func:`fit_network`).
+    """
+    if not estimate.get("success", False):
+        raise QueryError(f"the estimate is not certified (status {estimate.status.name}): no records from it")
+    if (uniforms is None) == (rng is None):
+        raise ParameterError("give exactly one of uniforms= (an array of uniforms on [0, 1)) and rng=")
+    n = int(round(estimate.total)) if n is None else n
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ParameterError(f"n must be a non-negative integer, got {n!r}")
+    table = estimate.get("table")
+    if table is not None and model is None:  # solved as a table: controlled rounding of the table itself
+        x = np.maximum(np.asarray(table, dtype=np.float64), 0.0)
+        expected = x * (n / x.sum()) if x.sum() > 0 else np.full(x.size, n / x.size)
+        draw = _uniform_draws(uniforms, rng, 1 + n)
+        counts = controlled_counts(expected[None, :], np.array([n]), draw(1))[0]
+        cells = np.repeat(np.arange(x.size), counts)[np.argsort(draw(n), kind="stable")]
+        return estimate.domain.unravel(cells)
+    model = fit_network(estimate, max_parents=max_parents) if model is None else model
+    draw = _uniform_draws(uniforms, rng, uniforms_needed(model, n))
+    return model.sample_codes(int(n), draw)
+
+
+def product_records(domain, groups, n: int, *, uniforms=None, rng=None) -> np.ndarray:
+    """Codes ``(n, d)`` of ``n`` records from a product of independent group tables.
+
+    ``groups``: ``(axes, probabilities)`` pairs covering every attribute once (axes sorted, the
+    table shaped by their sizes) — e.g. the groups of factored MWEM's
+    :class:`~dpopt.estimate.engines.factored.FactoredTable`. Each group's cells get the floor or
+    ceiling of ``n p`` records (systematic rounding, :func:`controlled_counts`), in a random order
+    drawn independently per group, so groups stay independent and each group's marginal is kept
+    to within a record. Randomness as for :func:`synthetic_records`.
+    """
+    if (uniforms is None) == (rng is None):
+        raise ParameterError("give exactly one of uniforms= (an array of uniforms on [0, 1)) and rng=")
+    n = int(n)
+    draw = _uniform_draws(uniforms, rng, len(groups) * (n + 1))
+    codes = np.zeros((n, len(domain)), dtype=np.int64)
+    for axes, table in groups:
+        p = np.maximum(np.asarray(table, dtype=np.float64).ravel(), 0.0)
+        p = p / p.sum()
+        counts = controlled_counts((n * p)[None, :], np.array([n]), draw(1))[0]
+        cells = np.repeat(np.arange(p.size), counts)[np.argsort(draw(n), kind="stable")]
+        codes[:, list(axes)] = np.stack(np.unravel_index(cells, np.shape(table)), axis=1)
+    return codes
+
+
+def _uniform_draws(uniforms, rng, needed: int):
+    if uniforms is not None:
+        u = np.asarray(uniforms, dtype=np.float64).ravel()
+        if u.size < needed:
+            raise ParameterError(f"uniforms: {u.size} given, {needed} needed")
+        if u.size and (u.min() < 0 or u.max() >= 1 or not np.isfinite(u).all()):
+            raise ParameterError("uniforms must lie in [0, 1)")
+        position = [0]
+
+        def draw(m):
+            out = u[position[0]:position[0] + m]
+            position[0] += m
+            return out
+
+        return draw
+    if hasattr(rng, "words"):  # a dpopt RandomSource: 53-bit uniforms from its 64-bit words
+        return lambda m: (rng.words(m) >> np.uint64(11)).astype(np.float64) * 2.0**-53
+    if hasattr(rng, "random"):
+        return lambda m: rng.random(m)
+    raise ParameterError(f"rng must be a dpopt RandomSource or a numpy Generator, got {type(rng).__name__}")

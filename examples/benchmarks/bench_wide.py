@@ -1,0 +1,320 @@
+"""Marginal-space estimation on wide data (issue 27): error, time and memory against the number of attributes.
+
+Cases (``--cases``):
+
+* ``nltcs``  — 16 binary attributes, every 3-way marginal measured (560). Methods on the *same*
+  measurements: the marginal-space estimate (``space``: the domain fits, so it is solved as a
+  table), its local relaxation (``space-local``, ``exact_cells = 0``), the dense pipeline
+  (``dpopt.estimate.reconstruct``, L2 with non-negativity) and Private-PGM (``pgm``,
+  ``mbi.estimation.MirrorDescent``, when ``pip install mbi`` is done).
+* ``adult``  — UCI Adult as discretised for Private-PGM (14 attributes, 6.4·10^17 cells), every
+  3-way marginal measured (364, 20.9 million cells): ``space`` only (Private-PGM's junction tree
+  of all triples is the whole domain); and a chain of 3-way marginals (attributes i, i+1, i+2:
+  decomposable) where Private-PGM finishes, on the same measurements.
+* ``bn``     — binary data from a known sparse Bayesian network (``dpopt.datasets.bayes_net``,
+  parents within 3 places, seed 1), n = 50,000, d = 27, 50, 100: every 2-way marginal (and every
+  3-way at d = 27). ``space`` measures the workload; ``space (shrink)`` is the same estimate
+  with ``shrink=True`` (empirical-Bayes shrinkage towards independence); ``mwem`` is factored MWEM at its documented
+  defaults (rounds by the rule, block selection, 5 group passes, 10 final passes) on the same
+  budget; ``independent`` is the product of the *exact* 1-way marginals (not private, a
+  baseline); ``records`` the marginals of the synthetic records drawn from the estimate.
+  Errors against the data's marginals and against the network's exact (population) marginals.
+
+Budgets: ``--eps`` (default 0.1 and 1). Under ``pure`` the marginals get discrete Laplace noise
+(each marginal eps/M); under ``zcdp`` discrete Gaussian with ``rho = eps^2 / 2`` (the zCDP of a
+pure eps mechanism; it is NOT pure eps-DP), each marginal rho/M — both calibrated and drawn by
+dpopt's own mechanisms from a seeded source (a benchmark, not a release). Factored MWEM runs under
+the same accounting and budget.
+
+Error: the mean over the workload marginals of ``||estimate - truth||_1 / n``. Time: wall seconds
+of the estimation alone (measurement excluded); memory: peak resident MB of the process that ran
+the case (each case runs in its own process). Timings on a loaded machine: see the closing note.
+
+Run::
+
+    OPENBLAS_NUM_THREADS=1 nice -n 10 python examples/benchmarks/bench_wide.py --cases bn --eps 1
+    OPENBLAS_NUM_THREADS=1 nice -n 10 python examples/benchmarks/bench_wide.py --cases nltcs adult --pgm
+    python examples/benchmarks/bench_wide.py --cases bn --eps 1 --plot wide.png   # error and time against d
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from fractions import Fraction
+from itertools import combinations
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import load_adult_pgm, load_binary, peak_memory_mb  # noqa: E402
+
+BN_SIZES = (27, 50, 100)
+COLORS = {"space": "tab:blue", "mwem": "tab:orange", "independent (exact 1-way)": "tab:gray"}
+RECORDS = 50_000
+
+
+# ---- measurements ---------------------------------------------------------------------------------
+def measure_sets(data, sets, accounting: str, eps: float, seed: int):
+    """Every marginal of ``sets`` measured with an equal share of the budget (dpopt's calibration
+    and exact samplers, seeded)."""
+    from dpopt.algorithms.measure_reconstruct import plan_measures
+    from dpopt.model.queries.marginal import Marginal
+    from dpopt.privacy.budget import Budget
+    from dpopt.privacy.mechanisms import measure
+    from dpopt.privacy.randomness import make_random
+    from dpopt.spec.model import MeasureSpec
+
+    budget = Budget.pure(Fraction(eps).limit_denominator(10**6)) if accounting == "pure" else \
+        Budget.zcdp(Fraction(eps * eps / 2).limit_denominator(10**6))
+    share = Fraction(1, len(sets))
+    specs = [MeasureSpec(", ".join(s), Marginal(data.domain, s), None, share) for s in sets]
+    planned = plan_measures(specs, data.domain, budget)
+    accountant, rng = budget.accountant(), make_random(seed)
+    return [measure(m.query, data, m.law, accountant, rng, label=m.label) for m in planned], budget
+
+
+def errors(estimates: dict, truths: dict, n: float) -> float:
+    return float(np.mean([np.abs(np.asarray(estimates[s], float) - truths[s]).sum() / n for s in truths]))
+
+
+# ---- the cases ------------------------------------------------------------------------------------------
+def case_rows(case: str, eps: float, accounting: str, seed: int, pgm: bool, time_limit: float | None) -> list[dict]:
+    if case == "nltcs":
+        return nltcs_rows(eps, accounting, seed, pgm)
+    if case.startswith("adult"):
+        return adult_rows(case, eps, accounting, seed, pgm, time_limit)
+    return bn_rows(int(case[2:].split("k")[0]), int(case.split("k")[1]), eps, accounting, seed, time_limit)
+
+
+def space_row(label, ms, workload, truths, n, time_limit=None, **options) -> tuple[dict, object]:
+    from dpopt.estimate.marginal_space import estimate_marginals
+
+    tick = time.perf_counter()
+    est = estimate_marginals(ms, workload, time_limit=time_limit, **options)
+    seconds = time.perf_counter() - tick
+    row = {"method": label, "seconds": seconds, "status": est.status.name, "polytope": est.info["polytope"],
+           "cells": est.info["clique_cells"]}
+    if est.success:
+        row["error"] = errors(est.marginals([tuple(s) for s in truths]), truths, n)
+    return row, est
+
+
+def nltcs_rows(eps, accounting, seed, pgm) -> list[dict]:
+    from dpopt.estimate import reconstruct
+    from dpopt.model.constraints import ConstraintSet, NonNegativity
+    from dpopt.model.queries.marginal import Marginal
+
+    data = load_binary("nltcs")
+    sets = list(combinations(data.domain.attrs, 3))
+    ms, _ = measure_sets(data, sets, accounting, eps, seed)
+    truths = {s: data.marginal(s).astype(float) for s in sets}
+    n = float(data.total)
+    rows = [space_row("space", ms, sets, truths, n)[0], space_row("space-local", ms, sets, truths, n, exact_cells=0)[0]]
+    tick = time.perf_counter()
+    dense = reconstruct(ms, ConstraintSet(data.domain, [NonNegativity()]), "l2")
+    rows.append({"method": "dense", "seconds": time.perf_counter() - tick, "status": dense.status.name,
+                 "error": errors({s: Marginal(data.domain, s).matvec(dense.x) for s in sets}, truths, n)})
+    if pgm:
+        rows.append(pgm_row(data, ms, sets, truths, n))
+    return rows
+
+
+def adult_rows(case, eps, accounting, seed, pgm, time_limit) -> list[dict]:
+    data = load_adult_pgm()
+    attrs = data.domain.attrs
+    if case == "adult-chain":
+        sets = [tuple(attrs[i:i + 3]) for i in range(len(attrs) - 2)]
+    else:
+        sets = list(combinations(attrs, 3))
+    ms, _ = measure_sets(data, sets, accounting, eps, seed)
+    truths = {s: data.marginal(s).astype(float) for s in sets}
+    n = float(data.total)
+    row, est = space_row("space", ms, sets, truths, n, time_limit=time_limit)
+    rows = [row]
+    if est.success:
+        rows.append(records_row(est, data, sets, truths, n))
+    if pgm and case == "adult-chain":
+        rows.append(pgm_row(data, ms, sets, truths, n))
+    elif pgm:
+        rows.append({"method": "pgm", "status": "not run: the junction tree of every triple is the whole "
+                                                "domain (6.4e17 cells)"})
+    return rows
+
+
+def bn_rows(d, k, eps, accounting, seed, time_limit) -> list[dict]:
+    from dpopt.algorithms.mwem_factored import factored_mwem
+    from dpopt.datasets.bayes_net import random_sparse_network
+    from dpopt.estimate.engines.factored import BinaryMarginalCells
+    from dpopt.privacy.randomness import make_random
+
+    net = random_sparse_network(d, seed=1)
+    data = net.sample(RECORDS, 2)
+    combos, exact = net.marginals(k)
+    names = data.domain.attrs
+    sets = [tuple(names[a] for a in c) for c in combos]
+    counts = data.binary_marginal_counts(k)
+    truths = {s: counts[i].astype(float) for i, s in enumerate(sets)}
+    population = {s: exact[i] * RECORDS for i, s in enumerate(sets)}
+    n = float(data.total)
+    ms, budget = measure_sets(data, sets, accounting, eps, seed)
+    rows = []
+    row, est = space_row("space", ms, sets, truths, n, time_limit=time_limit)
+    if est.success:
+        row["error_vs_network"] = errors(est.marginals(sets), population, n)
+    rows.append(row)
+    if est.success:
+        rows.append(records_row(est, data, sets, truths, n, population))
+    row, est = space_row("space (shrink)", ms, sets, truths, n, time_limit=time_limit, shrink=True)
+    if est.success:
+        row["error_vs_network"] = errors(est.marginals(sets), population, n)
+    rows.append(row)
+    tick = time.perf_counter()
+    amount = {"epsilon": eps} if accounting == "pure" else {"rho": eps * eps / 2}
+    res = factored_mwem(data, k, rng=make_random(seed + 1), **amount)
+    cells = BinaryMarginalCells(res.table, k).cells * n
+    fitted = {s: cells[i] for i, s in enumerate(sets)}
+    rows.append({"method": f"mwem (T={res.rounds})", "seconds": time.perf_counter() - tick, "status": "COMPLETED",
+                 "error": errors(fitted, truths, n), "error_vs_network": errors(fitted, population, n)})
+    one = data.binary_marginal_counts(1)[:, 1] / n
+    independent = {}
+    for s, c in zip(sets, combos):
+        p = np.ones(1)
+        for a in c:
+            p = np.multiply.outer(p, [1 - one[a], one[a]]).ravel()
+        independent[s] = p * n
+    rows.append({"method": "independent (exact 1-way)", "error": errors(independent, truths, n),
+                 "error_vs_network": errors(independent, population, n)})
+    rows.append({"method": "data vs network", "error": errors(truths, population, n)})
+    return rows
+
+
+def records_row(est, data, sets, truths, n, population=None) -> dict:
+    from dpopt.model.data import Dataset
+    from dpopt.privacy.randomness import make_random
+
+    tick = time.perf_counter()
+    codes = est.records(rng=make_random(99))
+    seconds = time.perf_counter() - tick
+    records = Dataset(codes, data.domain)
+    scale = n / max(len(codes), 1)
+    fitted = {s: records.marginal(s) * scale for s in sets}
+    row = {"method": "records", "seconds": seconds, "status": f"{len(codes):,} records",
+           "error": errors(fitted, truths, n)}
+    if population is not None:
+        row["error_vs_network"] = errors(fitted, population, n)
+    return row
+
+
+def pgm_row(data, ms, sets, truths, n, iters: int = 1000) -> dict:
+    try:
+        import jax
+
+        jax.config.update("jax_enable_x64", True)
+        jax.config.update("jax_enable_compilation_cache", False)
+        import mbi
+        from mbi.estimation import MirrorDescent
+    except ImportError:
+        return {"method": "pgm", "status": "not installed (pip install mbi)"}
+    attrs = list(data.domain.attrs)
+    domain = mbi.Domain(attrs, list(data.domain.shape))
+    measured = [mbi.LinearMeasurement(np.asarray(m.values, dtype=float), tuple(m.query.attrs), stddev=float(m.stddev))
+                for m in ms]
+    tick = time.perf_counter()
+    model = MirrorDescent().estimate(domain, measured, iters=iters)
+    fitted = {s: np.asarray(model.project(tuple(s)).datavector(), float).ravel() for s in sets}
+    return {"method": f"pgm ({iters} iterations)", "seconds": time.perf_counter() - tick, "status": "done",
+            "error": errors(fitted, truths, n)}
+
+
+# ---- driver -----------------------------------------------------------------------------------------------
+def run_one(args) -> None:
+    rows = case_rows(args.one, args.eps[0], args.accounting[0], args.seed, args.pgm, args.time_limit)
+    print(json.dumps({"rows": rows, "peak_mb": peak_memory_mb()}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", nargs="+", default=["bn"], choices=["nltcs", "adult", "adult-chain", "bn"])
+    parser.add_argument("--eps", nargs="+", type=float, default=[0.1, 1.0])
+    parser.add_argument("--accounting", nargs="+", default=["zcdp", "pure"], choices=["zcdp", "pure"])
+    parser.add_argument("--sizes", nargs="+", type=int, default=list(BN_SIZES))
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--pgm", action="store_true", help="also Private-PGM (pip install mbi)")
+    parser.add_argument("--time-limit", type=float, default=None, help="seconds for each estimation")
+    parser.add_argument("--plot", type=Path, default=None, help="write error and time against d to this PNG")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        run_one(args)
+        return
+    cases = []
+    for case in args.cases:
+        if case == "bn":
+            cases += [f"bn{d}k2" for d in args.sizes] + (["bn27k3"] if 27 in args.sizes else [])
+        else:
+            cases.append(case)
+    results = []
+    for case in cases:
+        for accounting in args.accounting:
+            for eps in args.eps:
+                cmd = [sys.executable, __file__, "--one", case, "--eps", str(eps), "--accounting", accounting,
+                       "--seed", str(args.seed)] + (["--pgm"] if args.pgm else []) + \
+                    (["--time-limit", str(args.time_limit)] if args.time_limit else [])
+                out = subprocess.run(cmd, capture_output=True, text=True)
+                if out.returncode:
+                    print(f"{case} {accounting} eps={eps}: FAILED\n{out.stderr[-2000:]}", flush=True)
+                    continue
+                result = json.loads(out.stdout.strip().splitlines()[-1])
+                print(f"\n== {case}, {accounting}, eps = {eps} (peak {result['peak_mb']:.0f} MB)", flush=True)
+                for row in result["rows"]:
+                    err = f"{row['error']:.4f}" if "error" in row else "-"
+                    net = f"{row['error_vs_network']:.4f}" if "error_vs_network" in row else "-"
+                    secs = f"{row['seconds']:8.1f} s" if "seconds" in row else " " * 10
+                    print(f"  {row['method']:<28} error {err:>8}  vs network {net:>8}  {secs}  "
+                          f"{row.get('status', '')} {row.get('polytope', '')}", flush=True)
+                results.append({"case": case, "accounting": accounting, "eps": eps, **result})
+    if args.plot:
+        plot(results, args.plot)
+
+
+def plot(results, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_err, ax_time) = plt.subplots(1, 2, figsize=(10, 4))
+    for accounting in ("zcdp", "pure"):
+        for method in ("space", "mwem", "independent (exact 1-way)"):
+            points = []
+            for r in results:
+                if not r["case"].startswith("bn") or not r["case"].endswith("k2") or r["accounting"] != accounting:
+                    continue
+                row = next((x for x in r["rows"] if x["method"].startswith(method)), None)
+                if row and "error" in row:
+                    points.append((int(r["case"][2:].split("k")[0]), row["error"], row.get("seconds")))
+            if not points or (method.startswith("independent") and accounting == "pure"):
+                continue
+            points.sort()
+            label = method if method.startswith("independent") else f"{method} ({accounting})"
+            style = {"color": COLORS[method], "linestyle": "-" if accounting == "zcdp" else "--", "marker": "o"}
+            ax_err.plot([p[0] for p in points], [p[1] for p in points], label=label, **style)
+            if points[0][2] is not None:
+                ax_time.plot([p[0] for p in points], [p[2] for p in points], label=label, **style)
+    ax_err.set(xlabel="attributes d (all 2-way marginals)", ylabel="mean L1 error / n", yscale="log")
+    ax_time.set(xlabel="attributes d", ylabel="seconds", yscale="log")
+    ax_err.legend(fontsize=8)
+    ax_time.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"plot: {path}")
+
+
+if __name__ == "__main__":
+    main()
