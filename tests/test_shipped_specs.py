@@ -54,6 +54,8 @@ BUDGETS = {
     "rochdale": 60,                # 21.7 s (4.9 s): controlled rounding bounded since stream t24a (issue #24 item 1)
     "adult_ranges_2d": 60,         # 16.8 s (1.7 s): 377,400 box answers with standard errors
     "quickstart_auto": 60,         # 17.6 s (6.4 s): the auto plan's candidates and fits, then rounding
+    "adult_marginal_space": 90,    # 16.7 s (9.6 s): the marginal-space estimator, no dense table
+    "nltcs_mwem_factored": 60,     # 6.6 s (3.9 s)
 }
 #: The budget of a spec without its own line in :data:`BUDGETS`.
 DEFAULT_BUDGET = 60
