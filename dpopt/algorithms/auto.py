@@ -22,6 +22,13 @@ constraints, and nothing about measurements or objectives. ``auto`` then
 
 The release's notes give the choice of strategy and of estimate with their evidence, and every
 directly measured workload table whose estimated error is above its noisy answers'.
+
+**Beyond the dense table.** On a domain of more than ``EXACT_CELLS`` (2^20) cells no table is
+formed: every workload marginal is measured once, with equal weight and the whole budget, and
+the consistent non-negative marginals are estimated in marginal space
+(:func:`dpopt.estimate.marginal_space.estimate_marginals`: residual least squares, then the
+certified projection over the local polytope; issue #27); integer output is the marginals of
+synthetic records drawn from that estimate. Ranges need the table and are refused there.
 """
 
 from __future__ import annotations
@@ -171,6 +178,16 @@ class AutoPlan:
         return self.comparison.frame()
 
 
+@dataclass(frozen=True, eq=False)
+class AutoWidePlan:
+    """The plan of ``auto`` beyond the dense table: every workload marginal measured once (module notes)."""
+
+    workload: Workload
+    mechanism: str
+    sets: tuple
+    cells: int
+
+
 @register
 class Auto(Algorithm):
     """Answer a workload: the strategy with the least expected error, the fit with the least estimated risk."""
@@ -196,6 +213,8 @@ class Auto(Algorithm):
         else:
             workload = workload.build(domain)
         mechanism = budget.noise(params.mechanism)
+        if not self.holds_dense_table(domain):
+            return self._plan_marginal_space(domain, constraints, budget, workload, mechanism)
         label = "strategy"
         cost = budget.shares({label: 1})[label]
         names = params.candidates if params.strategy == "best" else (params.strategy,)
@@ -218,6 +237,8 @@ class Auto(Algorithm):
         step = plan.steps[0]
         if data.domain != plan.domain:
             raise ParameterError(f"the data's domain {data.domain} differs from the plan's {plan.domain}")
+        if isinstance(details, AutoWidePlan):
+            return self._run_marginal_space(plan, data, accountant, rng)
         plan.domain.require_dense("the auto plan's released table")
         measurement = measure(step.query, data, step.law, accountant, rng, label=step.label)
         constraints = plan.constraints
@@ -246,6 +267,91 @@ class Auto(Algorithm):
         return make_release(self, plan, accountant, status=result.status, message=result.message, counts=counts,
                             answers=answers, measurements=[measurement], reconstruction=result, rounding=rounding,
                             notes=notes, info=info)
+
+    # ---- beyond the dense table (module notes) -----------------------------------------------------
+    def holds_dense_table(self, domain) -> bool:
+        from dpopt.estimate.marginal_space import EXACT_CELLS
+
+        return domain.size <= EXACT_CELLS
+
+    def memory(self, plan) -> list[tuple]:
+        """What a marginal-space run holds (read by ``resources`` when no table is held)."""
+        from dpopt.algorithms.marginal_space import SOLVER_BYTES_PER_CELL
+
+        cells = getattr(plan.details, "cells", 0)
+        return [("the marginal-space estimate", ("workload",), float(cells) * SOLVER_BYTES_PER_CELL,
+                 f"{cells:,} marginal cells", "name fewer or smaller marginals in [workload]")]
+
+    def _plan_marginal_space(self, domain, constraints, budget, workload: Workload, mechanism: str) -> AlgorithmPlan:
+        from dpopt.algorithms.marginal_space import clique_cells
+        from dpopt.errors import DomainError
+        from dpopt.estimate.marginal_space import EXACT_CELLS, MAX_CLIQUE_CELLS
+        from dpopt.model.queries.combine import Stack
+        from dpopt.privacy.mechanisms import calibrate
+
+        if not workload.is_marginal:
+            raise ParameterError(f"workload: the domain has {domain.size:.3g} cells, beyond the dense table "
+                                 f"({EXACT_CELLS:,} cells), where auto answers marginal tables only; ranges need the "
+                                 "table (use fewer or coarser attributes)")
+        if constraints.inequalities:
+            raise ParameterError("constraints: inequalities are not kept in marginal space (the domain has "
+                                 f"{domain.size:.3g} cells, beyond the dense table)")
+        sets = workload.marginal_sets()
+        cells = clique_cells(domain, sets)
+        if cells > MAX_CLIQUE_CELLS:
+            raise DomainError(f"workload: its marginals hold {cells:,} cells, above the marginal-space limit of "
+                              f"{MAX_CLIQUE_CELLS:,}; name fewer or smaller marginals")
+        parts = [t.query(domain) for t in workload.tables]
+        query = parts[0] if len(parts) == 1 else Stack(parts)
+        cost = budget.shares({"workload marginals": 1})["workload marginals"]
+        law = calibrate(query, cost, mechanism)
+        step = PlannedMeasure("workload marginals", query, mechanism, Fraction(1), cost, law,
+                              what=f"{len(parts)} workload marginals, once each", answers=query.num_rows)
+        lines = [f"the domain has {domain.size:.3g} cells, beyond the dense table ({EXACT_CELLS:,} cells): every "
+                 f"workload marginal measured once, equal weights (noise s.d. {float(np.sqrt(law.variance)):.3g} "
+                 "per answer)",
+                 f"how to fit: estimated in marginal space, {cells:,} marginal cells (residual least squares, then "
+                 "the certified non-negative consistent projection; the full table is never formed)"
+                 + ("; integer marginals from synthetic records" if constraints.integral else "")]
+        details = AutoWidePlan(workload, mechanism, tuple(sets), cells)
+        return self.new_plan(domain, constraints, budget, steps=[step], details=details, lines=lines)
+
+    def _run_marginal_space(self, plan, data, accountant, rng) -> Release:
+        from dpopt.algorithms.marginal_space import marginal_release_answers
+        from dpopt.estimate.marginal_space import estimate_marginals
+        from dpopt.model.data import decode_codes
+
+        details: AutoWidePlan = plan.details
+        step = plan.steps[0]
+        parts = list(getattr(step.query, "parts", [step.query]))
+        # The stack's true answers part by part (a marginal reads the records, never the full table).
+        answers = np.concatenate([q.answer(data) for q in parts])
+        stacked = measure(step.query, data, step.law, accountant, rng, label=step.label, answers=answers)
+        ends = np.cumsum([q.num_rows for q in parts])[:-1]
+        # One noisy answer per row of the stack: each marginal is its slice, with the stack's noise.
+        measurements = [Measurement(q, v, stacked.noise, stacked.scale, stacked.variance, None, t.label)
+                        for q, v, t in zip(parts, np.split(stacked.values, ends), details.workload.tables)]
+        estimate = estimate_marginals(measurements, list(details.sets), plan.constraints,
+                                      nonnegative=self.params.nonnegative, time_limit=self.params.time_limit)
+        info = {"marginal_space": True, "marginals": len(details.sets), "cells": details.cells}
+        if not estimate.success:
+            return make_release(self, plan, accountant, status=estimate.status, measurements=measurements,
+                                reconstruction=estimate, info=info,
+                                message=f"the marginal-space estimate ended with status {estimate.status.name}: "
+                                        f"{estimate.message}")
+        integral = plan.constraints.integral
+        records = estimate.records(rng=rng) if integral else None
+        notes = [f"the domain has {plan.domain.size:.3g} cells: every workload marginal measured once and estimated "
+                 f"in marginal space ({estimate.info['polytope']} polytope); no table was formed"]
+        if integral:
+            notes.append("integer marginals: those of synthetic records drawn from the estimate (whole persons, "
+                         "consistent); the estimate's fractional counts are in the 'fitted' column")
+        release = make_release(self, plan, accountant, status=Status.OPTIMAL, message=estimate.message,
+                               measurements=measurements, reconstruction=estimate, notes=notes, info=info,
+                               records=None if records is None else decode_codes(records, plan.domain))
+        release.answers = marginal_release_answers(plan.domain, estimate.workload, estimate.marginal, records,
+                                                   measurements, integral)
+        return release
 
     def fit(self, measurements, constraints: ConstraintSet, workload: Workload) -> "FitChoice":
         """The estimation step: one call (module notes). Default: :func:`dpopt.estimate.choice.rule.choose_fit`."""

@@ -378,6 +378,11 @@ class Algorithm(abc.ABC):
     #: Whether its run passes :attr:`AlgorithmPlan.engine_options` to ``reconstruct`` (then the
     #: release plan may send its solve down the matrix-free path instead of refusing it).
     takes_engine_options: ClassVar[bool] = False
+    def holds_dense_table(self, domain) -> bool:
+        """Whether a release over ``domain`` holds the full table (planning and memory checks ask
+        this; default :attr:`dense_domain`; ``auto`` answers by the domain's size)."""
+        return self.dense_domain
+
     #: True when every planned measurement is fitted in one weighted least-squares problem over the
     #: whole table (the report's expected error before data then applies; dpopt.release.accuracy).
     fits_jointly: ClassVar[bool] = False

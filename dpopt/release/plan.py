@@ -311,7 +311,7 @@ def _build_domain(spec: ReleaseSpec) -> Domain:
             domain = Domain.from_dict(dict(d.attributes))
         if d.codes:
             domain = domain.with_codes(d.codes)
-        if spec.algorithm.dense_domain and domain.size > MAX_DENSE_CELLS:
+        if spec.algorithm.holds_dense_table(domain) and domain.size > MAX_DENSE_CELLS:
             raise DomainError(f"the domain has {domain.size:.3g} cells, above the limit of {MAX_DENSE_CELLS:.0e} "
                               f"for algorithm = {spec.algorithm.name!r}, which releases a table over the full "
                               "domain; use fewer or coarser attributes, or algorithm = \"marginal_space\" (marginals "

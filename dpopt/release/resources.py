@@ -209,7 +209,7 @@ def estimate_memory(p, *, matrix_free: bool = False) -> MemoryEstimate:
     k = len(domain)
     estimate = MemoryEstimate()
     algorithm = getattr(p, "algorithm", None)
-    if not getattr(algorithm, "dense_domain", True):
+    if algorithm is not None and not algorithm.holds_dense_table(domain):
         # Records or answers without the full table (DualQuery, the polynomial release, top-down's
         # level tables, marginal space, factored MWEM): charged what the algorithm says it holds.
         estimate.solve = "the algorithm's own (no table over the whole domain)"
