@@ -48,6 +48,15 @@ import scipy.sparse as sp
 
 from dpopt.algorithms.base import Algorithm, AlgorithmParams, PlannedMeasure, Release
 from dpopt.algorithms.base import check_marginals, make_release, marginal_answers, register, round_release
+from dpopt.algorithms.record_count import (
+    PUBLIC_N_NOTE,
+    check_count_share,
+    count_note,
+    count_step,
+    measure_count,
+    rest_of_budget,
+    scale_shares,
+)
 from dpopt.errors import DpoptError, ParameterError, PrivacyParameterError, QueryError, at_key
 from dpopt.estimate.engines.mw_step import MWState
 from dpopt.estimate.status import Status
@@ -396,16 +405,23 @@ class MWEMParams(AlgorithmParams):
         Single marginal cells (Fig. 1) or whole marginals ("cuboids", Section 3).
     repeat_passes : int
         Passes of the update over all past measurements after each round (Section 3).
+    count_share : Fraction, optional
+        None (default): the record count is public, as in the paper. A share in (0, 1): the
+        count is measured with that share of the budget first and used as ``n``
+        (:mod:`dpopt.algorithms.record_count`), so the release is private for added or
+        removed records.
     """
 
     marginals: int | tuple[tuple[str, ...], ...] = 2
     rounds: int = 10
     select: str = "query"
     repeat_passes: int = 0
+    count_share: Fraction | None = None
 
     def validate(self) -> None:
         check_marginals(self.marginals, "marginals")
         _check_options(self.rounds, self.select, "last", self.repeat_passes, 0, 1.0, 0.0)
+        object.__setattr__(self, "count_share", check_count_share(self.count_share))
 
     @classmethod
     def from_spec(cls, reader) -> "MWEMParams":
@@ -414,7 +430,8 @@ class MWEMParams(AlgorithmParams):
         t = reader.table("mwem", required=True)
         return cls(parse_marginals(t), rounds=t.int("rounds", default=10, minimum=1),
                    select=t.str("select", default="query", choices=SELECT_MODES),
-                   repeat_passes=t.int("repeat_passes", default=0, minimum=0))
+                   repeat_passes=t.int("repeat_passes", default=0, minimum=0),
+                   count_share=t.budget("count_share", unit=True))
 
 
 @register
@@ -426,7 +443,7 @@ class MWEM(Algorithm):
     reference = MWEM_REFERENCE
     accountings = ("pure", "zcdp")
     supports = frozenset({"nonnegative", "integer", "structural_zeros", "hierarchy", "invariants"})
-    sections = {"mwem": ("marginals", "rounds", "select", "repeat_passes")}
+    sections = {"mwem": ("marginals", "rounds", "select", "repeat_passes", "count_share")}
     Params = MWEMParams
 
     def plan(self, domain, constraints, budget):
@@ -434,21 +451,27 @@ class MWEM(Algorithm):
             workload = marginal_workload(domain, self.params.marginals)
         except (DpoptError, ValueError) as exc:
             raise at_key(QueryError(str(exc)), ("mwem", "marginals")) from None
-        steps = round_steps(self.params.rounds, budget, workload, self.params.select, "mwem")
+        share = self.params.count_share
+        steps = scale_shares(round_steps(self.params.rounds, rest_of_budget(budget, share), workload,
+                                         self.params.select, "mwem"), share)
+        if share:
+            steps.insert(0, count_step(domain, budget, share))
         lines = [f"workload: {len(workload)} marginals, {sum(q.num_rows for q in workload):,} queries; "
                  f"{self.params.rounds} rounds, each split equally between selection and measurement",
+                 f"the record count is measured with noise ({share} of the budget)" if share else
                  "the record count is treated as public (Hardt, Ligett, McSherry 2012)"]
         return self.new_plan(domain, constraints, budget, steps=steps, details=workload, lines=lines)
 
     def run(self, plan, data, accountant, rng) -> Release:
         p, workload = self.params, plan.details
+        count, n = measure_count(plan.steps[0], data, accountant, rng) if p.count_share else (None, None)
         res = mwem(data, workload, accountant=accountant, rng=rng, rounds=p.rounds, select=p.select,
-                   repeat_passes=p.repeat_passes, constraints=plan.constraints)
+                   repeat_passes=p.repeat_passes, constraints=plan.constraints, total=n)
         return release_mwem_table(self, plan, accountant, res.x, float(res.info["total"]), res.measurements,
                                   res.rounds, info={"selected": [{"block": ", ".join(workload[b].attrs), "row": r}
                                                                  for b, r in res.selected],
                                                     "round_budgets": list(res.info.get("round_budgets", []))},
-                                  marginals=[q.attrs for q in workload])
+                                  marginals=[q.attrs for q in workload], count=count)
 
     @classmethod
     def example(cls, domain):
@@ -494,14 +517,19 @@ def round_steps(rounds: int, budget: Budget, workload, select: str, label: str,
     return steps
 
 
-def release_mwem_table(algorithm, plan, accountant, x, n, measurements, rounds, *, info, marginals) -> Release:
-    """An MWEM table as a release: rounded to integers keeping the public total when integral."""
+def release_mwem_table(algorithm, plan, accountant, x, n, measurements, rounds, *, info, marginals,
+                       count=None) -> Release:
+    """An MWEM table as a release: rounded to integers keeping the total ``n`` when integral (the
+    public n, or the noisy ``count`` measured first: :mod:`dpopt.algorithms.record_count`)."""
     from dpopt.model.constraints import ConstraintSet, Invariant, NonNegativity
     from dpopt.model.queries.basic import Total
 
     constraints = plan.constraints
-    notes = [f"The record count n = {n:g} is treated as public, as in the paper; it is the released total and is "
-             "NOT protected by the privacy budget.",
+    share = getattr(algorithm.params, "count_share", None)
+    if count is not None:
+        measurements = [count, *measurements]
+    public = PUBLIC_N_NOTE.format(n=n, where="the released total")
+    notes = [count_note(round(n), share) if count is not None else public,
              "Each round spends half its budget selecting a badly fit query (exponential mechanism) and half "
              "measuring it; the ledger lists both.",
              "The released marginals are read from the released table and have no 'noisy' column; the noisy "
@@ -512,8 +540,8 @@ def release_mwem_table(algorithm, plan, accountant, x, n, measurements, rounds, 
         constraints = ConstraintSet(constraints.domain, list(constraints.constraints))
         if not constraints.nonnegative:
             constraints.add(NonNegativity())
-        constraints.add(Invariant(Total(constraints.domain), np.array([round(n)], dtype=float),
-                                  name="total (public in MWEM)"))
+        total = "total (noisy count)" if count is not None else "total (public in MWEM)"
+        constraints.add(Invariant(Total(constraints.domain), np.array([round(n)], dtype=float), name=total))
         notes.append("The last iterate was rounded to the L1-closest non-negative integer table with the same total.")
     counts, rounding, failure = round_release(np.asarray(x, dtype=np.float64), constraints, method="cellwise")
     if failure is not None:

@@ -61,10 +61,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
 from dpopt.algorithms.base import Algorithm, AlgorithmParams, Release, register
+from dpopt.algorithms.record_count import check_count_share, count_step, measure_count, rest_of_budget, scale_shares
 from dpopt.algorithms.mwem import (
     SELECT_MODES,
     SelectedRows,
@@ -407,6 +409,9 @@ class FactoredMWEMParams(AlgorithmParams):
         The workload: every cell of every ``ways``-way marginal of the binary domain.
     rounds, select, repeat_passes, pass_scope, final_passes, max_group_cells, on_large_group
         See :func:`factored_mwem`.
+    count_share : Fraction, optional
+        None (default): the record count is public, as in the paper; a share in (0, 1): a noisy
+        count paid first (:mod:`dpopt.algorithms.record_count`).
     """
 
     ways: int = 2
@@ -417,8 +422,10 @@ class FactoredMWEMParams(AlgorithmParams):
     final_passes: int = 0
     max_group_cells: int = MAX_GROUP_CELLS
     on_large_group: str = "exclude"
+    count_share: Fraction | None = None
 
     def validate(self) -> None:
+        object.__setattr__(self, "count_share", check_count_share(self.count_share))
         if isinstance(self.ways, bool) or self.ways not in (1, 2, 3):
             raise ParameterError(f"ways must be 1, 2 or 3, got {self.ways!r}")
         _check_options(self.rounds, self.select, self.repeat_passes, self.final_passes, True,
@@ -436,7 +443,8 @@ class FactoredMWEMParams(AlgorithmParams):
                    pass_scope=t.str("pass_scope", default="all", choices=PASS_SCOPES),
                    final_passes=t.int("final_passes", default=0, minimum=0),
                    max_group_cells=t.int("max_group_cells", default=MAX_GROUP_CELLS, minimum=2),
-                   on_large_group=t.str("on_large_group", default="exclude", choices=LARGE_GROUP_POLICIES))
+                   on_large_group=t.str("on_large_group", default="exclude", choices=LARGE_GROUP_POLICIES),
+                   count_share=t.budget("count_share", unit=True))
 
 
 @register
@@ -449,7 +457,7 @@ class FactoredMWEM(Algorithm):
     accountings = ("pure", "zcdp")
     supports = frozenset({"nonnegative", "integer", "structural_zeros", "hierarchy", "invariants"})
     sections = {"mwem_factored": ("ways", "rounds", "select", "repeat_passes", "pass_scope", "final_passes",
-                                  "max_group_cells", "on_large_group")}
+                                  "max_group_cells", "on_large_group", "count_share")}
     Params = FactoredMWEMParams
 
     def plan(self, domain, constraints, budget):
@@ -459,25 +467,31 @@ class FactoredMWEM(Algorithm):
         except DpoptError as exc:
             raise at_key(exc, ("mwem_factored", "ways")) from None
         workload = list(all_marginals(domain, k))
-        steps = round_steps(self.params.rounds, budget, workload, self.params.select, "factored mwem")
+        share = self.params.count_share
+        steps = scale_shares(round_steps(self.params.rounds, rest_of_budget(budget, share), workload,
+                                         self.params.select, "factored mwem"), share)
+        if share:
+            steps.insert(0, count_step(domain, budget, share))
         lines = [f"workload: every {k}-way marginal ({len(workload)} marginals, {len(workload) * 2**k:,} cells); "
                  f"{self.params.rounds} rounds, each split equally between selection and measurement",
                  f"the estimate is a product of group tables of at most {self.params.max_group_cells:,} cells",
+                 f"the record count is measured with noise ({share} of the budget)" if share else
                  "the record count is treated as public (Hardt, Ligett, McSherry 2012)"]
         return self.new_plan(domain, constraints, budget, steps=steps, details=workload, lines=lines)
 
     def run(self, plan, data, accountant, rng) -> Release:
         p = self.params
+        count, n = measure_count(plan.steps[0], data, accountant, rng) if p.count_share else (None, None)
         res = factored_mwem(data, p.ways, accountant=accountant, rng=rng, rounds=p.rounds, select=p.select,
                             repeat_passes=p.repeat_passes, pass_scope=p.pass_scope, final_passes=p.final_passes,
                             max_group_cells=p.max_group_cells, on_large_group=p.on_large_group,
-                            constraints=plan.constraints)
+                            constraints=plan.constraints, total=n)
         x = res.table.to_dense()
         info = {"selected": [{"block": ", ".join(a), "row": r} for a, (_, r) in zip(res.marginals, res.selected)],
                 "groups": res.info["groups"], "largest_group_cells": res.info["largest_group_cells"],
                 "round_budgets": res.info["round_budgets"]}
         return release_mwem_table(self, plan, accountant, x, res.table.total, res.measurements, res.rounds,
-                                  info=info, marginals=[q.attrs for q in plan.details])
+                                  info=info, marginals=[q.attrs for q in plan.details], count=count)
 
     @classmethod
     def example(cls, domain):

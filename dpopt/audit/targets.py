@@ -171,7 +171,7 @@ class ReleaseStatistics:
 
 
 def _row_labels(frame) -> list[str]:
-    keys = [c for c in frame.columns if c not in ("count", "noisy")]
+    keys = [c for c in frame.columns if c not in ("count", "noisy") and frame[c].dtype.kind not in "fc"]
     if not keys:
         return [str(i) for i in range(len(frame))]
     return [", ".join(f"{k}={v}" for k, v in zip(keys, row)) for row in frame[keys].itertuples(index=False)]
