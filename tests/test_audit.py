@@ -18,6 +18,7 @@ import pytest
 from dpopt.audit import AlgorithmTarget, Claim, audit, audit_algorithm, write_audit
 from dpopt.audit.mechanisms import MECHANISMS, MechanismTarget
 from dpopt.audit.mutants import DataZeros, FloatLaplace, ScaledNoise, Uncharged
+from dpopt.audit.report import EXACT_DISCLOSURE, LEDGER_ERROR, NO_VIOLATION, VIOLATION
 from dpopt.model.domain import Domain
 from dpopt.privacy.budget import Budget
 from dpopt.privacy.conversions import zcdp_to_approx_dp
@@ -53,7 +54,7 @@ def test_a_measurement_that_skips_its_charge_is_caught_by_the_ledger_check():
     assert not report.ledger_ok and not report.passed
     problem, count = report.ledger_problems[0]
     assert "not the claimed" in problem and count == report.ledger_runs
-    assert "LEDGER" in report.verdict
+    assert report.outcome == LEDGER_ERROR and report.verdict.startswith("LEDGER ERROR: ")
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)
@@ -106,6 +107,32 @@ def test_a_record_count_published_exactly_is_reported_and_audited_conditionally(
     assert cond is not None and cond.relation == "move" and cond.claim.epsilon == 2.0
     assert cond.pair["records_a"] == cond.pair["records_b"]
     assert any("record count" in n and "public" in n for n in report.notes)
+    # one vocabulary: an exact disclosure is never "no violation", and the conditional verdict names its assumption
+    assert report.outcome == EXACT_DISCLOSURE and not report.passed
+    assert report.verdict.startswith("EXACT DISCLOSURE: the record count is published exactly")
+    assert cond.verdict.startswith("NO VIOLATION FOUND, assuming the record count is public")
+    assert cond.verdict in report.verdict and "no violation" not in report.verdict.split(".")[0].lower()
+
+
+def test_a_verdict_states_what_its_test_could_have_detected():
+    right = audit(MechanismTarget("laplace"), runs=2000, **SMALL)
+    assert right.outcome == NO_VIOLATION and right.verdict.startswith("NO VIOLATION FOUND: ")
+    assert 0 < right.detectable_excess < 1.5
+    assert f"would have detected epsilon >= {right.claim.epsilon + right.detectable_excess:.4f}" in right.verdict
+    assert json.loads(json.dumps(right.to_dict()))["detectable_epsilon"] == pytest.approx(right.detectable_epsilon)
+    wrong = audit(AlgorithmTarget(ScaledNoise(factor=Fraction(3)), TWO, HALF), runs=500, **SMALL)
+    assert wrong.outcome == VIOLATION and wrong.verdict.startswith("VIOLATION: with 95% confidence")
+
+
+def test_runs_auto_sizes_the_test_for_the_excess_asked_and_says_so_first():
+    said = []
+    report = audit(MechanismTarget("laplace"), runs="auto", excess=0.5, time_budget=120, echo=said.append, **SMALL)
+    assert said and said[0].startswith("  about ") and "then the test gets the runs" in said[0]
+    assert any(line.startswith("  test: ") for line in said)
+    assert report.settings["runs"] == "auto" and report.settings["test_sizing"].startswith("test: ")
+    # the test was sized on the search runs' frequencies: on fresh runs it detects about the excess asked
+    assert report.passed and report.detectable_excess <= 0.5 * report.claim.epsilon * 1.3
+    assert report.n_a > 1000
 
 
 def test_a_sampled_statistic_of_a_release_matches_the_release():

@@ -164,18 +164,21 @@ def shrink(domain: Domain, constraints=(), limit: int = 16, max_cells: int = 256
     if limit < 2:
         raise SpecError(f"--domain-limit: must be at least 2 cells, got {limit}")
     rules, trees = _rules(domain, constraints)
-    if domain.size <= max_cells and _possible(domain, rules, {a: tuple(range(n)) for a, n in
-                                                             zip(domain.attrs, domain.sizes)})[0] <= limit:
-        kept = {a: tuple(range(n)) for a, n in zip(domain.attrs, domain.sizes)}
-        return AuditDomain(domain, domain, kept, rules, _possible(domain, rules, kept)[0])
-    grower = _Grower(domain, rules, trees, limit, max_cells)
-    while grower.witnesses() | grower.grow_once():
-        pass
-    kept = grower.prune()
+    everything = {a: tuple(range(n)) for a, n in zip(domain.attrs, domain.sizes)}
+    if domain.size <= max_cells and _possible(domain, rules, everything)[0] <= limit:
+        kept, small = everything, domain
+    else:
+        grower = _Grower(domain, rules, trees, limit, max_cells)
+        while grower.witnesses() | grower.grow_once():
+            pass
+        kept = grower.prune()
+        small = _small_domain(domain, kept)
     possible, _ = _possible(domain, rules, kept)
     if possible == 0:
-        raise SpecError(f"--domain-limit {limit}: no cell that a record can lie in fits; raise --domain-limit")
-    small = _small_domain(domain, kept)
+        raise SpecError(f"--domain-limit {limit}: no cell of the audit domain can hold a record (the structural "
+                        "zeros rule out every cell found); raise --domain-limit")
+    if small is domain:
+        return AuditDomain(domain, domain, kept, rules, possible)
     notes = []
     missing = [r.name for r in rules if isinstance(r.constraint, StructuralZeros) and not r.on(kept).any()]
     if missing:

@@ -15,9 +15,8 @@ tiny dataset the same way, and kept equal between neighbours.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-
-import pandas as pd
 
 from dpopt.audit.domain import AuditDomain, restricted_rules, shrink
 from dpopt.audit.harness import DEFAULT_EXCESS, DEFAULT_RUNS, DEFAULT_TIME_BUDGET, audit
@@ -70,6 +69,30 @@ def _restrict_constraints(p, shrunk: AuditDomain) -> tuple[ConstraintSet, list, 
     return cs, invariants, notes
 
 
+@dataclass
+class _Public:
+    """What the audit reads of a spec: its public objects over the full domain, no algorithm plan."""
+
+    spec: object
+    domain: Domain
+    constraints: ConstraintSet
+    data_invariants: list
+    algorithm: object
+    budget: object
+
+
+def _public(spec) -> _Public:
+    """The spec's domain, public constraints and data invariants, as a release plans them, without
+    planning its algorithm on the full domain (the audit plans it on the audit domain; a plan
+    over the full domain can take minutes: the matrix mechanism's strategies on 4,357 cells)."""
+    from dpopt.release.plan import _build_domain, _public_constraints, check_constraints
+
+    domain = _build_domain(spec)
+    constraints, invariants = _public_constraints(spec, domain)
+    check_constraints(spec, constraints, when="before any audit run")
+    return _Public(spec, domain, constraints, invariants, spec.algorithm, spec.budget)
+
+
 def _target(p, shrunk: AuditDomain, algorithm, name: str) -> tuple[AlgorithmTarget, AuditDomain, list[str]]:
     """The spec's algorithm planned on the audit domain: without the attributes left with one
     value when it plans so (:meth:`~dpopt.audit.domain.AuditDomain.without_single_valued`), else
@@ -113,11 +136,10 @@ def audit_spec(spec, *, runs: int | str = DEFAULT_RUNS, domain_limit: int = DEFA
     echo : callable, optional
         Receives progress lines and time estimates (e.g. ``print``).
     """
-    from dpopt.release import plan
     from dpopt.spec import load_spec
 
     spec = load_spec(spec)
-    p = plan(spec, data=pd.DataFrame())  # the public objects only: the data are never read
+    p = _public(spec)
     algorithm, resized = p.algorithm.resized(max_records, p.budget)
     shrunk = shrink(p.domain, p.constraints, domain_limit, MAX_AUDIT_CELLS)
     target, shrunk, notes = _target(p, shrunk, algorithm, spec.name)
