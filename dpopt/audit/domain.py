@@ -10,9 +10,11 @@ to keep. The rules, in order:
 2. **Every parent keeps children.** For each hierarchy (``state`` → ``county``), a parent
    value is only kept with one of its children, and a child only with its parent. A parent
    never ends up empty, so a top-down geography stays well formed.
-3. **Structural zeros are kept where they fit.** Before the domain grows evenly, each zero
-   rule that has no zero cell yet gets a witness: the zero cell of the rule that needs the
-   fewest new values, kept if the limit allows. A rule the limit cannot hold is reported.
+3. **Structural zeros are kept where they fit.** Before the domain grows evenly, a hierarchy
+   gets a second parent (with a child), and each zero rule that has no zero cell yet gets a
+   witness: the zero cell of the rule that needs the fewest new values, with the values of a
+   possible cell for each new value that would otherwise have none (a degree is possible only
+   beside an adult age), kept if the limit allows. A rule the limit cannot hold is reported.
 4. **Even growth.** Then the attribute with the fewest values kept gains its next value,
    while the limit holds. A value with no possible cell (every cell ruled out) is skipped.
 5. **Attributes left with one value are dropped** (:meth:`AuditDomain.without_single_valued`)
@@ -262,10 +264,25 @@ class _Grower:
     def _first_possible_cell(self) -> tuple[int, ...]:
         """The first cell (in domain order, a few values per attribute) that no rule rules out.
 
-        A depth-first search over the attributes; a rule is checked once all its attributes
-        have a value. Attributes without labels take their first code (they keep a prefix).
         Falls back to the first value of every attribute when the search finds nothing.
         """
+        return self._possible_cell(lambda a: range(min(self.domain.size_of(a), MAX_SKIPS))
+                                   if a in self.domain.labels else (0,)) or (0,) * len(self.domain.attrs)
+
+    def _possible_cell_with(self, attr: str, value: int, kept: dict) -> tuple[int, ...] | None:
+        """A cell no rule rules out with ``attr = value``, preferring the values in ``kept``."""
+        def choices(a):
+            if a == attr:
+                return (value,)
+            if a not in self.domain.labels:
+                return range(min(len(kept[a]) + 1, self.domain.size_of(a)))
+            others = [c for c in range(min(self.domain.size_of(a), MAX_SKIPS)) if c not in kept[a]]
+            return list(kept[a]) + others
+        return self._possible_cell(choices)
+
+    def _possible_cell(self, choices) -> tuple[int, ...] | None:
+        """A depth-first search over the attributes for a cell no rule rules out, trying
+        ``choices(attr)`` in order; a rule is checked once all its attributes have a value."""
         attrs = self.domain.attrs
         last = {r: max(attrs.index(a) for a in r.attrs) for r in self.rules}
         cell: list[int] = []
@@ -273,9 +290,7 @@ class _Grower:
         def search(i: int) -> bool:
             if i == len(attrs):
                 return True
-            a = attrs[i]
-            choices = range(min(self.domain.size_of(a), MAX_SKIPS)) if a in self.domain.labels else (0,)
-            for c in choices:
+            for c in choices(attrs[i]):
                 cell.append(c)
                 ok = all(not r.mask[tuple(cell[attrs.index(b)] for b in r.attrs)]
                          for r in self.rules if last[r] == i)
@@ -284,7 +299,7 @@ class _Grower:
                 cell.pop()
             return False
 
-        return tuple(cell) if search(0) else (0,) * len(attrs)
+        return tuple(cell) if search(0) else None
 
     def _fits(self, trial: dict) -> bool:
         if int(np.prod([len(v) for v in trial.values()])) > self.max_cells:
@@ -340,16 +355,38 @@ class _Grower:
         none: the hierarchy's own zeros are there as soon as two parents are.
         """
         changed = False
+        for t in self.parents.values():  # a hierarchy first: two parents, each with a child
+            if len(self.kept[t.parent]) < 2:
+                for value in self._next_values(t.parent)[:1]:
+                    changed |= self._try({t.parent: [value]})
         for rule in self.rules:
             if not isinstance(rule.constraint, StructuralZeros) or rule.mask.size > MAX_RULE_CELLS:
                 continue
             if rule in self.implied or rule.on(self._sorted(self.kept)).any():
                 continue
             for cell in self._cheapest_zero_cells(rule):
-                if self._try({a: [c] for a, c in zip(rule.attrs, cell)}):
+                if self._try(self._enabled({a: [c] for a, c in zip(rule.attrs, cell)})):
                     changed = True
                     break
         return changed
+
+    def _enabled(self, additions: dict) -> dict:
+        """``additions`` with, for each added value that no possible cell would hold, the values of
+        a possible cell that holds it (a zero cell's values are often impossible on their own: a
+        degree is only possible beside an adult age)."""
+        trial = self._sorted(self._with(additions))
+        _, possible = _possible(self.domain, self.rules, trial)
+        out = {a: list(v) for a, v in additions.items()}
+        for a, codes in additions.items():
+            axis = self.domain.attrs.index(a)
+            for c in codes:
+                if np.take(possible, trial[a].index(c), axis=axis).any():
+                    continue
+                cell = self._possible_cell_with(a, c, trial)
+                if cell is not None:
+                    for b, v in zip(self.domain.attrs, cell):
+                        out.setdefault(b, []).append(v)
+        return out
 
     def _cheapest_zero_cells(self, rule: ZeroRule, tries: int = 8) -> list[tuple]:
         """Zero cells of ``rule`` by the number of values they add (codes of unlabelled attributes

@@ -26,7 +26,7 @@ from dpopt.errors import DpoptError, InconsistentConstraintsError, SpecError
 from dpopt.model.constraints import ConstraintSet
 from dpopt.model.domain import Domain
 
-__all__ = ["audit_spec", "downscale", "DEFAULT_DOMAIN_LIMIT", "audit_dir"]
+__all__ = ["audit_spec", "spec_target", "downscale", "DEFAULT_DOMAIN_LIMIT", "audit_dir"]
 
 #: Cells of the audit domain that can hold a record, unless ``--domain-limit`` says otherwise.
 DEFAULT_DOMAIN_LIMIT = 16
@@ -93,6 +93,23 @@ def _public(spec) -> _Public:
     return _Public(spec, domain, constraints, invariants, spec.algorithm, spec.budget)
 
 
+def spec_target(spec, domain_limit: int = DEFAULT_DOMAIN_LIMIT,
+                max_records: int = 2) -> tuple[AlgorithmTarget, AuditDomain, list[str]]:
+    """What :func:`audit_spec` audits: the spec's algorithm on its audit domain, the domain, and notes.
+
+    The algorithm is resized for datasets of ``max_records`` records by its own rule
+    (:meth:`~dpopt.algorithms.base.Algorithm.resized`); the notes say what was dropped or resized.
+    """
+    from dpopt.spec import load_spec
+
+    spec = load_spec(spec)
+    p = _public(spec)
+    algorithm, resized = p.algorithm.resized(max_records, p.budget)
+    shrunk = shrink(p.domain, p.constraints, domain_limit, MAX_AUDIT_CELLS)
+    target, shrunk, notes = _target(p, shrunk, algorithm, spec.name)
+    return target, shrunk, notes + ([resized] if resized else [])
+
+
 def _target(p, shrunk: AuditDomain, algorithm, name: str) -> tuple[AlgorithmTarget, AuditDomain, list[str]]:
     """The spec's algorithm planned on the audit domain: without the attributes left with one
     value when it plans so (:meth:`~dpopt.audit.domain.AuditDomain.without_single_valued`), else
@@ -139,19 +156,14 @@ def audit_spec(spec, *, runs: int | str = DEFAULT_RUNS, domain_limit: int = DEFA
     from dpopt.spec import load_spec
 
     spec = load_spec(spec)
-    p = _public(spec)
-    algorithm, resized = p.algorithm.resized(max_records, p.budget)
-    shrunk = shrink(p.domain, p.constraints, domain_limit, MAX_AUDIT_CELLS)
-    target, shrunk, notes = _target(p, shrunk, algorithm, spec.name)
+    target, shrunk, notes = spec_target(spec, domain_limit, max_records)
     small, scaled = shrunk.domain, shrunk.describe()
-    if resized:
-        notes.append(resized)
     if out is not None:
         from dpopt.atomic import check_output_dir
 
         check_output_dir(out, overwrite=overwrite)
     if echo is not None:
-        echo(f"dpopt: auditing {spec.name!r} ({p.algorithm.describe()}) on synthetic datasets of at most "
+        echo(f"dpopt: auditing {spec.name!r} ({spec.algorithm.describe()}) on synthetic datasets of at most "
              f"{max_records} records over {small.size} cells" + (f"; {scaled}" if scaled else ""))
         for note in notes:
             echo(f"  note: {note}")
