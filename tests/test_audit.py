@@ -190,3 +190,40 @@ def test_forked_workers_solve_integer_programs_after_the_parent_did():
     proc = subprocess.run([sys.executable, "-c", FORKED_MIPS], capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert int(proc.stdout.split()[-1]) > 1200
+
+
+def test_bugs_planted_in_a_real_algorithm_are_caught_and_the_samplers_restored():
+    """Planted swaps the privacy layer's samplers during a run only: an unnoised answer is an exact
+    disclosure, a skipped charge a ledger error, a halved scale halves the noise; afterwards every
+    algorithm draws from the real samplers again."""
+    import dpopt.privacy.mechanisms as mechanisms
+    import dpopt.privacy.samplers as samplers
+    from dpopt.algorithms import REGISTRY
+    from dpopt.audit.mutants import Planted
+    from dpopt.model.data import Dataset
+    from dpopt.privacy.randomness import SeededRandom
+
+    domain = Domain.from_dict({"a": 2, "b": 2})
+    cls = REGISTRY["measure_reconstruct"]
+
+    def target():
+        return AlgorithmTarget(cls(cls.example(domain)), domain, Budget.pure(1))
+
+    quick = dict(SMALL, screen_runs=0, keep_pairs=1)
+    unnoised = audit(Planted(target(), "unnoised_answer"), runs=60, **quick)
+    assert unnoised.outcome == EXACT_DISCLOSURE and any("noisy" in s for s in unnoised.exact_disclosures)
+    uncharged = audit(Planted(target(), "uncharged"), runs=20, **quick)
+    assert uncharged.outcome == LEDGER_ERROR and "not the claimed" in uncharged.ledger_problems[0][0]
+    # a halved scale: the noisy answers spread half as much (variance a quarter)
+    data = Dataset.from_histogram(np.array([3, 1, 0, 2]), domain)
+    spread = {}
+    for bug in (None, "halved_scale"):
+        t = target()
+        t.prepare(data, SeededRandom(1))
+        run = (lambda d, r: Planted(t, bug).run(d, r)) if bug else t.run
+        column = t.names.index(next(n for n in t.names if "noisy" in n))
+        rng = SeededRandom(5)
+        spread[bug] = np.std([run(data, rng)[0][column] for _ in range(150)])
+    assert 0.35 < spread["halved_scale"] / spread[None] < 0.65
+    assert mechanisms.discrete_laplace is samplers.discrete_laplace
+    assert mechanisms.discrete_gaussian is samplers.discrete_gaussian

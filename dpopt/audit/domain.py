@@ -31,6 +31,7 @@ when it is one in the spec's domain.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,12 +39,14 @@ import numpy as np
 from dpopt.errors import SpecError
 from dpopt.model.constraints import Hierarchy, StructuralZeros
 from dpopt.model.domain import Domain
-from dpopt.model.predicates import Predicate
+from dpopt.model.predicates import Predicate, as_predicate
 
 __all__ = ["AuditDomain", "ZeroRule", "shrink", "restricted_rules"]
 
-#: Rules over a marginal larger than this are not searched for witnesses (its mask is still kept).
+#: Rules over a marginal larger than this are dropped (their masks over it are not built).
 MAX_RULE_CELLS = 4_000_000
+#: Cells a search for a possible cell visits at most (it gives up beyond).
+MAX_SEARCH_NODES = 20_000
 #: Values tried past a value with no possible cell, per attribute and round.
 MAX_SKIPS = 16
 
@@ -165,7 +168,7 @@ def shrink(domain: Domain, constraints=(), limit: int = 16, max_cells: int = 256
     """
     if limit < 2:
         raise SpecError(f"--domain-limit: must be at least 2 cells, got {limit}")
-    rules, trees = _rules(domain, constraints)
+    rules, trees, skipped = _rules(domain, constraints)
     everything = {a: tuple(range(n)) for a, n in zip(domain.attrs, domain.sizes)}
     if domain.size <= max_cells and _possible(domain, rules, everything)[0] <= limit:
         kept, small = everything, domain
@@ -179,9 +182,10 @@ def shrink(domain: Domain, constraints=(), limit: int = 16, max_cells: int = 256
     if possible == 0:
         raise SpecError(f"--domain-limit {limit}: no cell of the audit domain can hold a record (the structural "
                         "zeros rule out every cell found); raise --domain-limit")
+    notes = [f"structural zeros over more than {MAX_RULE_CELLS:,} cells of their attributes dropped: "
+             f"{', '.join(skipped)}"] if skipped else []
     if small is domain:
-        return AuditDomain(domain, domain, kept, rules, possible)
-    notes = []
+        return AuditDomain(domain, domain, kept, rules, possible, notes)
     missing = [r.name for r in rules if isinstance(r.constraint, StructuralZeros) and not r.on(kept).any()]
     if missing:
         notes.append("structural zeros without a cell in the audit domain (their zero cells need more values than "
@@ -218,10 +222,15 @@ def restricted_rules(audit: AuditDomain) -> list:
 
 
 # ---- the rules --------------------------------------------------------------------------------
-def _rules(domain: Domain, constraints) -> tuple[list[ZeroRule], list[_Tree]]:
-    rules, trees = [], []
+def _rules(domain: Domain, constraints) -> tuple[list[ZeroRule], list[_Tree], list[str]]:
+    """The zero rules and hierarchies over the spec's domain, and rules too large to restrict."""
+    rules, trees, skipped = [], [], []
     for c in constraints:
         if not isinstance(c, (StructuralZeros, Hierarchy)):
+            continue
+        names = (c.parent, c.child) if isinstance(c, Hierarchy) else as_predicate(c.predicate, domain).attrs
+        if math.prod(domain.size_of(a) for a in names) > MAX_RULE_CELLS:
+            skipped.append(c.name)
             continue
         attrs, mask = c.pattern(domain)
         shape = tuple(domain.size_of(a) for a in attrs)
@@ -231,7 +240,7 @@ def _rules(domain: Domain, constraints) -> tuple[list[ZeroRule], list[_Tree]]:
             for k, v in c.parent_of.items():
                 parent_of[domain.code_of(c.child, k)] = domain.code_of(c.parent, v)
             trees.append(_Tree(c.parent, c.child, parent_of))
-    return rules, trees
+    return rules, trees, skipped
 
 
 def _possible(domain: Domain, rules: list[ZeroRule], kept: dict) -> tuple[int, np.ndarray]:
@@ -286,11 +295,15 @@ class _Grower:
         attrs = self.domain.attrs
         last = {r: max(attrs.index(a) for a in r.attrs) for r in self.rules}
         cell: list[int] = []
+        visits = [0]
 
         def search(i: int) -> bool:
             if i == len(attrs):
                 return True
             for c in choices(attrs[i]):
+                visits[0] += 1
+                if visits[0] > MAX_SEARCH_NODES:
+                    return False
                 cell.append(c)
                 ok = all(not r.mask[tuple(cell[attrs.index(b)] for b in r.attrs)]
                          for r in self.rules if last[r] == i)
@@ -360,7 +373,7 @@ class _Grower:
                 for value in self._next_values(t.parent)[:1]:
                     changed |= self._try({t.parent: [value]})
         for rule in self.rules:
-            if not isinstance(rule.constraint, StructuralZeros) or rule.mask.size > MAX_RULE_CELLS:
+            if not isinstance(rule.constraint, StructuralZeros):
                 continue
             if rule in self.implied or rule.on(self._sorted(self.kept)).any():
                 continue

@@ -12,16 +12,21 @@ reproducible and the phases never share a run):
    (:func:`dpopt.audit.events.search_events`) and ranked again on the second half, and the most
    telling (pair, event) is chosen;
 3. **test**: the other half of ``runs``, fresh, on the chosen pair: a Clopper–Pearson lower
-   bound on ε (δ-thinned when δ > 0) and Fisher's exact test at the claimed ε as a second
-   opinion (:mod:`dpopt.audit.stats`). One test, so its confidence needs no correction for the
-   search: the search only chose *which* test to run.
+   bound on ε (δ-thinned when δ > 0), the power of that test (the smallest excess over the
+   claim it detects with 95% probability, :func:`dpopt.audit.stats.detectable_excess`) and
+   Fisher's exact test at the claimed ε as a second opinion (:mod:`dpopt.audit.stats`). One
+   test, so its confidence needs no correction for the search: the search only chose *which*
+   test to run. With ``runs = "auto"`` the test's size is chosen from the search's
+   frequencies for a requested excess, within a time budget.
 
 Every run's ledger is checked (:func:`dpopt.audit.targets.ledger_problem`). A statistic that
 takes one value on every run of one dataset and another on every run of its neighbour is an
 *exact disclosure*; when it is the record count, the audit continues conditional on it (the
 ``move`` relation, against the group guarantee) and reports both.
 
-Runs are spread over worker processes (``workers``; forked, so the target is not pickled).
+Runs are spread over worker processes (``workers``; forked, so the target is not pickled;
+they die with the audit, :func:`dpopt.workers.die_with_parent`): each phase sends the chunks of
+all its datasets at once, so every worker stays busy.
 Randomness: each chunk of runs draws from a :class:`~dpopt.privacy.randomness.SeededRandom`
 (reproducible and NOT private) -- acceptable here and only here, because an audit publishes
 statistics of synthetic datasets, never a release.
