@@ -42,6 +42,12 @@ import pandas as pd
 
 from dpopt.algorithms.base import Algorithm, AlgorithmParams, PlannedMeasure, Release, make_release, register
 from dpopt.algorithms.base import round_release
+from dpopt.algorithms.dualquery_privacy import (
+    QueryPlayer,
+    dualquery_epsilon,
+    solve_rounds,
+    solve_samples,
+)
 from dpopt.algorithms.record_count import (
     PUBLIC_N_NOTE,
     check_count_share,
@@ -50,12 +56,6 @@ from dpopt.algorithms.record_count import (
     measure_count,
     rest_of_budget,
     scale_shares,
-)
-from dpopt.algorithms.dualquery_privacy import (
-    QueryPlayer,
-    dualquery_epsilon,
-    solve_rounds,
-    solve_samples,
 )
 from dpopt.errors import DpoptError, ParameterError, PrivacyParameterError, QueryError, at_key
 from dpopt.estimate.engines.best_response import MIP_BACKENDS, RecordProgram, best_response

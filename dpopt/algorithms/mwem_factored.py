@@ -66,7 +66,6 @@ from fractions import Fraction
 import numpy as np
 
 from dpopt.algorithms.base import Algorithm, AlgorithmParams, Release, register
-from dpopt.algorithms.record_count import check_count_share, count_step, measure_count, rest_of_budget, scale_shares
 from dpopt.algorithms.mwem import (
     SELECT_MODES,
     SelectedRows,
@@ -78,6 +77,7 @@ from dpopt.algorithms.mwem import (
     run_setup,
     split_round_budget,
 )
+from dpopt.algorithms.record_count import check_count_share, count_step, measure_count, rest_of_budget, scale_shares
 from dpopt.errors import DataError, DomainError, DpoptError, ParameterError, QueryError, at_key
 from dpopt.estimate.engines.factored import MAX_GROUP_CELLS, BinaryMarginalCells, FactoredMWState, FactoredTable
 from dpopt.estimate.engines.proportional import counting_invariant

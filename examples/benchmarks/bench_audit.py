@@ -175,6 +175,11 @@ def census_spec_text() -> str:
     def labels(values):
         return "[" + ", ".join(f'"{v}"' for v in values) + "]"
 
+    measures = "\n".join(
+        f'[[measure]]\nlabel = "{" x ".join(attrs)}"\nquery = "marginal"\nattrs = {labels(attrs)}\n'
+        f'mechanism = "laplace"\nshare = {share}\n'
+        for attrs, share in ((["county", "sex", "age_group"], 0.3), (["state", "race", "education"], 0.3),
+                             (["age_group", "sex", "race"], 0.2), (["education", "age_group", "household_type"], 0.2)))
     school = "age_group in ['0-4', '5-14'] and education not in ['none', 'preschool', 'primary', 'unknown']"
     degree = "age_group in ['0-4', '5-14', '15-17'] and education in ['bachelor', 'master', 'doctorate']"
 
@@ -194,30 +199,7 @@ source = "file"
 [privacy]
 accounting = "pure"
 epsilon = 1.0
-[[measure]]
-label = "county x sex x age_group"
-query = "marginal"
-attrs = ["county", "sex", "age_group"]
-mechanism = "laplace"
-share = 0.3
-[[measure]]
-label = "state x race x education"
-query = "marginal"
-attrs = ["state", "race", "education"]
-mechanism = "laplace"
-share = 0.3
-[[measure]]
-label = "age_group x sex x race"
-query = "marginal"
-attrs = ["age_group", "sex", "race"]
-mechanism = "laplace"
-share = 0.2
-[[measure]]
-label = "education x age_group x household_type"
-query = "marginal"
-attrs = ["education", "age_group", "household_type"]
-mechanism = "laplace"
-share = 0.2
+{measures}
 [constraints]
 nonnegative = true
 integer = true
