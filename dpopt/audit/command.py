@@ -14,8 +14,12 @@ __all__ = ["add_parser", "main"]
 
 def add_parser(sub) -> argparse.ArgumentParser:
     """Add the ``audit`` sub-command to ``dpopt``'s sub-parsers."""
-    from dpopt.audit.harness import DEFAULT_EXCESS, DEFAULT_RUNS, DEFAULT_TIME_BUDGET
-    from dpopt.audit.spec import DEFAULT_DOMAIN_LIMIT
+    from dpopt.audit.defaults import (  # not the audit itself: --help stays quick
+        DEFAULT_DOMAIN_LIMIT,
+        DEFAULT_EXCESS,
+        DEFAULT_RUNS,
+        DEFAULT_TIME_BUDGET,
+    )
 
     cmd = sub.add_parser("audit", help="statistically audit a spec's privacy on tiny synthetic datasets",
                          description="Run the spec's algorithm many times on neighbouring tiny datasets over its "

@@ -45,6 +45,7 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 
 from dpopt.audit.claims import Claim
+from dpopt.audit.defaults import DEFAULT_EXCESS, DEFAULT_RUNS, DEFAULT_TIME_BUDGET
 from dpopt.audit.events import Candidate, exact_disclosures, rank, search_events
 from dpopt.audit.neighbours import add_remove_pairs, cell_labels, limit_pairs, move_pairs
 from dpopt.audit.report import AuditReport
@@ -58,16 +59,12 @@ from dpopt.workers import die_with_parent
 __all__ = ["audit", "default_screen_runs", "default_max_pairs", "DEFAULT_RUNS", "DEFAULT_SCREEN_RUNS",
            "AUTO_SEARCH_RUNS", "DEFAULT_EXCESS", "DEFAULT_TIME_BUDGET"]
 
-#: Runs of each dataset of the chosen pair: half for the event search, half for the test.
-DEFAULT_RUNS = 10_000
 #: Runs of each candidate dataset in the screening of pairs.
 DEFAULT_SCREEN_RUNS = 300
 #: Runs per work item (a chunk shares one seeded source; small enough to keep every worker busy).
 CHUNK = 50
 #: ``runs = "auto"``: runs of each dataset of a kept pair in the event search (half propose, half rank).
 AUTO_SEARCH_RUNS = 2000
-#: ``runs = "auto"``: the default excess to detect (a fraction of the claimed epsilon) and time budget (s).
-DEFAULT_EXCESS, DEFAULT_TIME_BUDGET = 0.25, 600.0
 #: The fewest test runs per dataset, and the runs timed before an audit to estimate its length.
 MIN_TEST_RUNS, PILOT_RUNS = 100, 3
 _PHASES = {"probe": 0, "screen": 1, "search": 2, "test": 3}

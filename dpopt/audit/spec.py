@@ -18,8 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from dpopt.audit.defaults import DEFAULT_DOMAIN_LIMIT, DEFAULT_EXCESS, DEFAULT_RUNS, DEFAULT_TIME_BUDGET
 from dpopt.audit.domain import AuditDomain, restricted_rules, shrink
-from dpopt.audit.harness import DEFAULT_EXCESS, DEFAULT_RUNS, DEFAULT_TIME_BUDGET, audit
+from dpopt.audit.harness import audit
 from dpopt.audit.report import AuditReport, write_audit
 from dpopt.audit.targets import MAX_AUDIT_CELLS, AlgorithmTarget
 from dpopt.errors import DpoptError, InconsistentConstraintsError, SpecError
@@ -27,9 +28,6 @@ from dpopt.model.constraints import ConstraintSet
 from dpopt.model.domain import Domain
 
 __all__ = ["audit_spec", "spec_target", "downscale", "DEFAULT_DOMAIN_LIMIT", "audit_dir"]
-
-#: Cells of the audit domain that can hold a record, unless ``--domain-limit`` says otherwise.
-DEFAULT_DOMAIN_LIMIT = 16
 
 
 def downscale(domain: Domain, limit: int, constraints=()) -> tuple[Domain, str | None]:
