@@ -27,7 +27,7 @@ from dpopt.estimate.backends.base import DEFAULT_MIP_GAP, Backend, SolveSettings
 from dpopt.estimate.form import ProgramForm
 from dpopt.estimate.status import SolveOutcome, Status
 
-__all__ = ["HighsBackend", "IncrementalLP", "new_highs", "silence_banner"]
+__all__ = ["HighsBackend", "IncrementalLP", "new_highs", "run_highs", "silence_banner", "HIGHS_THREADS"]
 
 # HiGHS enum values of the C API used by Highs.passModel (documented in HConst.h).
 _MATRIX_COLWISE = 1
@@ -113,15 +113,59 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reset_scheduler_after_fork)
 
 
+#: HiGHS runs on the calling thread only (its ``threads`` option). Its task scheduler is global
+#: and its worker threads outlive a solve; a long-lived process that had done hundreds of solves
+#: hung in a futex wait (issue 24), and solves from short-lived threads deadlock in HiGHS's
+#: scheduler (HiGHS PR #1886). With one thread no worker is ever started. dpopt's rounding and
+#: consistency programs gain nothing measurable from HiGHS's parallel MIP on 2 cores.
+HIGHS_THREADS = 1
+
+
 def new_highs(verbose: bool = False):
-    """A ``highspy.Highs`` object whose output (banner included) appears only when ``verbose``."""
+    """A ``highspy.Highs`` object whose output (banner included) appears only when ``verbose``,
+    set to run on the calling thread alone (:data:`HIGHS_THREADS`)."""
     import highspy
 
     if not verbose:
         silence_banner()
     h = highspy.Highs()
     h.setOptionValue("output_flag", bool(verbose))
+    h.setOptionValue("threads", HIGHS_THREADS)
     return h
+
+
+def _interrupt_when_signalled(event) -> None:
+    from dpopt.atomic import signal_pending
+
+    if signal_pending():
+        event.interrupt()
+
+
+def run_highs(h) -> None:
+    """``h.run()`` that a signal stops within a callback interval, on one thread.
+
+    The run happens inside :func:`dpopt.atomic.deferred_signals`; HiGHS's simplex, IPM and MIP
+    interrupt callbacks stop it once a signal has arrived, and the signal's exception is raised
+    after ``run`` has returned. If another user of HiGHS in this process (cvxpy's interface,
+    another library) started the global scheduler with more threads, HiGHS refuses the run
+    (status ``kNotset``): the scheduler is shut down (``Highs.resetGlobalScheduler``) and the run
+    made again.
+    """
+    import highspy
+    from dpopt.atomic import deferred_signals
+
+    if not getattr(h, "_dpopt_interruptible", False):
+        for callback in (h.cbSimplexInterrupt, h.cbIpmInterrupt, h.cbMipInterrupt):
+            callback.subscribe(_interrupt_when_signalled)
+        qp = getattr(highspy.cb.HighsCallbackType, "kHighsCallbackQpInterrupt", None)
+        if qp is not None:
+            h.callbacks[int(qp)].subscribe(_interrupt_when_signalled)
+        h._dpopt_interruptible = True
+    with deferred_signals():
+        status = h.run()
+        if status == highspy.HighsStatus.kError and h.getModelStatus().name == "kNotset":
+            highspy.Highs.resetGlobalScheduler(True)
+            h.run()
 
 
 class HighsBackend(Backend):
@@ -208,7 +252,7 @@ class HighsBackend(Backend):
         )
         if status == highspy.HighsStatus.kError:
             raise SolverError(f"backend 'highs': HiGHS rejected the {form.kind} model (passModel returned kError)")
-        h.run()
+        run_highs(h)
         model_status = h.getModelStatus()
         raw = model_status.name
         if raw in ("kLoadError", "kModelError"):
@@ -291,7 +335,7 @@ class IncrementalLP:
             # HiGHS measures its time limit on a clock that keeps running across runs.
             h.setOptionValue("time_limit", h.getRunTime() + float(time_limit))
         start = time.perf_counter()
-        h.run()
+        run_highs(h)
         h.setOptionValue("solver", "simplex")
         h.setOptionValue("simplex_strategy", 4)  # primal simplex: the old basis stays feasible
         raw = h.getModelStatus().name
