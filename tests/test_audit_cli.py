@@ -88,9 +88,13 @@ def test_downscale_keeps_the_first_values_of_every_attribute_in_balance():
     assert downscale(domain, 24) == (domain, None)
 
 
-def test_runs_auto_and_its_options_are_parsed(spec_file, tmp_path, capsys):
+def test_runs_auto_and_its_options_are_parsed(spec_file, tmp_path, capsys, monkeypatch):
+    import dpopt.audit.harness as harness
+
+    monkeypatch.setattr(harness, "MIN_TEST_RUNS", 20)  # the floors scaled down: this test checks the wiring
+    monkeypatch.setattr(harness, "MIN_SCREEN_RUNS", 4)
     out = tmp_path / "auto"
-    status = main(["audit", str(spec_file), "--runs", "auto", "--excess", "2", "--time-budget", "0.05",
+    status = main(["audit", str(spec_file), "--runs", "auto", "--excess", "2", "--time-budget", "0.01",
                    "--domain-limit", "4", "--workers", "1", "--out", str(out)])
     printed = capsys.readouterr().out
     assert status == 0, printed
@@ -99,8 +103,12 @@ def test_runs_auto_and_its_options_are_parsed(spec_file, tmp_path, capsys):
     sizing = next(i for i, line in enumerate(lines) if line.startswith("  test: "))
     verdict = next(i for i, line in enumerate(lines) if line.startswith("verdict: "))
     assert estimate < sizing < verdict  # the time estimate first, then the test's size, then the result
+    # a budget of 0.6 s: the screening and the search shrink to their floors, and the estimate says it overruns
+    assert "more than the budget: it runs anyway" in lines[estimate]
     data = json.loads((out / "report.json").read_text())
     assert data["settings"]["runs"] == "auto" and data["settings"]["excess"] == 2.0
+    assert data["settings"]["screen_runs"] == 4 and data["settings"]["search_runs"] == 40
+    assert data["test"]["runs_a"] == 20
 
 
 def test_the_default_output_directory_sits_beside_the_release(spec_file):

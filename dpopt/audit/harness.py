@@ -65,8 +65,9 @@ DEFAULT_SCREEN_RUNS = 300
 CHUNK = 50
 #: ``runs = "auto"``: runs of each dataset of a kept pair in the event search (half propose, half rank).
 AUTO_SEARCH_RUNS = 2000
-#: The fewest test runs per dataset, and the runs timed before an audit to estimate its length.
-MIN_TEST_RUNS, PILOT_RUNS = 100, 3
+#: The fewest test (and, in auto mode, search) runs per dataset, the fewest screening runs per
+#: dataset in auto mode, and the runs timed before an audit to estimate its length.
+MIN_TEST_RUNS, MIN_SCREEN_RUNS, PILOT_RUNS = 100, 20, 3
 _PHASES = {"probe": 0, "screen": 1, "search": 2, "test": 3}
 
 _TARGET: AuditTarget | None = None  # the target of the running audit, inherited by forked workers
@@ -179,8 +180,10 @@ class _Plan:
     def announce(self, probe) -> None:
         """Time a few runs and say roughly how long the audit takes (a guide on a shared machine).
 
-        In auto mode the event search is also cut to a third of the time budget when it would
-        take longer.
+        In auto mode the screening and the event search are also cut to a third of the time
+        budget when they would take longer: the search first (down to :data:`MIN_TEST_RUNS` per
+        dataset), then the screening (down to :data:`MIN_SCREEN_RUNS` per dataset). Below that
+        floor the audit runs anyway and says it will overrun the budget.
         """
         rng = SeededRandom(2**31 - 1)  # a pilot of the audit's own runs: seeded, never a release
         tick = time.perf_counter()
@@ -188,20 +191,28 @@ class _Plan:
             self.target.run(probe, rng)
         self.per_run = (time.perf_counter() - tick) / PILOT_RUNS / self.sampler.workers
         s = self.s
+        keep = s["keep_pairs"]
         screening = 2 * s["max_pairs"] * s["screen_runs"]
         if self.auto:
-            room = s["time_budget"] / 3 / self.per_run - screening
-            self.search = int(max(MIN_TEST_RUNS, min(self.search, room / (2 * s["keep_pairs"]))))
+            room = s["time_budget"] / 3 / self.per_run  # runs the screening and the search may take
+            if screening and room - screening < 2 * keep * MIN_TEST_RUNS:
+                fit = int((room - 2 * keep * MIN_TEST_RUNS) / (2 * s["max_pairs"]))
+                s["screen_runs"] = min(s["screen_runs"], max(MIN_SCREEN_RUNS, fit))
+                screening = 2 * s["max_pairs"] * s["screen_runs"]
+            self.search = int(max(MIN_TEST_RUNS, min(self.search, (room - screening) / (2 * keep))))
             s["search_runs"] = 2 * self.search
         if self.echo is None:
             return
         w = self.sampler.workers
         head = f"  about {{:,}} runs at {1e3 * self.per_run * w:.1f} ms each on {w} worker{'s' if w > 1 else ''}"
         if self.auto:
-            total = screening + 2 * s["keep_pairs"] * self.search
+            total = screening + 2 * keep * self.search
+            least = (total + 2 * MIN_TEST_RUNS) * self.per_run
+            over = (f"; even with the fewest test runs ({MIN_TEST_RUNS} per dataset) it takes about {_minutes(least)}, "
+                    "more than the budget: it runs anyway" if least > s["time_budget"] else "")
             self.echo(head.format(total) + f" before the test ({_minutes(total * self.per_run)}); then the test gets "
                       f"the runs that detect an excess of {s['excess']:g} x epsilon, within "
-                      f"{_minutes(s['time_budget'])} in all")
+                      f"{_minutes(s['time_budget'])} in all{over}")
         else:
             total = screening + 2 * s["keep_pairs"] * self.search + 2 * (s["runs"] - self.search)
             self.echo(head.format(total) + f": roughly {_minutes(total * self.per_run)} (use --runs to trade power "
