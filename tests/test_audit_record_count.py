@@ -94,3 +94,20 @@ def test_count_share_is_a_spec_key_with_clear_errors():
         check_count_share(0)
     with pytest.raises(ParameterError, match="not both"):
         DualQuery(order=2, rounds=3, samples=None, records=100, count_share=TENTH)
+
+
+def test_an_exact_count_of_a_release_that_measured_it_is_a_finding_not_the_papers_public_n():
+    """With count_share the release does not declare its count public: an exact count (here an
+    unnoised count, planted) fails the audit, whatever the audit conditional on it finds. Every pair
+    is kept: the first pair (no record against one) uses n = 1 on both sides (the count is at least 1)."""
+    from dpopt.audit import AlgorithmTarget, audit
+    from dpopt.audit.mutants import Planted
+    from dpopt.audit.report import EXACT_DISCLOSURE
+
+    cs = ConstraintSet(DOMAIN, [NonNegativity(), Integrality()])
+    target = AlgorithmTarget(MWEM(marginals=2, rounds=2, select="block", count_share=TENTH), DOMAIN, Budget.pure(1), cs)
+    report = audit(Planted(target, "unnoised_answer"), runs=40, screen_runs=0, keep_pairs=4, max_pairs=4, workers=1,
+                   seed=1)
+    assert report.outcome == EXACT_DISCLOSURE and not report.passed, report.verdict
+    assert not report.count_declared_public
+    assert "the release notes do not say the record count is public" in report.verdict

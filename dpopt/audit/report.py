@@ -146,6 +146,14 @@ class AuditReport:
         return self.outcome == NO_VIOLATION and (self.conditional is None or self.conditional.passed)
 
     @property
+    def count_declared_public(self) -> bool:
+        """The release notes say the record count is treated as public (MWEM's and DualQuery's
+        default, the papers' n): then its exact disclosure is the documented one and the verdict
+        that matters is the conditional audit's. A release that measured its count with noise
+        (``count_share``) does not say so, and an exact count there is a finding."""
+        return any("treated as public" in n.lower() for n in self.notes)
+
+    @property
     def total_runs(self) -> int:
         return sum(self.runs.values()) + (self.conditional.total_runs if self.conditional else 0)
 
@@ -204,8 +212,7 @@ class AuditReport:
         if self.ledger_problems and self.outcome != LEDGER_ERROR:
             text += f"; LEDGER ERROR: {self._ledger_text()}"
         if self.conditional is not None:
-            public = any("record count" in n.lower() and "public" in n.lower() for n in self.notes)
-            text += ("; the release notes say the record count is treated as public" if public else
+            text += ("; the release notes say the record count is treated as public" if self.count_declared_public else
                      "; the release notes do not say the record count is public")
             text += f". {self.conditional.verdict}"
         return text

@@ -254,8 +254,10 @@ def planted(args) -> list[dict]:
                 rows.append({"algorithm": algorithm, "spec": name, "bug": bug, "caught": None})
                 continue
             report, s = timed_audit(mutant, runs=args.planted_runs, workers=args.workers)
-            final = report.conditional or report
-            caught = not report.passed if report.conditional is None else not final.passed
+            # an exact count is the bug's doing unless the release declares the count public (the
+            # papers' n): then the conditional audit's verdict is the one that catches or misses it
+            final = report.conditional if report.conditional is not None and report.count_declared_public else report
+            caught = not final.passed
             rows.append({"algorithm": algorithm, "spec": name, "bug": bug, "caught": caught,
                          "outcome": report.outcome, "epsilon_lower_bound": final.epsilon_lower_bound,
                          "claimed": final.claim.epsilon, "event": final.event.label,
