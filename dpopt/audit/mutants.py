@@ -39,7 +39,7 @@ from dpopt.errors import ParameterError
 from dpopt.estimate.status import Status
 from dpopt.model.measurement import Measurement
 from dpopt.model.queries.basic import Identity, Total
-from dpopt.privacy.accountant import Accountant, PrivacyCost
+from dpopt.privacy.accountant import Accountant, LedgerEntry, PrivacyCost
 from dpopt.privacy.mechanisms import calibrate, measure
 from dpopt.privacy.samplers import discrete_laplace
 
@@ -237,8 +237,9 @@ class Planted(AuditTarget):
         if self.bug == "uncharged":
             def skip_first(accountant, cost, label, *, detail=None):
                 if state.get("charge", True):
-                    state["charge"] = False
-                    return None  # the bug: the first charge of the run never reaches the ledger
+                    state["charge"] = False  # the bug: the first charge of the run never reaches the ledger;
+                    # the caller gets the entry it expects (top-down composes in parallel from it)
+                    return LedgerEntry(label, accountant.convert(cost), accountant.spent, detail, cost)
                 return charge(accountant, cost, label, detail=detail)
             Accountant.charge = skip_first
         for module, attr, _, faulty in swapped:
