@@ -18,6 +18,7 @@ import pytest
 from dpopt.audit import AlgorithmTarget, Claim, audit, audit_algorithm, write_audit
 from dpopt.audit.mechanisms import MECHANISMS, MechanismTarget
 from dpopt.audit.mutants import DataZeros, FloatLaplace, ScaledNoise, Uncharged
+from dpopt.audit.report import EXACT_DISCLOSURE, LEDGER_ERROR, NO_VIOLATION, VIOLATION
 from dpopt.model.domain import Domain
 from dpopt.privacy.budget import Budget
 from dpopt.privacy.conversions import zcdp_to_approx_dp
@@ -53,7 +54,7 @@ def test_a_measurement_that_skips_its_charge_is_caught_by_the_ledger_check():
     assert not report.ledger_ok and not report.passed
     problem, count = report.ledger_problems[0]
     assert "not the claimed" in problem and count == report.ledger_runs
-    assert "LEDGER" in report.verdict
+    assert report.outcome == LEDGER_ERROR and report.verdict.startswith("LEDGER ERROR: ")
 
 
 @pytest.mark.parametrize("mechanism", MECHANISMS)
@@ -106,6 +107,32 @@ def test_a_record_count_published_exactly_is_reported_and_audited_conditionally(
     assert cond is not None and cond.relation == "move" and cond.claim.epsilon == 2.0
     assert cond.pair["records_a"] == cond.pair["records_b"]
     assert any("record count" in n and "public" in n for n in report.notes)
+    # one vocabulary: an exact disclosure is never "no violation", and the conditional verdict names its assumption
+    assert report.outcome == EXACT_DISCLOSURE and not report.passed
+    assert report.verdict.startswith("EXACT DISCLOSURE: the record count is published exactly")
+    assert cond.verdict.startswith("NO VIOLATION FOUND, assuming the record count is public")
+    assert cond.verdict in report.verdict and "no violation" not in report.verdict.split(".")[0].lower()
+
+
+def test_a_verdict_states_what_its_test_could_have_detected():
+    right = audit(MechanismTarget("laplace"), runs=2000, **SMALL)
+    assert right.outcome == NO_VIOLATION and right.verdict.startswith("NO VIOLATION FOUND: ")
+    assert 0 < right.detectable_excess < 1.5
+    assert f"would have detected epsilon >= {right.claim.epsilon + right.detectable_excess:.4f}" in right.verdict
+    assert json.loads(json.dumps(right.to_dict()))["detectable_epsilon"] == pytest.approx(right.detectable_epsilon)
+    wrong = audit(AlgorithmTarget(ScaledNoise(factor=Fraction(3)), TWO, HALF), runs=500, **SMALL)
+    assert wrong.outcome == VIOLATION and wrong.verdict.startswith("VIOLATION: with 95% confidence")
+
+
+def test_runs_auto_sizes_the_test_for_the_excess_asked_and_says_so_first():
+    said = []
+    report = audit(MechanismTarget("laplace"), runs="auto", excess=0.5, time_budget=120, echo=said.append, **SMALL)
+    assert said and said[0].startswith("  about ") and "then the test gets the runs" in said[0]
+    assert any(line.startswith("  test: ") for line in said)
+    assert report.settings["runs"] == "auto" and report.settings["test_sizing"].startswith("test: ")
+    # the test was sized on the search runs' frequencies: on fresh runs it detects about the excess asked
+    assert report.passed and report.detectable_excess <= 0.5 * report.claim.epsilon * 1.3
+    assert report.n_a > 1000
 
 
 def test_a_sampled_statistic_of_a_release_matches_the_release():
@@ -163,3 +190,40 @@ def test_forked_workers_solve_integer_programs_after_the_parent_did():
     proc = subprocess.run([sys.executable, "-c", FORKED_MIPS], capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert int(proc.stdout.split()[-1]) > 1200
+
+
+def test_bugs_planted_in_a_real_algorithm_are_caught_and_the_samplers_restored():
+    """Planted swaps the privacy layer's samplers during a run only: an unnoised answer is an exact
+    disclosure, a skipped charge a ledger error, a halved scale halves the noise; afterwards every
+    algorithm draws from the real samplers again."""
+    import dpopt.privacy.mechanisms as mechanisms
+    import dpopt.privacy.samplers as samplers
+    from dpopt.algorithms import REGISTRY
+    from dpopt.audit.mutants import Planted
+    from dpopt.model.data import Dataset
+    from dpopt.privacy.randomness import SeededRandom
+
+    domain = Domain.from_dict({"a": 2, "b": 2})
+    cls = REGISTRY["measure_reconstruct"]
+
+    def target():
+        return AlgorithmTarget(cls(cls.example(domain)), domain, Budget.pure(1))
+
+    quick = dict(SMALL, screen_runs=0, keep_pairs=1)
+    unnoised = audit(Planted(target(), "unnoised_answer"), runs=60, **quick)
+    assert unnoised.outcome == EXACT_DISCLOSURE and any("noisy" in s for s in unnoised.exact_disclosures)
+    uncharged = audit(Planted(target(), "uncharged"), runs=20, **quick)
+    assert uncharged.outcome == LEDGER_ERROR and "not the claimed" in uncharged.ledger_problems[0][0]
+    # a halved scale: the noisy answers spread half as much (variance a quarter)
+    data = Dataset.from_histogram(np.array([3, 1, 0, 2]), domain)
+    spread = {}
+    for bug in (None, "halved_scale"):
+        t = target()
+        t.prepare(data, SeededRandom(1))
+        run = (lambda d, r: Planted(t, bug).run(d, r)) if bug else t.run
+        column = t.names.index(next(n for n in t.names if "noisy" in n))
+        rng = SeededRandom(5)
+        spread[bug] = np.std([run(data, rng)[0][column] for _ in range(150)])
+    assert 0.35 < spread["halved_scale"] / spread[None] < 0.65
+    assert mechanisms.discrete_laplace is samplers.discrete_laplace
+    assert mechanisms.discrete_gaussian is samplers.discrete_gaussian

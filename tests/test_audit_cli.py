@@ -55,7 +55,11 @@ def test_dpopt_audit_prints_the_claim_the_bound_and_writes_the_report(spec_file,
     printed = capsys.readouterr().out
     assert status == 0, printed
     assert "claimed: epsilon = 2" in printed  # invariants published exactly: one moved record, two steps
-    assert "epsilon lower bound:" in printed and "event:" in printed and "down-scaled from 12 to 4 cells" in printed
+    verdict = next(line for line in printed.splitlines() if line.startswith("verdict: "))
+    assert verdict.startswith("verdict: NO VIOLATION FOUND, assuming the published invariants (a totals) are public")
+    assert "group guarantee of epsilon = 1 over two add/remove steps" in verdict
+    assert "epsilon lower bound:" in printed and "event:" in printed and "down-scaled from 12 to" in printed
+    assert "4 of them possible" in printed
     data = json.loads((out / "report.json").read_text())
     assert data["relation"] == "move" and data["published_exactly"] == ["a totals"]
     assert data["settings"]["domain_cells"] == 4 and data["ledger"]["ok"]
@@ -80,8 +84,31 @@ def test_downscale_keeps_the_first_values_of_every_attribute_in_balance():
     domain = Domain.from_dict({"s": ["A", "B", "C"], "t": 4, "u": 2})
     small, note = downscale(domain, 8)
     assert small.size <= 8 and small.sizes == (2, 2, 2) and small.labels["s"] == ("A", "B")
-    assert "down-scaled from 24 to 8 cells" in note
+    assert "down-scaled from 24 to 8 cells, 8 of them possible" in note
     assert downscale(domain, 24) == (domain, None)
+
+
+def test_runs_auto_and_its_options_are_parsed(spec_file, tmp_path, capsys, monkeypatch):
+    import dpopt.audit.harness as harness
+
+    monkeypatch.setattr(harness, "MIN_TEST_RUNS", 20)  # the floors scaled down: this test checks the wiring
+    monkeypatch.setattr(harness, "MIN_SCREEN_RUNS", 4)
+    out = tmp_path / "auto"
+    status = main(["audit", str(spec_file), "--runs", "auto", "--excess", "2", "--time-budget", "0.01",
+                   "--domain-limit", "4", "--workers", "1", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert status == 0, printed
+    lines = printed.splitlines()
+    estimate = next(i for i, line in enumerate(lines) if line.startswith("  about "))
+    sizing = next(i for i, line in enumerate(lines) if line.startswith("  test: "))
+    verdict = next(i for i, line in enumerate(lines) if line.startswith("verdict: "))
+    assert estimate < sizing < verdict  # the time estimate first, then the test's size, then the result
+    # a budget of 0.6 s: the screening and the search shrink to their floors, and the estimate says it overruns
+    assert "more than the budget: it runs anyway" in lines[estimate]
+    data = json.loads((out / "report.json").read_text())
+    assert data["settings"]["runs"] == "auto" and data["settings"]["excess"] == 2.0
+    assert data["settings"]["screen_runs"] == 4 and data["settings"]["search_runs"] == 40
+    assert data["test"]["runs_a"] == 20
 
 
 def test_the_default_output_directory_sits_beside_the_release(spec_file):
@@ -91,6 +118,7 @@ def test_the_default_output_directory_sits_beside_the_release(spec_file):
 
 
 def test_bad_options_are_usage_errors(spec_file, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(["audit", str(spec_file), "--runs", "2"])
-    assert exc.value.code == 2 and "--runs" in capsys.readouterr().err
+    for bad in (["--runs", "2"], ["--runs", "many"], ["--excess", "0"], ["--time-budget", "-1"]):
+        with pytest.raises(SystemExit) as exc:
+            main(["audit", str(spec_file), *bad])
+        assert exc.value.code == 2 and bad[0] in capsys.readouterr().err

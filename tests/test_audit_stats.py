@@ -94,3 +94,33 @@ def test_delta_thinning_is_the_upper_quantile_of_the_delta_hits():
     assert stats.binom.sf(q, 10000, 1e-3) <= 0.005 < stats.binom.sf(q - 1, 10000, 1e-3)
     # a thinned count that the delta hits can explain is not evidence
     assert fisher_pvalue(q, 10000, 0, 10000, epsilon=0.5, delta=1e-3) == 1.0
+
+
+@pytest.mark.parametrize("p_hi, n, eps, excess, delta", [(0.3, 400, 0.5, 0.6, 0.0), (0.05, 2000, 1.0, 0.8, 0.0),
+                                                          (0.5, 300, 0.5, 1.0, 0.01)])
+def test_the_power_of_the_test_matches_a_simulation_of_it(p_hi, n, eps, excess, delta):
+    """The exact power (a sum over the binomial laws) against the frequency of flags over simulated counts."""
+    from dpopt.audit.stats import alternative, detection_power
+
+    p_lo = alternative(p_hi, eps, excess, delta)
+    assert p_hi == pytest.approx(math.exp(eps + excess) * p_lo + delta)
+    gen = np.random.default_rng(11)  # simulation of counts, not privacy noise
+    trials = 20_000
+    k_hi, k_lo = gen.binomial(n, p_hi, trials), gen.binomial(n, p_lo, trials)
+    flagged = np.asarray(epsilon_lower_bound(k_hi, n, k_lo, n, delta, 0.05)) > eps
+    power = detection_power(p_hi, n, n, eps, excess, delta)
+    assert abs(flagged.mean() - power) < 4 * math.sqrt(power * (1 - power) / trials) + 1e-3
+
+
+def test_the_detectable_excess_is_where_the_power_reaches_95_percent():
+    from dpopt.audit.stats import POWER, detectable_excess, detection_power, runs_for_excess
+
+    x = detectable_excess(0.3, 1000, 1000, 0.5)
+    assert 0 < x < 2
+    assert detection_power(0.3, 1000, 1000, 0.5, x) >= POWER > detection_power(0.3, 1000, 1000, 0.5, x - 0.01)
+    assert detectable_excess(0.3, 4000, 4000, 0.5) < x  # more runs, a smaller detectable excess
+    assert math.isinf(detectable_excess(0.3, 5, 5, 0.5))  # 5 runs certify nothing
+    assert math.isinf(detectable_excess(0.0, 1000, 1000, 0.5))  # an event never hit
+    n = runs_for_excess(0.3, 0.5, x)
+    assert n is not None and abs(n - 1000) <= 150  # the inverse, up to the binomial's discreteness
+    assert runs_for_excess(0.3, 0.5, 0.01, max_runs=10_000) is None

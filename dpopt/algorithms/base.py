@@ -464,6 +464,16 @@ class Algorithm(abc.ABC):
         """An :class:`AlgorithmPlan` of this algorithm (``plan`` has already refused what it cannot honour)."""
         return AlgorithmPlan(self, domain, constraints, budget, **fields)
 
+    def resized(self, records: int, budget: Budget) -> tuple["Algorithm", str | None]:
+        """This algorithm sized for datasets of at most ``records`` records (the privacy audit's),
+        and a sentence saying what changed (None: nothing changed).
+
+        Parameters sized for the data's number of records (DualQuery's samples per round) may
+        not run at all on a few records; an algorithm with such parameters overrides this with
+        a documented rule. The default changes nothing.
+        """
+        return self, None
+
     @classmethod
     def example(cls, domain: Domain) -> AlgorithmParams | None:
         """Small, fast parameters for ``domain`` (the conformance suite and the audit run them);

@@ -34,7 +34,7 @@ constraints declare integrality, or, with ``project = True``, projected through
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 import numpy as np
@@ -47,6 +47,15 @@ from dpopt.algorithms.dualquery_privacy import (
     dualquery_epsilon,
     solve_rounds,
     solve_samples,
+)
+from dpopt.algorithms.record_count import (
+    PUBLIC_N_NOTE,
+    check_count_share,
+    count_note,
+    count_step,
+    measure_count,
+    rest_of_budget,
+    scale_shares,
 )
 from dpopt.errors import DpoptError, ParameterError, PrivacyParameterError, QueryError, at_key
 from dpopt.estimate.engines.best_response import MIP_BACKENDS, RecordProgram, best_response
@@ -69,6 +78,8 @@ DUALQUERY_REFERENCE = ("Gaboardi, Gallego Arias, Hsu, Roth, Wu, Dual Query: Prac
 WORKLOADS = ("marginals", "random")
 #: Default largest table (cells) released as ``counts`` next to the records.
 TABLE_CELLS = 10**6
+#: The game of :meth:`DualQuery.resized` (the privacy audit's datasets of a few records).
+AUDIT_ROUNDS, AUDIT_SAMPLES, AUDIT_QUERIES = 3, 4, 10_000
 
 
 # ---- parameters ----------------------------------------------------------------------------------
@@ -112,6 +123,10 @@ class DualQueryParams(AlgorithmParams):
         non-negativity) with :func:`dpopt.estimate.reconstruct`; needed to keep invariants.
     table_cells : int
         Largest domain (cells) for which ``counts`` is released next to the records.
+    count_share : Fraction, optional
+        None (default): the record count is public, as in the paper. A share in (0, 1): the
+        count is measured with that share of ε first and the game runs with the noisy count as
+        ``n`` on the rest (:mod:`dpopt.algorithms.record_count`); excludes ``records``.
     """
 
     workload: str | Conjunctions = "marginals"
@@ -128,8 +143,12 @@ class DualQueryParams(AlgorithmParams):
     records: int | None = None
     project: bool = False
     table_cells: int = TABLE_CELLS
+    count_share: Fraction | None = None
 
     def validate(self) -> None:
+        object.__setattr__(self, "count_share", check_count_share(self.count_share))
+        if self.count_share is not None and self.records is not None:
+            raise ParameterError("give records (a public n) or count_share (a noisy n), not both")
         if isinstance(self.workload, str):
             if self.workload not in WORKLOADS:
                 raise ParameterError(f"workload must be one of {list(WORKLOADS)} (or a Conjunctions workload), "
@@ -197,7 +216,8 @@ class DualQueryParams(AlgorithmParams):
                    mip_gap=t.float("mip_gap", default=1e-6),
                    records=t.int("records", default=None, minimum=1),
                    project=t.bool("project", default=False),
-                   table_cells=t.int("table_cells", default=TABLE_CELLS, minimum=1))
+                   table_cells=t.int("table_cells", default=TABLE_CELLS, minimum=1),
+                   count_share=t.budget("count_share", unit=True))
 
 
 def build_workload(domain: Domain, params: DualQueryParams) -> Conjunctions:
@@ -232,7 +252,8 @@ class DualQuery(Algorithm):
     accountings = ("approx",)
     supports = frozenset({"nonnegative", "integer", "structural_zeros", "hierarchy", "invariants"})
     sections = {"dualquery": ("workload", "order", "queries", "workload_seed", "attributes", "eta", "rounds",
-                              "samples", "solver", "time_limit", "mip_gap", "records", "project", "table_cells")}
+                              "samples", "solver", "time_limit", "mip_gap", "records", "project", "table_cells",
+                              "count_share")}
     Params = DualQueryParams
 
     @classmethod
@@ -260,20 +281,26 @@ class DualQuery(Algorithm):
                 ("dualquery", "project"))
         program = RecordProgram(domain, constraints)
         program.any_record(p.solver, time_limit=p.time_limit)  # public: is any record allowed at all?
-        game = None if p.records is None else game_size(p, budget, p.records)
+        rest = rest_of_budget(budget, p.count_share)
+        game = None if p.records is None else game_size(p, rest, p.records)
         step = PlannedMeasure(
-            "dualquery: query samples", None, "sampling", Fraction(1), budget.total,
+            "dualquery: query samples", None, "sampling", Fraction(1), rest.total,
             what="s rows per round from the query player's multiplicative-weights distribution",
             answers=None if game is None else game[0] * game[1])
+        steps = scale_shares([step], p.count_share)
+        if p.count_share:
+            steps.insert(0, count_step(domain, budget, p.count_share))
         lines = [f"workload: {workload.num_rows:,} rows ({workload.num_rows // 2:,} conjunctions of up to "
                  f"{int(workload.arity.max())} literals and their negations)",
                  f"learning rate eta = {p.eta}; " + (
                      f"T = {game[0]} rounds of s = {game[1]} samples, epsilon = {float(game[2]):.6g} at delta = "
                      f"{budget.delta}" if game is not None else
-                     "T or s solved at run time from the public record count n"),
+                     "T or s solved at run time from the " + ("noisy" if p.count_share else "public") +
+                     " record count n"),
                  f"data player: {p.solver} MILP per round, {p.time_limit:g} s limit, {program.num_values} value binaries",
+                 f"the record count n is measured with noise ({p.count_share} of epsilon)" if p.count_share else
                  "the record count n is treated as public (Gaboardi et al. 2014)"]
-        return self.new_plan(domain, constraints, budget, steps=[step], details=workload, lines=lines)
+        return self.new_plan(domain, constraints, budget, steps=steps, details=workload, lines=lines)
 
     # ---- run ----------------------------------------------------------------------------------
     def run(self, plan, data, accountant, rng) -> Release:
@@ -281,20 +308,22 @@ class DualQuery(Algorithm):
         workload: Conjunctions = plan.details
         if data.domain != plan.domain:
             raise QueryError(f"the data are over {data.domain}, not the plan's {plan.domain}")
-        n = int(p.records if p.records is not None else data.total)
+        count, n = measure_count(plan.steps[0], data, accountant, rng) if p.count_share else (None, None)
+        n = int(n if count is not None else p.records if p.records is not None else data.total)
         if n < 1:
             raise ParameterError("dualquery needs at least one record (n >= 1)")
-        rounds, samples, epsilon = game_size(p, plan.budget, n)
-        cost = plan.budget.total
+        rest = rest_of_budget(plan.budget, p.count_share)
+        rounds, samples, epsilon = game_size(p, rest, n)
+        cost = rest.total
         accountant.charge(cost, "dualquery: query samples", detail={
             "rounds": rounds, "samples": samples, "eta": str(p.eta), "records": n,
             "epsilon_of_the_guarantee": str(epsilon), "delta": str(plan.budget.delta),
             "theorem": "advanced composition of s(T-1) samples, each 2 eta (T-1)/n-DP"})
         game = play(workload, data, n, p.eta, rounds, samples, RecordProgram(plan.domain, plan.constraints), rng,
                     solver=p.solver, time_limit=p.time_limit, mip_gap=p.mip_gap)
-        return self._release(plan, accountant, game, n, rounds, samples, epsilon)
+        return self._release(plan, accountant, game, n, rounds, samples, epsilon, count)
 
-    def _release(self, plan, accountant, game, n, rounds, samples, epsilon) -> Release:
+    def _release(self, plan, accountant, game, n, rounds, samples, epsilon, count=None) -> Release:
         p = self.params
         domain, constraints = plan.domain, plan.constraints
         records = decode_codes(game.records, domain)
@@ -305,8 +334,10 @@ class DualQuery(Algorithm):
         n_opt = int((log["status"] == Status.OPTIMAL.name).sum())
         n_time = int((log["status"] == Status.TIME_LIMIT.name).sum())
         n_fall = int(log["fallback"].sum())
+        measured = [count] if count is not None else []
         notes = [
-            f"The record count n = {n} is treated as public, as in the paper; it is NOT protected by the budget.",
+            count_note(n, p.count_share) if count is not None else
+            PUBLIC_N_NOTE.format(n=n, where="the scale of the released counts"),
             f"Privacy: T = {rounds} rounds of s = {samples} queries sampled from the query player's distribution; "
             f"the guarantee is (epsilon, delta) = ({float(epsilon):.6g}, {plan.budget.delta}) by advanced "
             "composition (derived in docs/pages/algorithms/dualquery.md), within the budget charged.",
@@ -338,6 +369,7 @@ class DualQuery(Algorithm):
             if failure is not None:
                 return make_release(self, plan, accountant, status=Status.NUMERICAL_ERROR, message=failure,
                                     records=records, reconstruction=reconstruction, rounding=rounding, notes=notes,
+                                    measurements=measured,
                                     info={"rounds_log": log, "spec_key": ("dualquery", "project")})
         info = {"rounds": rounds, "samples": samples, "eta": str(p.eta), "records": n,
                 "epsilon_of_the_guarantee": str(epsilon), "delta": str(plan.budget.delta),
@@ -349,7 +381,42 @@ class DualQuery(Algorithm):
                             message=f"dualquery ran its {rounds} rounds (no optimality claim: the records are the "
                                     f"data player's best responses; {n_opt} proved optimal)",
                             counts=counts, records=records, reconstruction=reconstruction, rounding=rounding,
-                            notes=notes, info=info)
+                            measurements=measured, notes=notes, info=info)
+
+    def resized(self, records, budget):
+        """The game sized for datasets of a few records (the privacy audit's); the rule:
+
+        ``ε_0 = 2η(T-1)/n`` grows as ``n`` shrinks, so a game sized for the data's ``n`` (KDD99:
+        ``η = 1.2``, ``s = 1750`` for ``n = 494,021``) cannot be played within the budget on a
+        few records. When the spec's game does not fit at ``n = 1`` (the smallest count a run
+        can use), the audit plays ``T = min(T, 3)`` rounds with ``s`` solved from the budget at
+        run time, as DualQuery does when ``samples`` is left out, and ``η`` halved from the
+        spec's until ``s >= 4`` samples fit at ``n = 1``; a random workload is capped at 10,000
+        conjunctions (time only: a domain of a few hundred cells has few distinct ones). The
+        privacy argument is unchanged: it holds for every ``η``, ``T`` and ``s`` it is given.
+        """
+        p = self.params
+        rest = rest_of_budget(budget, p.count_share)
+        try:
+            game_size(p, rest, p.records or 1)
+            return self, None
+        except ParameterError:
+            pass
+        rounds = min(p.rounds or AUDIT_ROUNDS, AUDIT_ROUNDS)
+        eta = p.eta
+        while eta > Fraction(1, 2**40):
+            try:
+                if solve_samples(rest.epsilon, eta, rounds, 1, rest.delta) >= AUDIT_SAMPLES:
+                    break
+            except ParameterError:
+                pass
+            eta /= 2
+        small = replace(p, rounds=rounds, samples=None, eta=eta, queries=min(p.queries, AUDIT_QUERIES))
+        return DualQuery(small), (f"dualquery resized for datasets of a few records (the spec's game needs "
+                                  f"n >> 1): eta {p.eta} -> {eta}, T = {rounds} rounds, s solved from the budget at "
+                                  f"run time ({AUDIT_SAMPLES} at n = 1)"
+                                  + (f", {small.queries:,} random conjunctions" if small.queries < p.queries
+                                     and p.workload == "random" else ""))
 
     @classmethod
     def example(cls, domain):

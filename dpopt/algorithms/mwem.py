@@ -48,6 +48,15 @@ import scipy.sparse as sp
 
 from dpopt.algorithms.base import Algorithm, AlgorithmParams, PlannedMeasure, Release
 from dpopt.algorithms.base import check_marginals, make_release, marginal_answers, register, round_release
+from dpopt.algorithms.record_count import (
+    PUBLIC_N_NOTE,
+    check_count_share,
+    count_note,
+    count_step,
+    measure_count,
+    rest_of_budget,
+    scale_shares,
+)
 from dpopt.errors import DpoptError, ParameterError, PrivacyParameterError, QueryError, at_key
 from dpopt.estimate.engines.mw_step import MWState
 from dpopt.estimate.status import Status
@@ -404,6 +413,11 @@ class MWEMParams(AlgorithmParams):
         is selected query by query.
     repeat_passes : int
         Passes of the update over all past measurements after each round (Section 3).
+    count_share : Fraction, optional
+        None (default): the record count is public, as in the paper. A share in (0, 1): the
+        count is measured with that share of the budget first and used as ``n``
+        (:mod:`dpopt.algorithms.record_count`), so the release is private for added or
+        removed records.
     """
 
     marginals: int | tuple[tuple[str, ...], ...] = 2
@@ -411,6 +425,7 @@ class MWEMParams(AlgorithmParams):
     select: str = "query"
     repeat_passes: int = 0
     workload: "WorkloadSpec | LinearQuery | None" = None
+    count_share: Fraction | None = None
 
     def validate(self) -> None:
         from dpopt.spec.queries import WorkloadSpec
@@ -437,6 +452,7 @@ class MWEMParams(AlgorithmParams):
             out.pop("marginals", None)
             out["workload"] = w.name if isinstance(w, LinearQuery) else w.describe()
         return out
+        object.__setattr__(self, "count_share", check_count_share(self.count_share))
 
     @classmethod
     def from_spec(cls, reader) -> "MWEMParams":
@@ -451,7 +467,8 @@ class MWEMParams(AlgorithmParams):
             raise t.error(("select",), "\"block\" applies to marginals: a block of ranges would be measured with "
                           "the noise of its most covered cell; use \"query\"")
         return cls(parse_marginals(t) if workload is None else 2, rounds=t.int("rounds", default=10, minimum=1),
-                   select=select, repeat_passes=t.int("repeat_passes", default=0, minimum=0), workload=workload)
+                   select=select, repeat_passes=t.int("repeat_passes", default=0, minimum=0), workload=workload,
+                   count_share=t.budget("count_share", unit=True))
 
 
 #: Workload kinds ``[mwem] workload`` takes (marginals are given by ``marginals``).
@@ -469,7 +486,7 @@ class MWEM(Algorithm):
     accountings = ("pure", "zcdp")
     supports = frozenset({"nonnegative", "integer", "structural_zeros", "hierarchy", "invariants"})
     sections = {"mwem": ("marginals", "rounds", "select", "repeat_passes", "workload", "attrs", "k", "count",
-                         "workload_seed", "product")}
+                         "workload_seed", "product", "count_share")}
     Params = MWEMParams
 
     def plan(self, domain, constraints, budget):
@@ -480,12 +497,16 @@ class MWEM(Algorithm):
                 p.workload, domain)
         except (DpoptError, ValueError) as exc:
             raise at_key(QueryError(str(exc)), key) from None
-        steps = round_steps(p.rounds, budget, workload, p.select, "mwem")
+        share = p.count_share
+        steps = scale_shares(round_steps(p.rounds, rest_of_budget(budget, share), workload, p.select, "mwem"), share)
+        if share:
+            steps.insert(0, count_step(domain, budget, share))
         queries = sum(q.num_rows for q in workload)
         what = f"{len(workload)} marginals" if p.workload is None else (
             p.workload.name if isinstance(p.workload, LinearQuery) else p.workload.describe())
         lines = [f"workload: {what}, {queries:,} queries; "
                  f"{p.rounds} rounds, each split equally between selection and measurement",
+                 f"the record count is measured with noise ({share} of the budget)" if share else
                  "the record count is treated as public (Hardt, Ligett, McSherry 2012)"]
         return self.new_plan(domain, constraints, budget, steps=steps, details=workload, lines=lines)
 
@@ -493,14 +514,15 @@ class MWEM(Algorithm):
         from dpopt.model.queries import depends_on
 
         p, workload = self.params, plan.details
+        count, n = measure_count(plan.steps[0], data, accountant, rng) if p.count_share else (None, None)
         res = mwem(data, workload, accountant=accountant, rng=rng, rounds=p.rounds, select=p.select,
-                   repeat_passes=p.repeat_passes, constraints=plan.constraints)
+                   repeat_passes=p.repeat_passes, constraints=plan.constraints, total=n)
         tables = list(dict.fromkeys(depends_on(q) for q in workload if depends_on(q)))
         return release_mwem_table(self, plan, accountant, res.x, float(res.info["total"]), res.measurements,
                                   res.rounds, info={"selected": [{"block": _block_name(workload[b]), "row": r}
                                                                  for b, r in res.selected],
                                                     "round_budgets": list(res.info.get("round_budgets", []))},
-                                  marginals=tables)
+                                  marginals=tables, count=count)
 
     @classmethod
     def example(cls, domain):
@@ -560,14 +582,19 @@ def round_steps(rounds: int, budget: Budget, workload, select: str, label: str,
     return steps
 
 
-def release_mwem_table(algorithm, plan, accountant, x, n, measurements, rounds, *, info, marginals) -> Release:
-    """An MWEM table as a release: rounded to integers keeping the public total when integral."""
+def release_mwem_table(algorithm, plan, accountant, x, n, measurements, rounds, *, info, marginals,
+                       count=None) -> Release:
+    """An MWEM table as a release: rounded to integers keeping the total ``n`` when integral (the
+    public n, or the noisy ``count`` measured first: :mod:`dpopt.algorithms.record_count`)."""
     from dpopt.model.constraints import ConstraintSet, Invariant, NonNegativity
     from dpopt.model.queries.basic import Total
 
     constraints = plan.constraints
-    notes = [f"The record count n = {n:g} is treated as public, as in the paper; it is the released total and is "
-             "NOT protected by the privacy budget.",
+    share = getattr(algorithm.params, "count_share", None)
+    if count is not None:
+        measurements = [count, *measurements]
+    public = PUBLIC_N_NOTE.format(n=n, where="the released total")
+    notes = [count_note(round(n), share) if count is not None else public,
              "Each round spends half its budget selecting a badly fit query (exponential mechanism) and half "
              "measuring it; the ledger lists both.",
              "The released marginals are read from the released table and have no 'noisy' column; the noisy "
@@ -578,8 +605,8 @@ def release_mwem_table(algorithm, plan, accountant, x, n, measurements, rounds, 
         constraints = ConstraintSet(constraints.domain, list(constraints.constraints))
         if not constraints.nonnegative:
             constraints.add(NonNegativity())
-        constraints.add(Invariant(Total(constraints.domain), np.array([round(n)], dtype=float),
-                                  name="total (public in MWEM)"))
+        total = "total (noisy count)" if count is not None else "total (public in MWEM)"
+        constraints.add(Invariant(Total(constraints.domain), np.array([round(n)], dtype=float), name=total))
         notes.append("The last iterate was rounded to the L1-closest non-negative integer table with the same total.")
     counts, rounding, failure = round_release(np.asarray(x, dtype=np.float64), constraints, method="cellwise")
     if failure is not None:

@@ -62,6 +62,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -77,6 +78,7 @@ from dpopt.algorithms.mwem import (
     run_setup,
     split_round_budget,
 )
+from dpopt.algorithms.record_count import check_count_share, count_step, measure_count, rest_of_budget, scale_shares
 from dpopt.errors import DataError, DomainError, DpoptError, ParameterError, QueryError, at_key
 from dpopt.estimate.engines.factored import MAX_GROUP_CELLS, BinaryMarginalCells, FactoredMWState, FactoredTable
 from dpopt.estimate.engines.proportional import counting_invariant
@@ -439,6 +441,9 @@ class FactoredMWEMParams(AlgorithmParams):
     table_cells : int
         Domains of at most this many cells get their table released; larger ones the workload
         marginals and synthetic records only (the full table is never formed).
+    count_share : Fraction, optional
+        None (default): the record count is public, as in the paper; a share in (0, 1): a noisy
+        count paid first (:mod:`dpopt.algorithms.record_count`).
     """
 
     ways: int = 2
@@ -450,8 +455,10 @@ class FactoredMWEMParams(AlgorithmParams):
     max_group_cells: int = MAX_GROUP_CELLS
     on_large_group: str = "exclude"
     table_cells: int = TABLE_CELLS
+    count_share: Fraction | None = None
 
     def validate(self) -> None:
+        object.__setattr__(self, "count_share", check_count_share(self.count_share))
         if isinstance(self.ways, bool) or self.ways not in (1, 2, 3):
             raise ParameterError(f"ways must be 1, 2 or 3, got {self.ways!r}")
         _check_options(1 if self.rounds is None else self.rounds, self.select, self.repeat_passes, self.final_passes,
@@ -473,7 +480,8 @@ class FactoredMWEMParams(AlgorithmParams):
                    final_passes=t.int("final_passes", default=10, minimum=0),
                    max_group_cells=t.int("max_group_cells", default=MAX_GROUP_CELLS, minimum=2),
                    on_large_group=t.str("on_large_group", default="exclude", choices=LARGE_GROUP_POLICIES),
-                   table_cells=t.int("table_cells", default=TABLE_CELLS, minimum=0))
+                   table_cells=t.int("table_cells", default=TABLE_CELLS, minimum=0),
+                   count_share=t.budget("count_share", unit=True))
 
 
 @register
@@ -486,7 +494,7 @@ class FactoredMWEM(Algorithm):
     accountings = ("pure", "zcdp")
     supports = frozenset({"nonnegative", "integer", "structural_zeros", "hierarchy", "invariants"})
     sections = {"mwem_factored": ("ways", "rounds", "select", "repeat_passes", "pass_scope", "final_passes",
-                                  "max_group_cells", "on_large_group", "table_cells")}
+                                  "max_group_cells", "on_large_group", "table_cells", "count_share")}
     #: The full table is never needed: released only when the domain has at most ``table_cells`` cells.
     dense_domain = False
     Params = FactoredMWEMParams
@@ -499,11 +507,16 @@ class FactoredMWEM(Algorithm):
             raise at_key(exc, ("mwem_factored", "ways")) from None
         workload = list(all_marginals(domain, k))
         rounds = self.rounds(budget, domain)
-        steps = round_steps(rounds, budget, workload, self.params.select, "factored mwem")
+        share = self.params.count_share
+        steps = scale_shares(round_steps(rounds, rest_of_budget(budget, share), workload, self.params.select,
+                                         "factored mwem"), share)
+        if share:
+            steps.insert(0, count_step(domain, budget, share))
         rule = "" if self.params.rounds is not None else " (the default rule: ceil(2 d eps^0.3), within [d/2, 4d])"
         lines = [f"workload: every {k}-way marginal ({len(workload)} marginals, {len(workload) * 2**k:,} cells); "
                  f"{rounds} rounds{rule}, each split equally between selection and measurement",
                  f"the estimate is a product of group tables of at most {self.params.max_group_cells:,} cells",
+                 f"the record count is measured with noise ({share} of the budget)" if share else
                  "the record count is treated as public (Hardt, Ligett, McSherry 2012)"]
         return self.new_plan(domain, constraints, budget, steps=steps, details=workload, lines=lines)
 
@@ -516,21 +529,22 @@ class FactoredMWEM(Algorithm):
 
     def run(self, plan, data, accountant, rng) -> Release:
         p = self.params
+        count, n = measure_count(plan.steps[0], data, accountant, rng) if p.count_share else (None, None)
         res = factored_mwem(data, p.ways, accountant=accountant, rng=rng, rounds=self.rounds(plan.budget, plan.domain),
                             select=p.select,
                             repeat_passes=p.repeat_passes, pass_scope=p.pass_scope, final_passes=p.final_passes,
                             max_group_cells=p.max_group_cells, on_large_group=p.on_large_group,
-                            constraints=plan.constraints)
+                            constraints=plan.constraints, total=n)
         info = {"selected": [{"block": ", ".join(a), "row": r} for a, (_, r) in zip(res.marginals, res.selected)],
                 "groups": res.info["groups"], "largest_group_cells": res.info["largest_group_cells"],
                 "round_budgets": res.info["round_budgets"]}
         workload = [q.attrs for q in plan.details]
         if plan.domain.size <= p.table_cells:  # small enough: the table itself, as the dense mwem releases it
             return release_mwem_table(self, plan, accountant, res.table.to_dense(), res.table.total, res.measurements,
-                                      res.rounds, info=info, marginals=workload)
-        return self._release_factored(plan, accountant, rng, res, info, workload)
+                                      res.rounds, info=info, marginals=workload, count=count)
+        return self._release_factored(plan, accountant, rng, res, info, workload, count)
 
-    def _release_factored(self, plan, accountant, rng, res, info, workload) -> Release:
+    def _release_factored(self, plan, accountant, rng, res, info, workload, count=None) -> Release:
         """No table: the workload marginals read off the factored estimate (built when read) and
         records drawn from it; with integrality, the records' marginals (whole, consistent)."""
         from dpopt.algorithms.base import make_release
@@ -548,7 +562,8 @@ class FactoredMWEM(Algorithm):
         answers = marginal_release_answers(plan.domain, workload, table.marginal, codes,
                                            res.measurements, integral)
         notes = [f"The record count n = {n:g} is treated as public, as in the paper; it is the released total and is "
-                 "NOT protected by the privacy budget.",
+                 "NOT protected by the privacy budget." if count is None else
+                 f"The record count was measured with noise first (n = {n:g}, the noisy count: private).",
                  "Each round spends half its budget selecting a badly fit query (exponential mechanism) and half "
                  "measuring it; the ledger lists both.",
                  f"The domain has {plan.domain.size:.3g} cells, more than table_cells = {self.params.table_cells:,}: "

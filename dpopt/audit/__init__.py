@@ -3,14 +3,18 @@
 ``audit(target)`` runs the target on neighbouring tiny datasets chosen to stress it, searches
 for the output event whose probability differs most between them (on one set of runs), and
 tests it on fresh runs: a one-sided Clopper–Pearson lower bound on ε (δ-thinned under
-(ε, δ)-DP) and Fisher's exact test at the claimed ε (StatDP, Ding et al. CCS 2018; DP-Sniper,
-Bichsel et al. S&P 2021). A lower bound above the claim is a proof (at the test's confidence)
-that the claim is false; a bound below it shows only that these runs found no violation.
+(ε, δ)-DP), the power of that test and Fisher's exact test at the claimed ε (StatDP, Ding et
+al. CCS 2018; DP-Sniper, Bichsel et al. S&P 2021). A lower bound above the claim is a proof (at
+the test's confidence) that the claim is false; a bound below it shows only that these runs
+found no violation, and the verdict says how large a violation they would have found. Every
+verdict starts with one outcome of :data:`~dpopt.audit.report.OUTCOMES` and the assumption it
+rests on.
 
 Targets: :class:`~dpopt.audit.targets.AlgorithmTarget` (any registered algorithm, through its
 ``plan``/``run`` interface), the mechanisms of :mod:`dpopt.audit.mechanisms`, and the planted
-bugs of :mod:`dpopt.audit.mutants` that check the auditor itself. :func:`audit_spec` audits a
-user's spec on tiny datasets over its (down-scaled) domain, never on the real data.
+bugs of :mod:`dpopt.audit.mutants` that check the auditor itself (also planted in real
+algorithms' runs). :func:`audit_spec` audits a user's spec on tiny datasets over its
+(down-scaled) domain, :mod:`dpopt.audit.domain`, never on the real data.
 """
 
 from __future__ import annotations
@@ -40,7 +44,8 @@ def __getattr__(name: str):
 def audit_algorithm(name_or_algorithm, domain, budget, *, params=None, constraints=None, **options) -> AuditReport:
     """Audit a registered algorithm (by name or instance) on ``domain`` with its ``example`` parameters.
 
-    ``params`` overrides the example parameters; ``options`` go to :func:`audit`.
+    ``params`` overrides the example parameters; ``options`` go to :func:`audit`. The algorithm
+    is resized for the audit's datasets by its own rule (:meth:`~dpopt.algorithms.base.Algorithm.resized`).
     """
     from dpopt.algorithms.base import Algorithm, get_algorithm
     from dpopt.audit.harness import audit
@@ -55,6 +60,7 @@ def audit_algorithm(name_or_algorithm, domain, budget, *, params=None, constrain
         if params is None:
             raise ParameterError(f"{cls.name} has no example parameters on {domain}; give params")
         algorithm = cls(params)
+    algorithm, _ = algorithm.resized(options.get("max_records", 2), budget)
     return audit(AlgorithmTarget(algorithm, domain, budget, constraints), **options)
 
 

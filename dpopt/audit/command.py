@@ -1,4 +1,5 @@
-"""``dpopt audit SPEC [--runs N] [--domain-limit K] [--out DIR]``: the command's parser and body.
+"""``dpopt audit SPEC [--runs N|auto] [--excess X] [--time-budget MIN] [--domain-limit K] [--workers W]
+[--out DIR]``: the command's parser and body.
 
 Kept here so that :mod:`dpopt.cli` only adds the sub-parser and dispatches.
 """
@@ -13,36 +14,67 @@ __all__ = ["add_parser", "main"]
 
 def add_parser(sub) -> argparse.ArgumentParser:
     """Add the ``audit`` sub-command to ``dpopt``'s sub-parsers."""
-    from dpopt.audit.defaults import DEFAULT_DOMAIN_LIMIT, DEFAULT_RUNS  # not the audit itself: --help stays quick
+    from dpopt.audit.defaults import (  # not the audit itself: --help stays quick
+        DEFAULT_DOMAIN_LIMIT,
+        DEFAULT_EXCESS,
+        DEFAULT_RUNS,
+        DEFAULT_TIME_BUDGET,
+    )
 
     cmd = sub.add_parser("audit", help="statistically audit a spec's privacy on tiny synthetic datasets",
                          description="Run the spec's algorithm many times on neighbouring tiny datasets over its "
                                      "(down-scaled) domain, search for the most telling output event and test it: "
-                                     "prints the claimed epsilon, a lower bound on the true one, the events and a "
-                                     "plot. Never reads the spec's data.")
+                                     "prints the verdict (with the assumption it rests on and what the test could "
+                                     "have detected), the claimed epsilon, a lower bound on the true one, the events "
+                                     "and a plot. Never reads the spec's data.")
     cmd.add_argument("spec", metavar="SPEC", help="a release spec (TOML file) or a built-in name")
-    cmd.add_argument("--runs", metavar="N", type=_at_least(4), default=DEFAULT_RUNS,
+    cmd.add_argument("--runs", metavar="N", type=_runs, default=DEFAULT_RUNS,
                      help=f"runs of each dataset of the worst pair, half for the event search and half for the test "
-                          f"(default {DEFAULT_RUNS})")
+                          f"(default {DEFAULT_RUNS}); 'auto': as many test runs as detecting --excess needs, within "
+                          "--time-budget")
+    cmd.add_argument("--excess", metavar="X", type=_positive, default=DEFAULT_EXCESS,
+                     help=f"with --runs auto: detect a true epsilon above (1 + X) x the claim with 95%% probability "
+                          f"(default {DEFAULT_EXCESS:g})")
+    cmd.add_argument("--time-budget", metavar="MIN", type=_positive, default=DEFAULT_TIME_BUDGET / 60,
+                     help=f"with --runs auto: minutes the whole audit may take (default {DEFAULT_TIME_BUDGET / 60:g})")
     cmd.add_argument("--domain-limit", metavar="K", type=_at_least(2), default=DEFAULT_DOMAIN_LIMIT,
-                     help=f"at most K cells in the audit domain (default {DEFAULT_DOMAIN_LIMIT})")
+                     help=f"at most K cells of the audit domain can hold a record (default {DEFAULT_DOMAIN_LIMIT})")
+    cmd.add_argument("--workers", metavar="W", type=_at_least(1), default=None,
+                     help="worker processes (default: every core)")
     cmd.add_argument("--out", metavar="DIR",
                      help="where to write the audit report (default: beside the release, <release dir>-audit)")
     return cmd
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run ``dpopt audit``; exit status 0 when no violation is found, 3 when one is."""
+    """Run ``dpopt audit``; exit status 0 when no violation, exact disclosure or ledger error is found, 3 otherwise."""
     from dpopt.audit.spec import audit_dir, audit_spec
     from dpopt.spec import load_spec
 
     spec = load_spec(args.spec)
     out = args.out or audit_dir(spec)
     report = audit_spec(spec, runs=args.runs, domain_limit=args.domain_limit, out=out, echo=print,
-                        progress=sys.stderr.isatty())
+                        progress=sys.stderr.isatty(), workers=args.workers, excess=args.excess,
+                        time_budget=60 * args.time_budget)
     print("\n".join(report.lines()))
     print(f"dpopt: wrote the audit report to {out}/ (report.json, summary.md, plots/output_distributions.png)")
-    return 0 if report.passed and (report.conditional is None or report.conditional.passed) else 3
+    return 0 if report.passed else 3
+
+
+def _runs(text: str):
+    if text.strip().lower() == "auto":
+        return "auto"
+    return _at_least(4)(text)
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
 
 
 def _at_least(low: int):

@@ -12,16 +12,21 @@ reproducible and the phases never share a run):
    (:func:`dpopt.audit.events.search_events`) and ranked again on the second half, and the most
    telling (pair, event) is chosen;
 3. **test**: the other half of ``runs``, fresh, on the chosen pair: a Clopper–Pearson lower
-   bound on ε (δ-thinned when δ > 0) and Fisher's exact test at the claimed ε as a second
-   opinion (:mod:`dpopt.audit.stats`). One test, so its confidence needs no correction for the
-   search: the search only chose *which* test to run.
+   bound on ε (δ-thinned when δ > 0), the power of that test (the smallest excess over the
+   claim it detects with 95% probability, :func:`dpopt.audit.stats.detectable_excess`) and
+   Fisher's exact test at the claimed ε as a second opinion (:mod:`dpopt.audit.stats`). One
+   test, so its confidence needs no correction for the search: the search only chose *which*
+   test to run. With ``runs = "auto"`` the test's size is chosen from the search's
+   frequencies for a requested excess, within a time budget.
 
 Every run's ledger is checked (:func:`dpopt.audit.targets.ledger_problem`). A statistic that
 takes one value on every run of one dataset and another on every run of its neighbour is an
 *exact disclosure*; when it is the record count, the audit continues conditional on it (the
 ``move`` relation, against the group guarantee) and reports both.
 
-Runs are spread over worker processes (``workers``; forked, so the target is not pickled).
+Runs are spread over worker processes (``workers``; forked, so the target is not pickled;
+they die with the audit, :func:`dpopt.workers.die_with_parent`): each phase sends the chunks of
+all its datasets at once, so every worker stays busy.
 Randomness: each chunk of runs draws from a :class:`~dpopt.privacy.randomness.SeededRandom`
 (reproducible and NOT private) -- acceptable here and only here, because an audit publishes
 statistics of synthetic datasets, never a release.
@@ -40,31 +45,38 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 
 from dpopt.audit.claims import Claim
-from dpopt.audit.defaults import DEFAULT_RUNS
+from dpopt.audit.defaults import DEFAULT_EXCESS, DEFAULT_RUNS, DEFAULT_TIME_BUDGET
 from dpopt.audit.events import Candidate, exact_disclosures, rank, search_events
 from dpopt.audit.neighbours import add_remove_pairs, cell_labels, limit_pairs, move_pairs
 from dpopt.audit.report import AuditReport
-from dpopt.audit.stats import epsilon_lower_bound, fisher_pvalue
+from dpopt.audit.stats import detectable_excess, epsilon_lower_bound, fisher_pvalue, runs_for_excess
 from dpopt.audit.targets import AuditTarget
 from dpopt.errors import ParameterError
 from dpopt.model.data import Dataset
 from dpopt.privacy.randomness import SeededRandom
 from dpopt.workers import die_with_parent
 
-__all__ = ["audit", "default_screen_runs", "default_max_pairs", "DEFAULT_RUNS", "DEFAULT_SCREEN_RUNS"]
+__all__ = ["audit", "default_screen_runs", "default_max_pairs", "DEFAULT_RUNS", "DEFAULT_SCREEN_RUNS",
+           "AUTO_SEARCH_RUNS", "DEFAULT_EXCESS", "DEFAULT_TIME_BUDGET"]
 
 #: Runs of each candidate dataset in the screening of pairs.
 DEFAULT_SCREEN_RUNS = 300
-#: Runs per work item (a chunk shares one seeded source).
-CHUNK = 250
+#: Runs per work item (a chunk shares one seeded source; small enough to keep every worker busy).
+CHUNK = 50
+#: ``runs = "auto"``: runs of each dataset of a kept pair in the event search (half propose, half rank).
+AUTO_SEARCH_RUNS = 2000
+#: The fewest test (and, in auto mode, search) runs per dataset, the fewest screening runs per
+#: dataset in auto mode, and the runs timed before an audit to estimate its length.
+MIN_TEST_RUNS, MIN_SCREEN_RUNS, PILOT_RUNS = 100, 20, 3
 _PHASES = {"probe": 0, "screen": 1, "search": 2, "test": 3}
 
 _TARGET: AuditTarget | None = None  # the target of the running audit, inherited by forked workers
 
 
-def audit(target: AuditTarget, *, runs: int = DEFAULT_RUNS, screen_runs: int | None = None,
+def audit(target: AuditTarget, *, runs: int | str = DEFAULT_RUNS, screen_runs: int | None = None,
           max_records: int = 2, max_pairs: int | None = None, keep_pairs: int = 2, alpha: float = 0.05,
-          workers: int | None = 1, seed: int = 0, progress: bool = False) -> AuditReport:
+          workers: int | None = 1, seed: int = 0, progress: bool = False, excess: float = DEFAULT_EXCESS,
+          time_budget: float = DEFAULT_TIME_BUDGET, echo=None) -> AuditReport:
     """Audit ``target`` (module notes) and return an :class:`~dpopt.audit.report.AuditReport`.
 
     Parameters
@@ -72,8 +84,11 @@ def audit(target: AuditTarget, *, runs: int = DEFAULT_RUNS, screen_runs: int | N
     target : AuditTarget
         E.g. :class:`~dpopt.audit.targets.AlgorithmTarget` or a mechanism of
         :mod:`dpopt.audit.mechanisms`.
-    runs : int
-        Runs of each of the two datasets of the chosen pair (half search, half test).
+    runs : int or "auto"
+        Runs of each of the two datasets of the chosen pair (half search, half test). ``"auto"``:
+        the search runs :data:`AUTO_SEARCH_RUNS` per dataset, then the test gets the runs that
+        detect an excess of ``excess · ε`` over the claim with 95% probability
+        (:func:`~dpopt.audit.stats.runs_for_excess`), as many as ``time_budget`` allows.
     screen_runs : int, optional
         Runs of each candidate dataset when there are more candidate pairs than ``keep_pairs``
         (0: no screening, the first ``keep_pairs`` pairs go on). Default: ``runs / 20``, between
@@ -93,17 +108,27 @@ def audit(target: AuditTarget, *, runs: int = DEFAULT_RUNS, screen_runs: int | N
         Seed of the audit's runs (the audit is reproducible; it publishes no release).
     progress : bool
         A progress bar on standard error.
+    excess, time_budget : float
+        ``runs = "auto"`` only: the excess over the claim to detect, as a fraction of the
+        claimed ε, and the seconds the whole audit may take.
+    echo : callable, optional
+        Receives the time estimates (e.g. ``print``).
     """
+    auto = runs == "auto"
+    size = AUTO_SEARCH_RUNS if auto else runs
     if screen_runs is None:
-        screen_runs = default_screen_runs(runs)
+        screen_runs = default_screen_runs(size)
     if max_pairs is None:
-        max_pairs = default_max_pairs(runs)
-    for name, value, low in (("runs", runs, 4), ("screen_runs", screen_runs, 0), ("max_records", max_records, 1),
+        max_pairs = default_max_pairs(size)
+    for name, value, low in (("runs", size, 4), ("screen_runs", screen_runs, 0), ("max_records", max_records, 1),
                              ("max_pairs", max_pairs, 1), ("keep_pairs", keep_pairs, 1)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-            raise ParameterError(f"audit: {name} must be an integer >= {low}, got {value!r}")
+            raise ParameterError(f"audit: {name} must be an integer >= {low} (or runs = \"auto\"), got {value!r}")
     if not 0 < alpha < 1:
         raise ParameterError(f"audit: alpha must lie in (0, 1), got {alpha!r}")
+    if auto and not (excess > 0 and time_budget > 0):
+        raise ParameterError(f"audit: runs = \"auto\" needs excess > 0 and time_budget > 0, got {excess!r}, "
+                             f"{time_budget!r}")
     start = time.perf_counter()
     sampler = _Sampler(target, workers, seed, progress)
     try:
@@ -113,12 +138,20 @@ def audit(target: AuditTarget, *, runs: int = DEFAULT_RUNS, screen_runs: int | N
         target.prepare(probe, SeededRandom(seed))  # fixes the layout of the output statistics
         settings = dict(runs=runs, screen_runs=screen_runs, max_records=max_records, max_pairs=max_pairs,
                         keep_pairs=keep_pairs, alpha=alpha, seed=seed, workers=sampler.workers)
+        if auto:
+            settings.update(excess=excess, time_budget=time_budget, search_runs=size)
+        plan = _Plan(target, sampler, settings, start, echo)
+        if echo is not None or auto:
+            plan.announce(probe)
         relation = "move" if target.published_exactly else "add_remove"
         claim = target.claim.group(2) if relation == "move" else target.claim
-        report = _audit(target, sampler, relation, claim, settings)
+        report = _audit(plan, relation, claim)
+        if relation == "move":
+            report.assumed = [f"the published invariants ({', '.join(target.published_exactly)}) are public"]
         count_disclosed = [s for s in report.exact_disclosures if s in target.count_statistics]
         if relation == "add_remove" and count_disclosed:
-            report.conditional = _audit(target, sampler, "move", target.claim.group(2), settings)
+            report.conditional = _audit(plan, "move", target.claim.group(2))
+            report.conditional.assumed = ["the record count is public"]
     finally:
         sampler.close()
     report.seconds = time.perf_counter() - start
@@ -135,7 +168,87 @@ def default_max_pairs(runs: int) -> int:
     return int(min(24, max(4, runs // 400)))
 
 
-def _audit(target: AuditTarget, sampler: "_Sampler", relation: str, claim: Claim, s: dict) -> AuditReport:
+class _Plan:
+    """The audit's sizes and its clock: how many runs each phase gets, and what they will cost."""
+
+    def __init__(self, target, sampler, settings: dict, start: float, echo) -> None:
+        self.target, self.sampler, self.s, self.start, self.echo = target, sampler, settings, start, echo
+        self.auto = settings["runs"] == "auto"
+        self.search = AUTO_SEARCH_RUNS // 2 if self.auto else settings["runs"] // 2
+        self.per_run = None  # wall seconds per run on all workers, measured as the audit goes
+
+    def announce(self, probe) -> None:
+        """Time a few runs and say roughly how long the audit takes (a guide on a shared machine).
+
+        In auto mode the screening and the event search are also cut to a third of the time
+        budget when they would take longer: the search first (down to :data:`MIN_TEST_RUNS` per
+        dataset), then the screening (down to :data:`MIN_SCREEN_RUNS` per dataset). Below that
+        floor the audit runs anyway and says it will overrun the budget.
+        """
+        rng = SeededRandom(2**31 - 1)  # a pilot of the audit's own runs: seeded, never a release
+        tick = time.perf_counter()
+        for _ in range(PILOT_RUNS):
+            self.target.run(probe, rng)
+        self.per_run = (time.perf_counter() - tick) / PILOT_RUNS / self.sampler.workers
+        s = self.s
+        keep = s["keep_pairs"]
+        screening = 2 * s["max_pairs"] * s["screen_runs"]
+        if self.auto:
+            room = s["time_budget"] / 3 / self.per_run  # runs the screening and the search may take
+            if screening and room - screening < 2 * keep * MIN_TEST_RUNS:
+                fit = int((room - 2 * keep * MIN_TEST_RUNS) / (2 * s["max_pairs"]))
+                s["screen_runs"] = min(s["screen_runs"], max(MIN_SCREEN_RUNS, fit))
+                screening = 2 * s["max_pairs"] * s["screen_runs"]
+            self.search = int(max(MIN_TEST_RUNS, min(self.search, (room - screening) / (2 * keep))))
+            s["search_runs"] = 2 * self.search
+        if self.echo is None:
+            return
+        w = self.sampler.workers
+        head = f"  about {{:,}} runs at {1e3 * self.per_run * w:.1f} ms each on {w} worker{'s' if w > 1 else ''}"
+        if self.auto:
+            total = screening + 2 * keep * self.search
+            least = (total + 2 * MIN_TEST_RUNS) * self.per_run
+            over = (f"; even with the fewest test runs ({MIN_TEST_RUNS} per dataset) it takes about {_minutes(least)}, "
+                    "more than the budget: it runs anyway" if least > s["time_budget"] else "")
+            self.echo(head.format(total) + f" before the test ({_minutes(total * self.per_run)}); then the test gets "
+                      f"the runs that detect an excess of {s['excess']:g} x epsilon, within "
+                      f"{_minutes(s['time_budget'])} in all{over}")
+        else:
+            total = screening + 2 * s["keep_pairs"] * self.search + 2 * (s["runs"] - self.search)
+            self.echo(head.format(total) + f": roughly {_minutes(total * self.per_run)} (use --runs to trade power "
+                      "for time, or --runs auto)")
+        sys.stdout.flush()
+
+    def test_runs(self, best: Candidate, claim: Claim, searched: int, elapsed: float) -> tuple[int, str | None]:
+        """Runs per dataset of the test: ``runs - runs // 2``, or in auto mode those of the target
+        excess (module notes of :func:`audit`), within the time left."""
+        if not self.auto:
+            return self.s["runs"] - self.search, None
+        per_run = elapsed / max(searched, 1)
+        left = self.s["time_budget"] - (time.perf_counter() - self.start)
+        affordable = max(int(left / per_run / 2), MIN_TEST_RUNS)
+        hi = best.k_a / best.n_a if best.larger == "a" else best.k_b / best.n_b
+        target = self.s["excess"] * claim.epsilon
+        needed = runs_for_excess(hi, claim.epsilon, target, claim.delta, self.s["alpha"], max_runs=10**7)
+        n = affordable if needed is None else max(min(needed, affordable), MIN_TEST_RUNS)
+        met = needed is not None and needed <= affordable
+        what = (f"test: {n:,} runs per dataset to detect an excess of {target:.3g} over epsilon = {claim.epsilon:.4g} "
+                f"with 95% probability (event at P = {hi:.3g}): about {_minutes(2 * n * per_run)}" if met else
+                f"test: {n:,} runs per dataset, all the time budget allows (about {_minutes(2 * n * per_run)}); "
+                f"detecting an excess of {target:.3g} would need "
+                + (f"{needed:,}" if needed is not None else "more than 10^7"))
+        if self.echo is not None:
+            self.echo(f"  {what}")
+            sys.stdout.flush()
+        return n, what
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} minutes"
+
+
+def _audit(plan: _Plan, relation: str, claim: Claim) -> AuditReport:
+    target, sampler, s = plan.target, plan.sampler, plan.s
     labels = cell_labels(target.domain)
     hot, hot_why = target.hot_cells()
     allowed = target.allowed_cells()
@@ -151,12 +264,12 @@ def _audit(target: AuditTarget, sampler: "_Sampler", relation: str, claim: Claim
     ledger = _Ledger()
     screening = []
     disclosures: list[str] = []
+    tick = time.perf_counter()
     if len(pairs) > s["keep_pairs"] and s["screen_runs"] > 0:
         datasets = list(dict.fromkeys([p.a for p in pairs] + [p.b for p in pairs]))
-        samples = {}
-        for h in datasets:
-            samples[h] = ledger.take(sampler.sample(h, s["screen_runs"], "screen", relation))
-            runs_done["screen"] += s["screen_runs"]
+        results = sampler.sample_many([(h, s["screen_runs"], "screen", relation) for h in datasets])
+        samples = {h: ledger.take(r) for h, r in zip(datasets, results)}
+        runs_done["screen"] += s["screen_runs"] * len(datasets)
         for p in pairs:
             best = search_events(samples[p.a], samples[p.b], target.names, delta=claim.delta, alpha=s["alpha"],
                                  keep=1, score=False)
@@ -166,11 +279,11 @@ def _audit(target: AuditTarget, sampler: "_Sampler", relation: str, claim: Claim
         kept = [p for _, p in screening[: s["keep_pairs"]]]
     else:
         kept = pairs[: s["keep_pairs"]]
-    half = s["runs"] // 2
+    half = plan.search
+    results = sampler.sample_many([(h, half, "search", relation) for p in kept for h in (p.a, p.b)])
     best, best_pair, searched = None, None, []
-    for p in kept:
-        Xa = ledger.take(sampler.sample(p.a, half, "search", relation))
-        Xb = ledger.take(sampler.sample(p.b, half, "search", relation))
+    for i, p in enumerate(kept):
+        Xa, Xb = ledger.take(results[2 * i]), ledger.take(results[2 * i + 1])
         runs_done["search"] += 2 * half
         disclosures += exact_disclosures(Xa, Xb, target.names)
         found = _propose_and_select(Xa, Xb, target.names, claim.delta, s["alpha"])
@@ -179,15 +292,16 @@ def _audit(target: AuditTarget, sampler: "_Sampler", relation: str, claim: Claim
             best, best_pair = found[0], p
     if best is None:
         raise ParameterError(f"{target.name}: the output statistics hold no event to test")
-    test = s["runs"] - half
-    Xa = ledger.take(sampler.sample(best_pair.a, test, "test", relation))
-    Xb = ledger.take(sampler.sample(best_pair.b, test, "test", relation))
+    test, sizing = plan.test_runs(best, claim, sum(runs_done.values()), time.perf_counter() - tick)
+    Xa, Xb = (ledger.take(r) for r in sampler.sample_many([(best_pair.a, test, "test", relation),
+                                                            (best_pair.b, test, "test", relation)]))
     runs_done["test"] += 2 * test
     ha, hb = best.event.hits(Xa), best.event.hits(Xb)
     k_a, k_b = int(ha.sum()), int(hb.sum())
     hi, lo = (k_a, k_b) if best.larger == "a" else (k_b, k_a)
     bound = float(epsilon_lower_bound(hi, test, lo, test, claim.delta, s["alpha"]))
     p_value = fisher_pvalue(hi, test, lo, test, claim.epsilon, claim.delta)
+    excess = detectable_excess(hi / test, test, test, claim.epsilon, claim.delta, s["alpha"])
     return AuditReport(
         target=target.name, title=target.title, claim=claim, relation=relation, pair=best_pair.to_dict(labels),
         pair_text=best_pair.describe(labels), event=best.event, larger=best.larger, k_a=k_a, k_b=k_b, n_a=test,
@@ -197,7 +311,8 @@ def _audit(target: AuditTarget, sampler: "_Sampler", relation: str, claim: Claim
         screening=[(b, p.describe(labels), p.why) for b, p in screening[:5]], pairs_considered=how,
         runs=dict(runs_done), ledger_runs=ledger.runs, ledger_problems=ledger.problems(),
         published_exactly=list(target.published_exactly), notes=list(getattr(target, "notes", [])),
-        settings=dict(s), statistic_a=best.event.statistic(Xa), statistic_b=best.event.statistic(Xb))
+        settings=dict(s, test_sizing=sizing) if sizing else dict(s), statistic_a=best.event.statistic(Xa),
+        statistic_b=best.event.statistic(Xb), detectable_excess=excess)
 
 
 def _propose_and_select(Xa, Xb, names, delta, alpha, keep=16) -> list[Candidate]:
@@ -238,7 +353,13 @@ class _Ledger:
 
 
 class _Sampler:
-    """Runs a target on a dataset ``n`` times, in seeded chunks, over worker processes."""
+    """Runs a target on datasets in seeded chunks of :data:`CHUNK` runs, over worker processes.
+
+    :meth:`sample_many` sends the chunks of every dataset of a phase to the pool at once, so
+    both cores stay busy however many datasets the phase has. A chunk's seed depends on the
+    audit's seed, the phase, the dataset and the chunk's number only: the result is the same on
+    any number of workers.
+    """
 
     def __init__(self, target: AuditTarget, workers: int | None, seed: int, progress: bool) -> None:
         self.target = target
@@ -260,19 +381,24 @@ class _Sampler:
                                             initializer=die_with_parent)
         return self.pool
 
-    def sample(self, hist: tuple, n: int, phase: str, relation: str) -> tuple[np.ndarray, list[str]]:
-        key = zlib.crc32(np.asarray(hist, dtype=np.int64).tobytes()) ^ zlib.crc32(relation.encode())
-        jobs = [(hist, min(CHUNK, n - start), _chunk_seed(self.seed, phase, key, i))
-                for i, start in enumerate(range(0, n, CHUNK))]
+    def sample_many(self, requests) -> list[tuple[np.ndarray, list[str]]]:
+        """``[(X, ledger problems)]`` for each ``(hist, n, phase, relation)`` request, in order."""
+        jobs, owner = [], []
+        for r, (hist, n, phase, relation) in enumerate(requests):
+            key = zlib.crc32(np.asarray(hist, dtype=np.int64).tobytes()) ^ zlib.crc32(relation.encode())
+            for i, first in enumerate(range(0, n, CHUNK)):
+                jobs.append((hist, min(CHUNK, n - first), _chunk_seed(self.seed, phase, key, i)))
+                owner.append(r)
         pool = self._pool() if len(jobs) > 1 else None
         results = pool.map(_run_chunk, jobs) if pool is not None else (_run_chunk(j, self.target) for j in jobs)
-        rows, problems = [], []
-        for X, probs in results:
-            rows.append(X)
-            problems += probs
+        rows = [[] for _ in requests]
+        problems = [[] for _ in requests]
+        for r, (X, probs) in zip(owner, results):
+            rows[r].append(X)
+            problems[r] += probs
             if self.bar is not None:
                 self.bar.update(X.shape[0])
-        return np.concatenate(rows, axis=0), problems
+        return [(np.concatenate(x, axis=0), p) for x, p in zip(rows, problems)]
 
     def close(self) -> None:
         global _TARGET

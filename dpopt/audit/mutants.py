@@ -20,6 +20,10 @@ noise, as :mod:`dpopt.privacy.mechanisms` would, except for one planted bug:
 ``Uncharged``
     Correct noise, but the second of its two measurements is drawn without charging the
     accountant: only the ledger check can see it.
+
+:class:`Planted` plants the same kinds of bug, and two more (a halved noise scale, one answer
+without noise), in any registered algorithm's real run, through the privacy layer every
+algorithm draws from (:data:`PLANTED_BUGS`).
 """
 
 from __future__ import annotations
@@ -30,15 +34,16 @@ from fractions import Fraction
 import numpy as np
 
 from dpopt.algorithms.base import Algorithm, AlgorithmParams, PlannedMeasure, make_release
+from dpopt.audit.targets import AuditTarget
 from dpopt.errors import ParameterError
 from dpopt.estimate.status import Status
 from dpopt.model.measurement import Measurement
 from dpopt.model.queries.basic import Identity, Total
-from dpopt.privacy.accountant import PrivacyCost
+from dpopt.privacy.accountant import Accountant, LedgerEntry, PrivacyCost
 from dpopt.privacy.mechanisms import calibrate, measure
 from dpopt.privacy.samplers import discrete_laplace
 
-__all__ = ["ScaledNoise", "FloatLaplace", "DataZeros", "Uncharged", "MUTANTS"]
+__all__ = ["ScaledNoise", "FloatLaplace", "DataZeros", "Uncharged", "MUTANTS", "Planted", "PLANTED_BUGS"]
 
 
 @dataclass(frozen=True)
@@ -153,3 +158,164 @@ def _frame(values):
 
 #: The mutants by name.
 MUTANTS = {cls.name: cls for cls in (ScaledNoise, FloatLaplace, DataZeros, Uncharged)}
+
+
+# ---- the same bugs planted in a real algorithm -----------------------------------------------------
+#: Bugs :class:`Planted` can plant in any algorithm's run (module notes of :class:`Planted`).
+PLANTED_BUGS = ("halved_scale", "unnoised_answer", "float_laplace", "data_zeros", "uncharged")
+
+
+class Planted(AuditTarget):
+    """A registered algorithm's target with one bug planted in the shared privacy layer, run by run.
+
+    The bug is planted where every algorithm draws its noise, so the same bug can be planted in
+    any algorithm without touching its code: every reference (in any ``dpopt`` module) to the
+    samplers of :mod:`dpopt.privacy.samplers`, the exact exponential-mechanism draw of
+    :mod:`dpopt.privacy.mechanisms` and the exponential-weights sampler of
+    :mod:`dpopt.privacy.exp_weights` is swapped for a faulty one while a run lasts (in the
+    worker process that runs it), then restored.
+
+    ``halved_scale``
+        Every noise draw at half its scale (discrete Laplace ``b/2``, discrete Gaussian
+        ``σ/2``; the exponential mechanism and the exponential-weights sampler at twice their
+        coefficient), charged as before: the release is about ``2ε``-DP.
+    ``unnoised_answer``
+        The first answer of the first noisy measurement of each run is released without noise.
+    ``float_laplace``
+        Discrete Laplace draws replaced by textbook floating-point ones (``b·ln(U)`` with a
+        random sign, Mironov 2012); the measured answers then carry the true count's low bits.
+    ``data_zeros``
+        Released counts forced to zero in cells the data leave empty (structural zeros read
+        off the confidential data). Applies to algorithms that release a table.
+    ``uncharged``
+        The first charge of each run is skipped (the accountant is not told): only the ledger
+        check sees it.
+
+    Parameters
+    ----------
+    inner : AlgorithmTarget
+    bug : str
+        One of :data:`PLANTED_BUGS`.
+    """
+
+    def __init__(self, inner, bug: str) -> None:
+        if bug not in PLANTED_BUGS:
+            raise ParameterError(f"bug must be one of {PLANTED_BUGS}, got {bug!r}")
+        self.inner, self.bug = inner, bug
+        self.name, self.title = f"{inner.name} + {bug.replace('_', ' ')}", f"{inner.title} (planted bug)"
+        self.domain, self.claim = inner.domain, inner.claim
+        self.swaps = _references(_FAULTY)
+
+    # the harness's view: that of the algorithm
+    names = property(lambda self: self.inner.names)
+    count_statistics = property(lambda self: self.inner.count_statistics)
+    published_exactly = property(lambda self: self.inner.published_exactly)
+    notes = property(lambda self: self.inner.notes)
+
+    def steps(self) -> list:
+        return self.inner.steps()
+
+    def keeps_published(self, r: int, c: int) -> bool:
+        return self.inner.keeps_published(r, c)
+
+    def allowed_cells(self) -> list[int]:
+        return self.inner.allowed_cells()
+
+    def prepare(self, data, rng) -> None:
+        self.inner.prepare(data, rng)
+
+    @property
+    def applies(self) -> bool:
+        """Whether the bug has anything to act on in this algorithm (a table for ``data_zeros``)."""
+        return self.bug != "data_zeros" or "count total" in self.inner.names
+
+    def run(self, data, rng):
+        state = {"first": True}
+        swapped = [(module, attr, original, _FAULTY[name](original, self.bug, state))
+                   for module, attr, name, original in self.swaps]
+        charge = Accountant.charge
+        if self.bug == "uncharged":
+            def skip_first(accountant, cost, label, *, detail=None):
+                if state.get("charge", True):
+                    state["charge"] = False  # the bug: the first charge of the run never reaches the ledger;
+                    # the caller gets the entry it expects (top-down composes in parallel from it)
+                    return LedgerEntry(label, accountant.convert(cost), accountant.spent, detail, cost)
+                return charge(accountant, cost, label, detail=detail)
+            Accountant.charge = skip_first
+        for module, attr, _, faulty in swapped:
+            setattr(module, attr, faulty)
+        try:
+            release, accountant, _ = self.inner._release(data, rng)
+        finally:
+            for module, attr, original, _ in swapped:
+                setattr(module, attr, original)
+            Accountant.charge = charge
+        if self.bug == "data_zeros" and release is not None and release.get("counts") is not None:
+            counts = np.asarray(release["counts"]).copy()
+            counts.ravel()[data.histogram().ravel() == 0] = 0  # the bug: zeros read off the data
+            release["counts"] = counts
+        return self.inner.statistics(release, accountant)
+
+
+def _halve_laplace(original, bug, state):
+    def draw(scale, size, rng=None, **kw):
+        if bug == "halved_scale":
+            return original(Fraction(scale) / 2, size, rng, **kw)
+        noise = original(scale, size, rng, **kw)
+        if bug == "float_laplace":
+            n = int(np.prod(size))
+            words = rng.words(2 * n)
+            u = ((words[:n] >> np.uint64(11)).astype(np.float64) + 1.0) * 2.0**-53
+            sign = np.where(words[n:] & np.uint64(1), 1.0, -1.0)
+            return (sign * float(scale) * np.log(u)).reshape(np.shape(noise))
+        return _unnoised(noise, bug, state)
+    return draw
+
+
+def _halve_gaussian(original, bug, state):
+    def draw(sigma2, size, rng=None, **kw):
+        if bug == "halved_scale":
+            return original(Fraction(sigma2) / 4, size, rng, **kw)
+        return _unnoised(original(sigma2, size, rng, **kw), bug, state)
+    return draw
+
+
+def _unnoised(noise, bug, state):
+    if bug == "unnoised_answer" and state.get("first") and np.size(noise):
+        state["first"] = False
+        noise = np.array(noise, copy=True)
+        noise.flat[0] = 0  # the bug: one answer without noise
+    return noise
+
+
+def _sharper(original, bug, state):
+    def draw(scores_or_steps, coef, *args):
+        return original(scores_or_steps, coef * 2 if bug == "halved_scale" else coef, *args)
+    return draw
+
+
+#: The noise sources :class:`Planted` swaps, by their defining module and name.
+_FAULTY = {"dpopt.privacy.samplers.discrete_laplace": _halve_laplace,
+           "dpopt.privacy.samplers.discrete_gaussian": _halve_gaussian,
+           "dpopt.privacy.mechanisms._exact_exponential_draw": _sharper,
+           "dpopt.privacy.exp_weights.sample_exp_weights": _sharper}
+
+
+def _references(faulty) -> list[tuple]:
+    """``(module, attribute, source name, original)`` of every ``dpopt`` module attribute that is one
+    of the noise sources (modules import them by name: each such binding is swapped)."""
+    import importlib
+    import sys
+
+    originals = {}
+    for name in faulty:
+        module, attr = name.rsplit(".", 1)
+        originals[id(getattr(importlib.import_module(module), attr))] = name
+    out = []
+    for modname, module in list(sys.modules.items()):
+        if not modname.startswith("dpopt.") or module is None:
+            continue
+        for attr, value in list(vars(module).items()):
+            if callable(value) and id(value) in originals:
+                out.append((module, attr, originals[id(value)], value))
+    return out

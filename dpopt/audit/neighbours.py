@@ -76,12 +76,14 @@ def hot_cells(domain: Domain, steps) -> tuple[list[int], list[str]]:
 
     ``steps`` are the plan's :class:`~dpopt.algorithms.base.PlannedMeasure`; the L1 column
     norms decide for Laplace steps, the squared L2 norms for Gaussian ones. Steps whose query is
-    chosen during the run (None) say nothing. Every cell when no step names a query.
+    chosen during the run (None), or is over another domain (the binary encoding of the
+    polynomial release, a unit's characteristics in a top-down release), say nothing: their
+    columns are not the audit domain's cells. Every cell when no step names one.
     """
     cells, why = [], []
     for step in steps:
         query, law = getattr(step, "query", None), getattr(step, "law", None)
-        if query is None:
+        if query is None or getattr(query, "domain", None) != domain:
             continue
         p = 2 if law is not None and law.mechanism == "gaussian" else 1
         powers = np.broadcast_to(np.asarray(query.column_norm_powers(p), dtype=np.float64), (domain.size,))

@@ -1,92 +1,54 @@
 """Audit a user's release spec on tiny synthetic datasets over its (down-scaled) domain.
 
-``dpopt audit SPEC`` never reads the spec's data. It plans the spec without data, keeps the
-first values of each attribute until the domain has at most ``domain_limit`` cells (the
-spec's algorithm, budget and public constraints are kept; a constraint that cannot be stated
-on the smaller domain is dropped, and the report says so), and audits the spec's algorithm on
-neighbouring datasets of a few records each (:func:`dpopt.audit.audit`). Invariants the spec
-publishes from the data are published from each tiny dataset the same way, and kept equal
-between neighbours.
+``dpopt audit SPEC`` never reads the spec's data. It plans the spec without data, keeps a few
+values of each attribute until at most ``domain_limit`` cells can hold a record
+(:func:`dpopt.audit.domain.shrink`: every parent keeps children, structural zeros are kept
+where they fit, attributes left with one value are dropped when the spec plans without them),
+and audits the spec's algorithm, planned again on that domain with the spec's parameters,
+budget and public constraints (restricted exactly; a constraint whose values belong to the full
+domain is dropped, and the report says so). Parameters sized for the data's number of records
+are resized by the algorithm's own documented rule (:meth:`~dpopt.algorithms.base.Algorithm.resized`)
+and the report says how. The datasets are neighbours of a few records each
+(:func:`dpopt.audit.audit`). Invariants the spec publishes from the data are published from each
+tiny dataset the same way, and kept equal between neighbours.
 """
 
 from __future__ import annotations
 
-import sys
-import time
+from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
-
-from dpopt.audit.defaults import DEFAULT_DOMAIN_LIMIT
-from dpopt.audit.harness import DEFAULT_RUNS, audit, default_max_pairs, default_screen_runs
+from dpopt.audit.defaults import DEFAULT_DOMAIN_LIMIT, DEFAULT_EXCESS, DEFAULT_RUNS, DEFAULT_TIME_BUDGET
+from dpopt.audit.domain import AuditDomain, restricted_rules, shrink
+from dpopt.audit.harness import audit
 from dpopt.audit.report import AuditReport, write_audit
-from dpopt.audit.targets import AlgorithmTarget
+from dpopt.audit.targets import MAX_AUDIT_CELLS, AlgorithmTarget
 from dpopt.errors import DpoptError, InconsistentConstraintsError, SpecError
-from dpopt.model.constraints import ConstraintSet, Hierarchy
+from dpopt.model.constraints import ConstraintSet
 from dpopt.model.domain import Domain
 
-__all__ = ["audit_spec", "downscale", "DEFAULT_DOMAIN_LIMIT", "audit_dir"]
+__all__ = ["audit_spec", "spec_target", "downscale", "DEFAULT_DOMAIN_LIMIT", "audit_dir"]
 
 
-def downscale(domain: Domain, limit: int) -> tuple[Domain, str | None]:
-    """The first values of each attribute, as many as fit ``limit`` cells (balanced, domain order).
-
-    Returns the domain unchanged when it already fits, with None; else the smaller domain and a
-    sentence saying what was kept.
-    """
-    if limit < 2:
-        raise SpecError(f"--domain-limit: must be at least 2 cells, got {limit}")
-    if domain.size <= limit:
-        return domain, None
-    keep = [1] * len(domain)
-    changed = True
-    while changed:
-        changed = False
-        for i, size in enumerate(domain.sizes):
-            product = int(np.prod(keep))
-            if keep[i] < size and product // keep[i] * (keep[i] + 1) <= limit:
-                keep[i] += 1
-                changed = True
-    spec = {}
-    for a, k in zip(domain.attrs, keep):
-        spec[a] = list(domain.labels[a][:k]) if a in domain.labels else k
-    small = Domain.from_dict(spec)
-    kept = ", ".join(f"{a} {k} of {n}" for a, k, n in zip(domain.attrs, keep, domain.sizes))
-    return small, f"down-scaled from {domain.size:,} to {small.size} cells (values kept: {kept})"
+def downscale(domain: Domain, limit: int, constraints=()) -> tuple[Domain, str | None]:
+    """The audit domain of ``domain`` (:func:`dpopt.audit.domain.shrink`) and a sentence saying
+    what was kept (None when ``domain`` fits as it is)."""
+    shrunk = shrink(domain, constraints, limit, MAX_AUDIT_CELLS)
+    return shrunk.domain, shrunk.describe()
 
 
-def _restrict_constraints(p, small: Domain) -> tuple[ConstraintSet, list, list[str]]:
-    """The spec's public constraints on the smaller domain, its data invariants, and what was dropped."""
+def _restrict_constraints(p, shrunk: AuditDomain) -> tuple[ConstraintSet, list, list[str]]:
+    """The spec's public constraints on the audit domain, its data invariants, and what was dropped."""
     from dpopt.spec import build_query
 
-    kept, notes, zeros_dropped = [], [], []
+    small = shrunk.domain
+    kept, notes = [], list(shrunk.notes)
     for c in p.constraints:
-        kind = c.kind
-        try:
-            if kind in ("nonnegative", "integer"):
-                kept.append(c)
-            elif kind == "structural_zero":
-                try:
-                    c.pattern(small)  # binds the predicate: it must name values the smaller domain has
-                except (DpoptError, ValueError, KeyError, SyntaxError):
-                    zeros_dropped.append(c.name)
-                    continue
-                kept.append(c)
-            elif kind == "hierarchy":
-                children = set(small.labels_of(c.child))
-                parent_of = {k: v for k, v in c.parent_of.items() if k in children or
-                             (isinstance(k, (int, np.integer)) and 0 <= int(k) < small.size_of(c.child))}
-                restricted = Hierarchy(c.parent, c.child, parent_of, name=c.name)
-                restricted.pattern(small)
-                kept.append(restricted)
-            else:
-                notes.append(f"{kind} {c.name!r} dropped: its values belong to the full domain")
-        except (DpoptError, ValueError, KeyError, SyntaxError) as exc:
-            notes.append(f"{kind} {c.name!r} dropped: it cannot be stated on the audit domain ({exc})")
-    if zeros_dropped:
-        notes.insert(0, "structural zeros dropped (they name values the audit domain does not keep): "
-                        + ", ".join(zeros_dropped))
+        if c.kind in ("nonnegative", "integer"):
+            kept.append(c)
+        elif c.kind not in ("structural_zero", "hierarchy"):
+            notes.append(f"{c.kind} {c.name!r} dropped: its values belong to the full domain")
+    kept += restricted_rules(shrunk)
     cs = ConstraintSet(small, kept)
     invariants = []
     for name, _, path in p.data_invariants:
@@ -105,84 +67,111 @@ def _restrict_constraints(p, small: Domain) -> tuple[ConstraintSet, list, list[s
     return cs, invariants, notes
 
 
+@dataclass
+class _Public:
+    """What the audit reads of a spec: its public objects over the full domain, no algorithm plan."""
+
+    spec: object
+    domain: Domain
+    constraints: ConstraintSet
+    data_invariants: list
+    algorithm: object
+    budget: object
+
+
+def _public(spec) -> _Public:
+    """The spec's domain, public constraints and data invariants, as a release plans them, without
+    planning its algorithm on the full domain (the audit plans it on the audit domain; a plan
+    over the full domain can take minutes: the matrix mechanism's strategies on 4,357 cells)."""
+    from dpopt.release.plan import _build_domain, _public_constraints, check_constraints
+
+    domain = _build_domain(spec)
+    constraints, invariants = _public_constraints(spec, domain)
+    check_constraints(spec, constraints, when="before any audit run")
+    return _Public(spec, domain, constraints, invariants, spec.algorithm, spec.budget)
+
+
+def spec_target(spec, domain_limit: int = DEFAULT_DOMAIN_LIMIT,
+                max_records: int = 2) -> tuple[AlgorithmTarget, AuditDomain, list[str]]:
+    """What :func:`audit_spec` audits: the spec's algorithm on its audit domain, the domain, and notes.
+
+    The algorithm is resized for datasets of ``max_records`` records by its own rule
+    (:meth:`~dpopt.algorithms.base.Algorithm.resized`); the notes say what was dropped or resized.
+    """
+    from dpopt.spec import load_spec
+
+    spec = load_spec(spec)
+    p = _public(spec)
+    algorithm, resized = p.algorithm.resized(max_records, p.budget)
+    shrunk = shrink(p.domain, p.constraints, domain_limit, MAX_AUDIT_CELLS)
+    target, shrunk, notes = _target(p, shrunk, algorithm, spec.name)
+    return target, shrunk, notes + ([resized] if resized else [])
+
+
+def _target(p, shrunk: AuditDomain, algorithm, name: str) -> tuple[AlgorithmTarget, AuditDomain, list[str]]:
+    """The spec's algorithm planned on the audit domain: without the attributes left with one
+    value when it plans so (:meth:`~dpopt.audit.domain.AuditDomain.without_single_valued`), else
+    with them."""
+    dropped = shrunk.without_single_valued()
+    for candidate in ([dropped, shrunk] if dropped is not shrunk else [shrunk]):
+        try:
+            cs, invariants, notes = _restrict_constraints(p, candidate)
+            return AlgorithmTarget(algorithm, candidate.domain, p.budget, cs, invariants, name=name), candidate, notes
+        except DpoptError as exc:
+            if candidate is shrunk:
+                raise SpecError(f"the spec's algorithm cannot be planned on the audit domain {candidate.domain} "
+                                f"({exc}); raise --domain-limit") from None
+    raise AssertionError("unreachable")
+
+
 def audit_dir(spec) -> Path:
     """Where ``dpopt audit`` writes by default: beside the release, ``<release dir>-audit``."""
     release = spec.output.dir or Path("dpopt-out") / spec.name
     return Path(f"{release}-audit")
 
 
-def audit_spec(spec, *, runs: int = DEFAULT_RUNS, domain_limit: int = DEFAULT_DOMAIN_LIMIT, out=None,
+def audit_spec(spec, *, runs: int | str = DEFAULT_RUNS, domain_limit: int = DEFAULT_DOMAIN_LIMIT, out=None,
                overwrite: bool = False, workers: int | None = None, seed: int = 0, progress: bool = False,
-               screen_runs: int | None = None, max_records: int = 2, echo=None) -> AuditReport:
+               screen_runs: int | None = None, max_records: int = 2, max_pairs: int | None = None,
+               keep_pairs: int = 2, excess: float = DEFAULT_EXCESS, time_budget: float = DEFAULT_TIME_BUDGET,
+               echo=None) -> AuditReport:
     """Audit ``spec``'s algorithm on tiny datasets over its domain (module notes); never reads its data.
 
     Parameters
     ----------
     spec
         A spec path, built-in name, dict or :class:`~dpopt.spec.ReleaseSpec`.
-    runs, screen_runs, max_records, workers, seed, progress
-        See :func:`dpopt.audit.audit`.
+    runs, screen_runs, max_records, max_pairs, keep_pairs, workers, seed, progress, excess, time_budget
+        See :func:`dpopt.audit.audit` (``runs = "auto"`` sizes the test for ``excess``).
     domain_limit : int
-        At most this many cells in the audit domain.
+        At most this many cells of the audit domain may hold a record
+        (:func:`dpopt.audit.domain.shrink`).
     out : path, optional
         Write the audit report there (atomically); None writes nothing.
     echo : callable, optional
-        Receives progress lines (e.g. ``print``).
+        Receives progress lines and time estimates (e.g. ``print``).
     """
-    from dpopt.release import plan
     from dpopt.spec import load_spec
 
     spec = load_spec(spec)
-    p = plan(spec, data=pd.DataFrame())  # the public objects only: the data are never read
-    small, scaled = downscale(p.domain, domain_limit)
-    cs, invariants, notes = _restrict_constraints(p, small)
-    try:
-        target = AlgorithmTarget(p.algorithm, small, p.budget, cs, invariants, name=spec.name)
-    except DpoptError as exc:
-        raise SpecError(f"the spec's algorithm cannot be planned on the audit domain {small} ({exc}); "
-                        "raise --domain-limit") from None
+    target, shrunk, notes = spec_target(spec, domain_limit, max_records)
+    small, scaled = shrunk.domain, shrunk.describe()
     if out is not None:
         from dpopt.atomic import check_output_dir
 
         check_output_dir(out, overwrite=overwrite)
     if echo is not None:
-        echo(f"dpopt: auditing {spec.name!r} ({p.algorithm.describe()}) on synthetic datasets of at most "
+        echo(f"dpopt: auditing {spec.name!r} ({spec.algorithm.describe()}) on synthetic datasets of at most "
              f"{max_records} records over {small.size} cells" + (f"; {scaled}" if scaled else ""))
         for note in notes:
             echo(f"  note: {note}")
-        _estimate(target, runs, screen_runs, workers, echo)
-    report = audit(target, runs=runs, screen_runs=screen_runs, max_records=max_records, workers=workers,
-                   seed=seed, progress=progress)
+    report = audit(target, runs=runs, screen_runs=screen_runs, max_records=max_records, max_pairs=max_pairs,
+                   keep_pairs=keep_pairs, workers=workers, seed=seed, progress=progress, excess=excess,
+                   time_budget=time_budget, echo=echo)
     report.notes = ([scaled] if scaled else []) + notes + report.notes
     report.settings.update(spec=str(spec.source or spec.name), domain_cells=small.size,
-                           domain=small.to_dict(), domain_limit=domain_limit)
+                           possible_cells=shrunk.possible, domain=small.to_dict(), domain_limit=domain_limit)
     if out is not None:
         report.settings["out"] = str(out)
         write_audit(report, out, overwrite=overwrite)
     return report
-
-
-def _estimate(target, runs, screen_runs, workers, echo) -> None:
-    """Time a few runs and say roughly how long the audit takes (on a shared machine, a guide only)."""
-    import os
-
-    from dpopt.model.data import Dataset
-    from dpopt.privacy.randomness import SeededRandom
-
-    ones = np.zeros(target.domain.size, dtype=np.int64)
-    ones[target.allowed_cells()] = 1
-    data = Dataset.from_histogram(ones, target.domain)
-    rng = SeededRandom(2**31 - 1)  # a pilot of the audit's own runs: seeded, never a release
-    target.prepare(data, rng)
-    start = time.perf_counter()
-    for _ in range(5):
-        target.run(data, rng)
-    per_run = (time.perf_counter() - start) / 5
-    cores = max(1, min(workers or os.cpu_count() or 1, os.cpu_count() or 1))
-    if screen_runs is None:
-        screen_runs = default_screen_runs(runs)
-    pairs = default_max_pairs(runs)
-    total = 3 * runs + 2 * pairs * screen_runs  # test + search over two pairs + the screening
-    echo(f"  about {total:,} runs at {1e3 * per_run:.1f} ms each on {cores} worker{'s' if cores > 1 else ''}: "
-         f"roughly {total * per_run / cores / 60:.1f} minutes (use --runs to trade power for time)")
-    sys.stdout.flush()

@@ -36,7 +36,7 @@ import numpy as np
 from scipy import stats
 
 __all__ = ["clopper_pearson_lower", "clopper_pearson_upper", "epsilon_lower_bound", "fisher_pvalue",
-           "delta_thinning"]
+           "delta_thinning", "POWER", "alternative", "detection_power", "detectable_excess", "runs_for_excess"]
 
 
 def clopper_pearson_lower(k, n, alpha):
@@ -106,3 +106,95 @@ def fisher_pvalue(k_a: int, n_a: int, k_b: int, n_b: int, epsilon: float, delta:
     tail = stats.hypergeom.sf(b - 1, n_a + n_b, b + int(k_b), n_a)
     p = float(np.dot(weights, tail) / weights.sum())
     return min(1.0, p + extra)
+
+
+# ---- power: what a test of this size could have detected -----------------------------------------
+#: The detection probability the power statements are given at.
+POWER = 0.95
+
+
+def alternative(p_hi: float, epsilon: float, excess: float, delta: float = 0.0) -> float:
+    """``p_lo`` of the alternative at ``epsilon + excess``: ``p_hi = e^{ε + excess} p_lo + δ``.
+
+    The power calculation keeps the favoured dataset's probability of the event at its observed
+    frequency ``p_hi`` and lowers the other's to what a privacy loss of ``ε + excess`` on this
+    event allows (module notes of the power section: :func:`detection_power`).
+    """
+    return max(p_hi - delta, 0.0) * math.exp(-(epsilon + excess))
+
+
+def detection_power(p_hi: float, n_hi: int, n_lo: int, epsilon: float, excess: float, delta: float = 0.0,
+                    alpha: float = 0.05) -> float:
+    """Probability that the test flags the claim ``epsilon`` when the truth is ``epsilon + excess``.
+
+    The test flags when its Clopper–Pearson lower bound exceeds the claim,
+    ``L(K_hi) - δ > e^ε U(K_lo)`` (:func:`epsilon_lower_bound`), with ``K_hi ~ Bin(n_hi, p_hi)``
+    and ``K_lo ~ Bin(n_lo, p_lo)`` independent, ``p_lo`` from :func:`alternative`. Exact: ``L``
+    increases with ``K_hi``, so for each ``k_lo`` the flagging counts are ``K_hi >= k*(k_lo)``
+    and the power is ``Σ P(K_lo = k_lo) P(K_hi >= k*(k_lo))`` (binomial laws truncated at
+    ``1e-12`` in each tail).
+    """
+    if p_hi <= 0 or n_hi < 1 or n_lo < 1:
+        return 0.0
+    p_lo = alternative(p_hi, epsilon, excess, delta)
+    law_lo = stats.binom(int(n_lo), p_lo)
+    k_lo = np.arange(int(law_lo.ppf(1e-12)), int(law_lo.isf(1e-12)) + 2)
+    k_lo = k_lo[(k_lo >= 0) & (k_lo <= n_lo)]
+    need = float(delta) + math.exp(epsilon) * clopper_pearson_upper(k_lo, n_lo, alpha / 2)
+    law_hi = stats.binom(int(n_hi), min(p_hi, 1.0))
+    k_hi = np.arange(max(int(law_hi.ppf(1e-12)) - 1, 0), int(n_hi) + 1)
+    lower = clopper_pearson_lower(k_hi, n_hi, alpha / 2)
+    first = np.searchsorted(lower, need, side="right")  # the first k_hi whose bound exceeds the need
+    flag = np.where(first < k_hi.size, law_hi.sf(k_hi[np.minimum(first, k_hi.size - 1)] - 1), 0.0)
+    return float(np.clip(np.dot(law_lo.pmf(k_lo), flag), 0.0, 1.0))
+
+
+def detectable_excess(p_hi: float, n_hi: int, n_lo: int, epsilon: float, delta: float = 0.0,
+                      alpha: float = 0.05, power: float = POWER) -> float:
+    """The smallest excess over ``epsilon`` this test detects with probability ``power`` (inf: none).
+
+    Bisection on :func:`detection_power`, which grows with the excess (the other dataset's
+    probability shrinks); ``inf`` when even a zero probability under the other dataset would
+    not be flagged that often (too few runs, or an event too rare).
+    """
+    if p_hi <= 0:
+        return math.inf
+    top = max(math.log(max(p_hi, 1e-300) * n_lo * 1e9), 1.0)  # p_lo * n_lo < 1e-9 beyond this excess
+    if detection_power(p_hi, n_hi, n_lo, epsilon, top, delta, alpha) < power:
+        return math.inf
+    lo, hi = 0.0, top
+    if detection_power(p_hi, n_hi, n_lo, epsilon, 0.0, delta, alpha) >= power:
+        return 0.0
+    while hi - lo > 1e-3 * max(1.0, epsilon):
+        mid = 0.5 * (lo + hi)
+        if detection_power(p_hi, n_hi, n_lo, epsilon, mid, delta, alpha) >= power:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def runs_for_excess(p_hi: float, epsilon: float, excess: float, delta: float = 0.0, alpha: float = 0.05,
+                    power: float = POWER, max_runs: int = 10**7) -> int | None:
+    """The fewest test runs per dataset at which :func:`detection_power` reaches ``power`` for
+    ``excess`` (None: not within ``max_runs``). Doubling, then bisection (the power grows with
+    the runs, up to the binomial laws' discreteness)."""
+    if p_hi <= 0:
+        return None
+
+    def enough(n: int) -> bool:
+        return detection_power(p_hi, n, n, epsilon, excess, delta, alpha) >= power
+
+    n = 16
+    while not enough(n):
+        if n >= max_runs:
+            return None
+        n = min(2 * n, max_runs)
+    lo = n // 2
+    while n - lo > max(1, n // 100):
+        mid = (lo + n) // 2
+        if enough(mid):
+            n = mid
+        else:
+            lo = mid
+    return n

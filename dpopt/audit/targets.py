@@ -171,7 +171,7 @@ class ReleaseStatistics:
 
 
 def _row_labels(frame) -> list[str]:
-    keys = [c for c in frame.columns if c not in ("count", "noisy")]
+    keys = [c for c in frame.columns if c not in ("count", "noisy") and frame[c].dtype.kind not in "fc"]
     if not keys:
         return [str(i) for i in range(len(frame))]
     return [", ".join(f"{k}={v}" for k, v in zip(keys, row)) for row in frame[keys].itertuples(index=False)]
@@ -265,7 +265,10 @@ class AlgorithmTarget(AuditTarget):
         self.notes = list(release.get("notes") or [])
 
     def run(self, data: Dataset, rng) -> tuple[np.ndarray, str | None]:
-        release, accountant, error = self._release(data, rng)
+        return self.statistics(*self._release(data, rng)[:2])
+
+    def statistics(self, release, accountant) -> tuple[np.ndarray, str | None]:
+        """A run's statistics and ledger problem, from its release (None: it released nothing)."""
         values = self.layout.values(release)
         if release is None:
             return values, None
