@@ -31,6 +31,8 @@ iterative proportional fitting after every update.
 
 from __future__ import annotations
 
+import itertools
+from collections import OrderedDict
 from typing import Hashable, Sequence
 
 import numpy as np
@@ -44,29 +46,54 @@ from dpopt.model.queries.marginal import Marginal
 
 __all__ = ["MarginalIndex", "MWTerm", "MWState"]
 
+#: Largest table updated in the marginals' own layouts (larger ones keep the C order).
+LAYOUT_MAX_CELLS = 2**22
+#: Memory kept for the permutations between layouts.
+LAYOUT_CACHE_BYTES = 256 * 2**20
+
 
 class MarginalIndex:
-    """A marginal of a dense table by one gather and one contiguous sum.
+    """A marginal of a dense table, and the *layout* in which it is one contiguous sum per cell.
 
-    ``index[j]`` is the marginal cell (C order over ``domain.project(attrs)``) of domain
-    cell ``j``; ``order`` lists the domain cells sorted by that index. Every marginal cell
-    holds the same number of domain cells, so ``x[order]`` reshaped to
-    ``(cells, N / cells)`` sums row-wise to the marginal, and ``Q^T v`` is ``v[index]``.
-    (Both are gathers: measured faster here than ``bincount``'s scatter or strided
-    reductions, and free of BLAS threading.)
+    ``order`` lists the domain cells grouped by their marginal cell (C order over
+    ``domain.project(attrs)``), each group in increasing cell order: the table laid out in
+    that order and reshaped to ``(cells, N / cells)`` has the marginal as its row sums, and
+    the update of a term multiplies each row by one factor (every marginal cell holds the
+    same number of domain cells). ``position`` is the inverse permutation and ``index[j]``
+    the marginal cell of domain cell ``j``.
     """
 
     def __init__(self, domain: Domain, attrs: Sequence[str]) -> None:
         self.attrs = domain.canonical(attrs)
         self.size = domain.project(self.attrs).size
-        grid = np.indices(domain.shape, sparse=True)
-        flat = np.zeros((1,) * len(domain), dtype=np.intp)
-        stride = 1
-        for a in reversed(self.attrs):
-            flat = flat + grid[domain.axis(a)] * stride
-            stride *= domain.size_of(a)
-        self.index = np.broadcast_to(flat, domain.shape).reshape(-1).astype(np.intp)
-        self.order = np.argsort(self.index, kind="stable").astype(np.intp)
+        n = domain.size
+        self.width = n // self.size
+        axes = [domain.axis(a) for a in self.attrs]
+        self.axes = frozenset(axes)
+        rest = [i for i in range(len(domain)) if i not in axes]
+        # The cells in C order of the axes (marginal axes first): grouped by marginal cell,
+        # increasing within a group (a stable sort by marginal cell, without the sort).
+        self.order = np.arange(n, dtype=np.intp).reshape(domain.shape).transpose(axes + rest).reshape(-1)
+        self._index: np.ndarray | None = None
+        self._position: np.ndarray | None = None
+
+    @property
+    def index(self) -> np.ndarray:
+        """``index[j]``: the marginal cell of domain cell ``j``."""
+        if self._index is None:
+            index = np.empty(self.order.size, dtype=np.intp)
+            index[self.order] = np.repeat(np.arange(self.size, dtype=np.intp), self.width)
+            self._index = index
+        return self._index
+
+    @property
+    def position(self) -> np.ndarray:
+        """``position[j]``: where domain cell ``j`` sits in this marginal's layout."""
+        if self._position is None:
+            position = np.empty(self.order.size, dtype=np.intp)
+            position[self.order] = np.arange(self.order.size, dtype=np.intp)
+            self._position = position
+        return self._position
 
     def answers(self, x: np.ndarray) -> np.ndarray:
         """``Q x``: the marginal of the flat table ``x``."""
@@ -75,6 +102,60 @@ class MarginalIndex:
     def spread(self, values: np.ndarray) -> np.ndarray:
         """``Q^T v`` over every cell."""
         return np.take(values, self.index)
+
+
+class _Layouts:
+    """Moves of the table between layouts (C order: ``None``; a marginal's: its index).
+
+    Going from one layout to another permutes the table's axes, so cells that follow each
+    other in both layouts (the trailing attributes outside both marginals) move as blocks:
+    the move is one gather of whole blocks. Each move's block indices are built once and kept
+    while the kept ones fit :data:`LAYOUT_CACHE_BYTES`, least recently used first out.
+    """
+
+    def __init__(self, sizes: Sequence[int], budget: int) -> None:
+        self.sizes = tuple(int(s) for s in sizes)
+        self.budget = budget
+        self.used = 0
+        self._kept: OrderedDict[tuple, tuple[int, np.ndarray]] = OrderedDict()
+
+    def move(self, table: np.ndarray, src: MarginalIndex | None, dst: MarginalIndex | None,
+             rows: np.ndarray | None = None) -> np.ndarray:
+        """``table`` (laid out as ``src``) laid out as ``dst``: a new array unless they agree.
+
+        With ``rows``, only those rows of ``dst``'s layout, as a ``(len(rows), width)`` array.
+        """
+        if rows is None and src is dst:
+            return table
+        block, index = self._blocks(src, dst, rows)
+        moved = np.take(table.reshape(-1, block), index, axis=0) if block > 1 else np.take(table, index)
+        return moved.reshape(-1) if rows is None else moved.reshape(rows.size, -1)
+
+    def _blocks(self, src, dst, rows) -> tuple[int, np.ndarray]:
+        key = (src, dst, None if rows is None else rows.tobytes())
+        found = self._kept.get(key)
+        if found is not None:
+            self._kept.move_to_end(key)
+            return found
+        if dst is None:
+            perm = src.position
+        else:
+            target = dst.order if rows is None else dst.order.reshape(dst.size, -1)[rows]
+            perm = target if src is None else src.position[target]
+        # Trailing attributes outside both marginals keep their cells together.
+        inside = set().union(*(ix.axes for ix in (src, dst) if ix is not None))
+        block = 1
+        for axis in reversed(range(len(self.sizes))):
+            if axis in inside:
+                break
+            block *= self.sizes[axis]
+        found = (block, perm[..., ::block] // block if block > 1 else perm)
+        self._kept[key] = found
+        self.used += found[1].nbytes
+        while self.used > self.budget and len(self._kept) > 1:
+            _, (_, old) = self._kept.popitem(last=False)
+            self.used -= old.nbytes
+        return found
 
 
 class MWTerm:
@@ -97,7 +178,10 @@ class MWTerm:
         self.sums = np.zeros(query.num_rows)
         self.counts = np.zeros(query.num_rows)
         self.rows = np.zeros(query.num_rows, dtype=bool)
+        self.measured = np.zeros(0, dtype=np.intp)
         self.scale = 1.0
+        self.version = 0
+        self.kept_loss: tuple = (None, 0.0)  # ((table version, term version), loss)
         self.add(rows, None)
 
     def add(self, rows: np.ndarray, values: np.ndarray | None) -> None:
@@ -107,6 +191,8 @@ class MWTerm:
         if values is not None:
             np.add.at(self.sums, rows, values)
             np.add.at(self.counts, rows, 1.0)
+            self.measured = np.flatnonzero(self.counts > 0)
+        self.version += 1
         self.scale = _max_column_l1(self.query, np.flatnonzero(self.rows), self.index is not None)
 
     def answers(self, x: np.ndarray) -> np.ndarray:
@@ -121,13 +207,17 @@ class MWTerm:
         """``sum_k (m_k - q(x))^2`` up to a constant that does not depend on ``x``."""
         return float(np.sum(self.counts * answers * answers - 2.0 * self.sums * answers))
 
+    def cell_factors(self, answers: np.ndarray, eta: float, total: float) -> np.ndarray:
+        """A marginal term's update per marginal cell: ``exp(eta r_c)`` renormalised to ``total``."""
+        factor = np.exp(eta * self.residual(answers))
+        # Every cell lies in one marginal cell: the new sum is sum_c answers_c factor_c.
+        scale = total / float(answers @ factor)
+        return factor * scale
+
     def multiplied(self, x: np.ndarray, answers: np.ndarray, eta: float, total: float) -> np.ndarray:
         """``x * exp(eta Q^T r)`` renormalised to ``total`` (r: this term's residual)."""
         if self.index is not None:
-            factor = np.exp(eta * self.residual(answers))
-            # Every cell lies in one marginal cell: the new sum is sum_c answers_c factor_c.
-            scale = total / float(answers @ factor)
-            return x * self.index.spread(factor * scale)
+            return x * self.index.spread(self.cell_factors(answers, eta, total))
         out = x * np.exp(eta * self.query.rmatvec(self.residual(answers)))
         return out * (total / out.sum())
 
@@ -178,13 +268,34 @@ class MWState:
             if init.shape != (n,) or not np.isfinite(init).all():
                 raise SolverError(f"initial must be a finite vector of length {n}, got shape {init.shape}")
             x[self.free] = np.maximum(init[self.free], 0.0) + 1e-9 * self.total / n
-        self.x = x * (self.total / x.sum())
         self.invariants = [counting_invariant(q, v, q.name) for q, v in invariants]
-        self.x = proportional_fit(self.x, self.invariants)
+        self._versions = itertools.count()  # a new number for every new table (never reused)
+        self.x = proportional_fit(x * (self.total / x.sum()), self.invariants)
         self.terms: list[MWTerm] = []
         self._by_key: dict[Hashable, MWTerm] = {}
         self._indices: dict[tuple[str, ...], MarginalIndex] = {}
+        # Marginal terms update the table in their own layout (see the module notes) when the
+        # permutations between layouts are cheap to keep; invariants need the C order after
+        # every update anyway.
+        self._laid_out = n <= LAYOUT_MAX_CELLS and not self.invariants
+        self._layouts = _Layouts(domain.sizes, LAYOUT_CACHE_BYTES)
         self.updates = 0
+
+    # ---- the table ------------------------------------------------------------------
+    @property
+    def x(self) -> np.ndarray:
+        """The table in C order over the domain (updates never modify an array returned here)."""
+        if self._layout is not None:
+            self._table, self._layout = self._layouts.move(self._table, self._layout, None), None
+        return self._table
+
+    @x.setter
+    def x(self, value: np.ndarray) -> None:
+        self._table, self._layout, self._version = value, None, next(self._versions)
+
+    def _laid_out_as(self, index: MarginalIndex) -> np.ndarray:
+        """The table in ``index``'s layout (a new array unless it is laid out so already)."""
+        return self._layouts.move(self._table, self._layout, index)
 
     # ---- measurements ---------------------------------------------------------------
     def add_measurement(self, query: LinearQuery, rows: np.ndarray, values: np.ndarray, key: Hashable = None) -> MWTerm:
@@ -222,8 +333,17 @@ class MWState:
     def update(self, term: MWTerm, boost: float = 1.0) -> None:
         """One multiplicative-weights step on ``term`` (the paper's step 3, times ``boost``)."""
         eta = boost / (2.0 * self.total * term.scale)
-        x = term.multiplied(self.x, term.answers(self.x), eta, self.total)
-        self.x = proportional_fit(x, self.invariants)
+        if term.index is not None and self._laid_out:
+            # One gather into the marginal's layout, one contiguous sum per marginal cell and
+            # one multiplication per cell, in place: the same products and sums, in the same
+            # order, as the marginal of the C-ordered table and its spread factors.
+            table = self._laid_out_as(term.index)
+            rows = table.reshape(term.index.size, -1)
+            rows *= term.cell_factors(rows.sum(axis=1), eta, self.total)[:, None]
+            self._table, self._layout, self._version = table, term.index, next(self._versions)
+        else:
+            x = term.multiplied(self.x, term.answers(self.x), eta, self.total)
+            self.x = proportional_fit(x, self.invariants)
         self.updates += 1
 
     def update_once(self, query: LinearQuery, rows: np.ndarray, values: np.ndarray) -> None:
@@ -233,8 +353,36 @@ class MWState:
         self.update(term)
 
     def loss(self) -> float:
-        """Squared residual over every measurement (up to a constant)."""
-        return sum(t.loss(t.answers(self.x)) for t in self.terms)
+        """Squared residual over every measurement (up to a constant).
+
+        Each term's part is kept with the table and term versions it was computed for (a new
+        measurement leaves the other terms' parts valid); the parts are added in term order.
+        """
+        total = 0
+        for t in self.terms:
+            key = (self._version, t.version)
+            if t.kept_loss[0] != key:
+                t.kept_loss = (key, t.loss(self._measured_answers(t)))
+            total += t.kept_loss[1]
+        return total
+
+    def _measured_answers(self, term: MWTerm) -> np.ndarray:
+        """The term's answers on its measured rows (zero elsewhere, where they weigh nothing).
+
+        A marginal term sums only the cells of its measured rows, read from the current
+        layout: each row's sum is the same as in the full marginal (rows are summed apart).
+        """
+        if term.index is None or not self._laid_out:
+            return term.answers(self.x)
+        rows = term.measured
+        if rows.size == term.num_rows:
+            return self._laid_out_as(term.index).reshape(term.index.size, -1).sum(axis=1)
+        out = np.zeros(term.num_rows)
+        if self._layout is term.index:
+            out[rows] = self._table.reshape(term.index.size, -1)[rows].sum(axis=1)
+        else:
+            out[rows] = self._layouts.move(self._table, self._layout, term.index, rows).sum(axis=1)
+        return out
 
     def passes(self, max_passes: int, tol: float = 0.0, *, max_boost: float = 1.0) -> int:
         """Re-apply the update over every term, at most ``max_passes`` times.
@@ -246,15 +394,18 @@ class MWState:
         schedule = BoostSchedule(max_boost, self.loss() if max_boost > 1.0 else 0.0)
         done = 0
         while done < max_passes:
-            previous = self.x
+            # Updates work in place: keep a copy when the pass may be undone or compared.
+            previous = (self._table.copy(), self._layout, self._version) if max_boost > 1.0 or tol > 0 else None
             for term in self.terms:
                 self.update(term, schedule.boost)
             done += 1
             if max_boost > 1.0 and not schedule.accept(self.loss()):
-                self.x = previous
+                self._table, self._layout, self._version = previous
                 continue
-            if tol > 0 and np.abs(self.x - previous).sum() < tol * self.total:
-                break
+            if tol > 0:
+                before = self._layouts.move(previous[0], previous[1], None)
+                if np.abs(self.x - before).sum() < tol * self.total:
+                    break
         return done
 
 
