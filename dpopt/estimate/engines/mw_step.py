@@ -43,13 +43,16 @@ from dpopt.model.domain import Domain
 from dpopt.model.queries import abs_power_rmatvec
 from dpopt.model.queries.base import LinearQuery
 from dpopt.model.queries.marginal import Marginal
+from dpopt.model.queries.ranges import RangeQueries
 
-__all__ = ["MarginalIndex", "MWTerm", "MWState"]
+__all__ = ["MarginalIndex", "MWTerm", "MWState", "boxes"]
 
 #: Largest table updated in the marginals' own layouts (larger ones keep the C order).
 LAYOUT_MAX_CELLS = 2**22
 #: Memory kept for the permutations between layouts.
 LAYOUT_CACHE_BYTES = 256 * 2**20
+#: Batches of boxes with more rows keep only their measured boxes in a term.
+COMPACT_ROWS = 2**16
 
 
 class MarginalIndex:
@@ -172,21 +175,44 @@ class MWTerm:
     """
 
     def __init__(self, query: LinearQuery, rows: np.ndarray, index: MarginalIndex | None = None) -> None:
-        self.query = query
+        self.block = query
         self.index = index
-        self.num_rows = query.num_rows
-        self.sums = np.zeros(query.num_rows)
-        self.counts = np.zeros(query.num_rows)
-        self.rows = np.zeros(query.num_rows, dtype=bool)
+        # A batch of more than COMPACT_ROWS boxes keeps only its declared boxes, as a batch of
+        # their own (block row ids in ``ids``): millions of candidate ranges cost nothing here.
+        self.ids = np.unique(np.asarray(rows, dtype=np.int64)) if _compact(query) else None
+        self._resize(query if self.ids is None else boxes(query, self.ids))
         self.measured = np.zeros(0, dtype=np.intp)
         self.scale = 1.0
         self.version = 0
         self.kept_loss: tuple = (None, 0.0)  # ((table version, term version), loss)
         self.add(rows, None)
 
+    def _resize(self, query: LinearQuery, keep: np.ndarray | None = None) -> None:
+        """This term's rows become ``query``'s; ``keep[i]`` is where old row ``i`` goes."""
+        sums, counts = np.zeros(query.num_rows), np.zeros(query.num_rows)
+        if keep is not None:
+            sums[keep], counts[keep] = self.sums, self.counts
+        self.query, self.num_rows, self.sums, self.counts = query, query.num_rows, sums, counts
+        self.rows = np.zeros(query.num_rows, dtype=bool) if self.ids is None else np.ones(query.num_rows, dtype=bool)
+
+    def declares(self, rows: np.ndarray) -> bool:
+        """Whether every one of the block's ``rows`` is already a row of this term."""
+        return bool(self.rows[rows].all()) if self.ids is None else bool(np.isin(rows, self.ids).all())
+
+    def declared(self) -> np.ndarray:
+        """The block's rows this term holds."""
+        return np.flatnonzero(self.rows) if self.ids is None else self.ids
+
     def add(self, rows: np.ndarray, values: np.ndarray | None) -> None:
-        """Record one measurement of ``rows`` (values None: only declare the rows)."""
+        """Record one measurement of the block's ``rows`` (values None: only declare the rows)."""
         rows = np.asarray(rows, dtype=np.int64)
+        if self.ids is not None:
+            ids = np.union1d(self.ids, rows)
+            if ids.size > self.ids.size:
+                keep = np.searchsorted(ids, self.ids)
+                self.ids = ids
+                self._resize(boxes(self.block, ids), keep)
+            rows = np.searchsorted(self.ids, rows)
         self.rows[rows] = True
         if values is not None:
             np.add.at(self.sums, rows, values)
@@ -306,14 +332,13 @@ class MWState:
             raise SolverError(f"{values.size} values for {rows.size} measured rows of {query.name}")
         key = key if key is not None else id(query)
         term = self._by_key.get(key) if self.merge else None
-        if term is not None and term.index is None and not term.rows[rows].all():
+        if term is not None and term.index is None and not term.declares(rows):
             # Rows sharing cells (overlapping ranges, parities) make one merged step shrink
             # by their overlap, which leaves each measurement barely absorbed: merge only
             # rows that do not raise the term's overlap, else start a new term.
-            union = term.rows.copy()
-            union[rows] = True
-            own = _max_column_l1(term.query, rows, False)
-            if _max_column_l1(term.query, np.flatnonzero(union), False) > max(term.scale, own):
+            union = np.union1d(term.declared(), rows)
+            own = _max_column_l1(term.block, rows, False)
+            if _max_column_l1(term.block, union, False) > max(term.scale, own):
                 term = None
         if term is None:
             term = MWTerm(query, rows, self._index_for(query))
@@ -409,10 +434,23 @@ class MWState:
         return done
 
 
+def boxes(query: RangeQueries, rows: np.ndarray) -> RangeQueries:
+    """The given rows (boxes) of a batch of ranges, as a batch of their own."""
+    rows = np.asarray(rows, dtype=np.int64)
+    return RangeQueries(query.domain, query.attrs, query.lows[rows], query.highs[rows])
+
+
+def _compact(query: LinearQuery) -> bool:
+    return isinstance(query, RangeQueries) and query.num_rows > COMPACT_ROWS
+
+
 def _max_column_l1(query: LinearQuery, rows: np.ndarray, is_marginal: bool) -> float:
     """Largest column L1 norm of the measured rows (1 for marginal cells)."""
     if is_marginal:
         return 1.0
+    if isinstance(query, RangeQueries):  # the same integers from the measured boxes alone
+        unique = np.unique(rows)
+        query, rows = boxes(query, unique), np.arange(unique.size)
     indicator = np.zeros(query.num_rows)
     indicator[rows] = 1.0
     # (|Q|^1)^T 1_R: every column's L1 norm over the measured rows, as a support array.
