@@ -141,6 +141,11 @@ class HighsBackend(Backend):
         "method": "'auto' (default), 'choose', 'simplex', 'ipm' or 'pdlp': HiGHS's `solver` option; "
         f"'auto' is 'ipm' (with crossover) for LPs of more than {IPM_MIN_VARS} variables, else 'choose'",
         "highs_options": "dict of further HiGHS options passed to Highs.setOptionValue",
+        "mip_start": "MILP: a point (one value per variable) HiGHS starts from (Highs.setSolution)",
+        "work_limit": "MILP: stop after this many calls of HiGHS's MIP interrupt callback (root cut rounds, "
+        "nodes): a budget that does not depend on the machine's load; status ITERATION_LIMIT, incumbent kept",
+        "cpu_limit": "MILP: stop once the solve has used this many seconds of the process's CPU time (checked in "
+        "the same callback); status TIME_LIMIT, incumbent kept",
     }
     status_map: ClassVar[dict[str, Status]] = _status_map()
 
@@ -155,6 +160,12 @@ class HighsBackend(Backend):
             raise SolverError(f"backend 'highs': method must be one of {list(_METHODS)}, got {method!r}")
         if not isinstance(settings.option("highs_options", {}), dict):
             raise SolverError("backend 'highs': highs_options must be a dict of HiGHS option names to values")
+        limit = settings.option("work_limit")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 1):
+            raise SolverError(f"backend 'highs': work_limit must be a positive integer, got {limit!r}")
+        cpu = settings.option("cpu_limit")
+        if cpu is not None and (isinstance(cpu, bool) or not isinstance(cpu, (int, float)) or not cpu > 0):
+            raise SolverError(f"backend 'highs': cpu_limit must be a positive number of seconds, got {cpu!r}")
 
     def incremental_lp(self, form: ProgramForm, *, first_method: str = "ipm", dual_tolerance: float | None = None,
                        verbose: bool = False) -> "IncrementalLP":
@@ -208,9 +219,12 @@ class HighsBackend(Backend):
         )
         if status == highspy.HighsStatus.kError:
             raise SolverError(f"backend 'highs': HiGHS rejected the {form.kind} model (passModel returned kError)")
+        spent = _mip_controls(h, form, settings)
         h.run()
         model_status = h.getModelStatus()
         raw = model_status.name
+        if spent is not None and raw == "kInterrupt" and spent["stopped"]:
+            raw = spent["stopped"]  # our budget, not a signal
         if raw in ("kLoadError", "kModelError"):
             raise SolverError(f"backend 'highs': HiGHS reports {h.modelStatusToString(model_status)}")
 
@@ -226,6 +240,9 @@ class HighsBackend(Backend):
         if form.is_integer:
             extra = {"mip_node_count": int(info.mip_node_count), "mip_gap": float(info.mip_gap),
                      "mip_dual_bound": float(info.mip_dual_bound)}
+            if spent is not None:
+                extra["work"] = spent["work"]
+                extra["cpu_time"] = time.process_time() - spent["cpu_start"]
             message += f" (nodes {info.mip_node_count}, gap {info.mip_gap:.3g})"
 
         mapped = self.map_status(raw)
@@ -242,6 +259,36 @@ class HighsBackend(Backend):
         if raw == "kUnboundedOrInfeasible":
             outcome = self._resolve_unbounded_or_infeasible(form, settings, outcome)
         return outcome
+
+
+def _mip_controls(h: Any, form: ProgramForm, settings: SolveSettings) -> dict | None:
+    """Apply the ``mip_start``, ``work_limit`` and ``cpu_limit`` options; the budget's state
+    (``work`` done, ``stopped`` with the status to report) as HiGHS runs, or None."""
+    import highspy
+
+    start = settings.option("mip_start")
+    if start is not None and form.is_integer:
+        values = np.asarray(start, dtype=np.float64)
+        if values.shape != (form.num_vars,):
+            raise SolverError(f"backend 'highs': mip_start has {values.size} values for {form.num_vars} variables")
+        h.setSolution(form.num_vars, np.arange(form.num_vars, dtype=np.int32), values)
+    work, cpu = settings.option("work_limit"), settings.option("cpu_limit")
+    if (work is None and cpu is None) or not form.is_integer:
+        return None
+    spent = {"work": 0, "stopped": None, "cpu_start": time.process_time()}
+
+    def interrupt(_kind, _message, _out, data_in, _user) -> None:
+        spent["work"] += 1
+        if work is not None and spent["work"] >= work:
+            spent["stopped"] = "kIterationLimit"
+        elif cpu is not None and time.process_time() - spent["cpu_start"] >= cpu:
+            spent["stopped"] = "kTimeLimit"
+        if spent["stopped"]:
+            data_in.user_interrupt = True
+
+    h.setCallback(interrupt, None)
+    h.startCallback(highspy.cb.HighsCallbackType.kCallbackMipInterrupt)
+    return spent
 
 
 class IncrementalLP:
