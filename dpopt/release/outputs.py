@@ -9,6 +9,7 @@ every Parquet file's metadata, and the manifest, report and summaries.
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import numpy as np
@@ -227,6 +228,16 @@ def long_answers(tables, domain: Domain) -> pd.DataFrame:
     Built column by column (no ``pd.concat`` of thousands of small frames): integer columns
     with gaps become pandas' nullable ``Int64``, labels stay text.
     """
+    collecting = gc.isenabled()
+    gc.disable()  # thousands of small column objects: the cyclic collector's passes cost half the time
+    try:
+        return _long_answers(tables, domain)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _long_answers(tables, domain: Domain) -> pd.DataFrame:
     labels = list(tables)
     pieces: dict[str, list] = {}
     lengths = np.zeros(len(labels), dtype=np.int64)
