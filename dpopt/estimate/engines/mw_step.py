@@ -18,8 +18,17 @@ of a term applies all its measurements at once (``r = sums - counts * Q_R x``). 
 ``merge=False`` each measurement keeps its own term and the order of the paper's reference
 code is reproduced exactly.
 
-Marginal blocks on dense domains take a fast path (:class:`MarginalIndex`): the table is
-viewed as a matrix and ``Q x``, ``Q^T r`` are two thin matrix products each.
+Marginal blocks on dense domains take a fast path (:class:`MarginalIndex`). Each marginal has
+a *layout*: the table's cells grouped by marginal cell, each group in increasing cell order.
+Laid out so, the table reshaped to ``(cells, N / cells)`` has ``Q x`` as its row sums and the
+update multiplies each row by one factor, in place. The table stays in the layout of the last
+term updated; the next term moves it into its own with one gather (of whole blocks of cells
+when the trailing attributes lie outside both marginals), the moves kept once computed. Every
+sum adds the same numbers in the same order as the marginal of the table in C order, and every
+cell is multiplied by the same factor, so the result is bit for bit that of the plain update
+(``tests/reference_mw_step.py`` keeps that update). The loss of a term sums only its measured
+rows (the others weigh zero) and is kept until the table or the term changes. Batches of
+millions of boxes (:class:`~dpopt.model.queries.RangeQueries`) keep only their measured boxes.
 
 Repeated passes follow the boost schedule shared with the entropy engine
 (:class:`~dpopt.estimate.engines.proportional.BoostSchedule`): the step grows by half after a pass
