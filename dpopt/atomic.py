@@ -41,7 +41,8 @@ from dpopt.errors import DpoptError
 
 __all__ = [
     "MANIFEST_NAME", "OutputExistsError", "Interrupted", "check_output_dir", "atomic_directory",
-    "read_manifest", "clean_stale_temporaries", "handle_signals", "HANDLED_SIGNALS",
+    "read_manifest", "clean_stale_temporaries", "handle_signals", "HANDLED_SIGNALS", "deferred_signals",
+    "signal_pending", "run_interruptibly",
 ]
 
 #: The manifest dpopt writes into every release directory (and reads before overwriting one).
@@ -257,6 +258,124 @@ def _signals_held() -> Iterator[None]:
             signum = _pending[0]
             _pending.clear()
             raise Interrupted(signum)
+
+
+# ---- signals during a solver call ----------------------------------------------------------------
+# A Python signal handler only runs when the main thread executes Python code, so a signal that
+# arrives while the main thread is inside a C solver waits for the solve to end (35-340 s late in
+# issue 24). Solvers that call back into Python (HiGHS's interrupt callbacks) run the handler
+# there; inside :func:`deferred_signals` it only records the signal, the callback sees
+# :func:`signal_pending` and stops the solver, and the exception is raised once the solver has
+# returned (raising inside a C++ callback would unwind through the solver).
+_deferred: list[tuple[int, object]] = []
+_defer_depth = 0
+
+
+def _record_signal(signum, frame):  # noqa: ARG001 - the signal handler's signature
+    _deferred.append((int(signum), _deferring.get(int(signum))))
+
+
+_deferring: dict[int, object] = {}
+
+
+def signal_pending() -> bool:
+    """True when a handled signal arrived inside :func:`deferred_signals` (the solve should stop)."""
+    return bool(_deferred)
+
+
+@contextmanager
+def deferred_signals() -> Iterator[None]:
+    """Inside a solver call: handled signals are recorded, not raised, until the block ends.
+
+    Covers the CLI's handlers (SIGTERM, SIGHUP, SIGINT → :class:`Interrupted`) and Python's
+    default SIGINT handler (→ ``KeyboardInterrupt``); other handlers are left alone. Main thread
+    only; nests. On exit the first recorded signal is raised as its handler would have.
+    """
+    global _defer_depth
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    installed = {}
+    if _defer_depth == 0:
+        for signum in HANDLED_SIGNALS:
+            current = signal.getsignal(signum)
+            if current is _raise_interrupted or current is signal.default_int_handler:
+                installed[signum] = current
+                _deferring[int(signum)] = current
+                signal.signal(signum, _record_signal)
+    _defer_depth += 1
+    try:
+        yield
+    finally:
+        _defer_depth -= 1
+        for signum, handler in installed.items():
+            signal.signal(signum, handler)
+            _deferring.pop(int(signum), None)
+        if _defer_depth == 0 and _deferred:
+            signum, handler = _deferred[0]
+            _deferred.clear()
+            if handler is _raise_interrupted:
+                _raise_interrupted(signum, None)  # raises Interrupted, or holds it during a cleanup
+            elif handler is signal.default_int_handler:
+                raise KeyboardInterrupt
+
+
+class _SolverThread:
+    """One long-lived daemon thread that runs solver calls handed to it.
+
+    Long-lived on purpose: a solver that keeps per-thread state (HiGHS's task scheduler, also
+    inside scipy) deadlocks when every solve runs on a new short-lived thread (HiGHS PR #1886).
+    A daemon thread never keeps the process alive. If a call was abandoned (its caller was
+    interrupted) and still runs, the next call gets a fresh thread.
+    """
+
+    def __init__(self) -> None:
+        import queue
+
+        self.jobs: "queue.Queue" = queue.Queue()
+        self.busy = False
+        self.thread = threading.Thread(target=self._loop, name="dpopt-solver", daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            function, args, kwargs, outcome, done = self.jobs.get()
+            try:
+                outcome["value"] = function(*args, **kwargs)
+            except BaseException as exc:  # handed to the caller's thread
+                outcome["error"] = exc
+            finally:
+                self.busy = False
+                done.set()
+
+
+_solver_thread: _SolverThread | None = None
+
+
+def run_interruptibly(function, *args, **kwargs):
+    """``function(*args, **kwargs)`` on dpopt's solver thread while the main thread waits in short steps.
+
+    For solvers that never call back into Python (Clarabel through cvxpy, scipy's HiGHS): the
+    main thread keeps running Python, so a signal's handler runs within 0.1 s and its exception
+    (:class:`Interrupted`, ``KeyboardInterrupt``) propagates at once; the abandoned solve goes on
+    in a daemon thread, which does not keep the process alive. Outside the main thread the call
+    is made directly.
+    """
+    global _solver_thread
+    if threading.current_thread() is not threading.main_thread():
+        return function(*args, **kwargs)
+    if _solver_thread is None or _solver_thread.busy or not _solver_thread.thread.is_alive():
+        _solver_thread = _SolverThread()
+    worker = _solver_thread
+    outcome: dict = {}
+    done = threading.Event()
+    worker.busy = True
+    worker.jobs.put((function, args, kwargs, outcome, done))
+    while not done.wait(0.1):
+        pass
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 # ---- stale temporaries -------------------------------------------------------------------------------

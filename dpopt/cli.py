@@ -184,10 +184,13 @@ def _run_summary(release, seconds: float) -> str:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from dpopt.release import plan
+    from dpopt.release.plan import describe_heading, plan
+    from dpopt.spec import load_spec
 
-    p = plan(args.spec, data=args.data)
-    print(p.describe())
+    spec = load_spec(args.spec)
+    print("\n".join(describe_heading(spec)), flush=True)  # at once: the plan may take a while
+    p = plan(spec, data=args.data, require_data=False)  # the data file is the run's business (or --data's)
+    print(p.describe(heading=False))
     print("spec OK: nothing was read or written")
     return 0
 

@@ -18,6 +18,7 @@ from dpopt.datasets.census import (
     state_totals,
     structural_zero_mask_of_records,
 )
+from dpopt.errors import DpoptError
 from dpopt.release.outputs import read_released
 from dpopt.spec import load_spec
 
@@ -163,6 +164,70 @@ def test_check_prints_the_plan_without_reading_data(tmp_path, capsys, monkeypatc
     text = capsys.readouterr().out
     assert "state totals" in text and "published exactly from the data" in text
     assert sorted(tmp_path.iterdir()) == sorted([data, spec])
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "models").glob("*.toml")), ids=lambda p: p.stem)
+def test_check_passes_on_every_shipped_spec_without_data(path, capsys):
+    """``dpopt check models/X.toml``, as the specs' own header comments show it: no --data."""
+    assert main(["check", str(path)]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    name = load_spec(path).name
+    assert out.startswith(f"release {name!r} ({path})\n")
+    assert out.rstrip().endswith("spec OK: nothing was read or written")
+    if "source = \"file\"" in path.read_text():  # the real-data specs name their file at run time
+        assert "data: a CSV or Parquet file, not named yet" in out
+
+
+def test_run_without_data_and_check_with_a_missing_file_fail_before_the_plan(tmp_path, capsys, monkeypatch):
+    """The data path is the run's business: ``run`` without one, or ``check --data`` naming a file
+    that is not there, fail at once, before the algorithm's (possibly slow) plan."""
+    from dpopt.algorithms.base import get_algorithm
+
+    def no_planning(*args, **kwargs):
+        raise AssertionError("the data path is checked before the algorithm plans")
+
+    monkeypatch.setattr(get_algorithm("measure_reconstruct"), "plan", no_planning)
+    out = tmp_path / "out"
+    assert main(["run", str(REPO / "models" / "czech.toml"), "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "key 'data.path': no data file given" in err and "--data PATH" in err and len(err.splitlines()) == 1
+    assert main(["check", str(REPO / "models" / "czech.toml"), "--data", str(tmp_path / "missing.csv")]) == 1
+    assert "--data: file" in capsys.readouterr().err
+    assert sorted(tmp_path.iterdir()) == []
+
+
+def test_a_spec_naming_a_file_that_is_not_here_passes_check_and_fails_run(tmp_path, capsys):
+    """A spec written for the machine that holds the data is checked anywhere; the run refuses."""
+    spec = tmp_path / "spec.toml"
+    spec.write_text(_edit(SMALL, 'source = "example"\nrows = 800', 'path = "elsewhere/people.csv"'))
+    assert main(["check", str(spec)]) == 0
+    out = capsys.readouterr().out
+    assert f"data: {tmp_path / 'elsewhere' / 'people.csv'}, not found here" in out
+    assert main(["run", str(spec), "--out", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert "key 'data.path': file 'elsewhere/people.csv' does not exist (looked for" in err
+    assert len(err.splitlines()) == 1 and sorted(p.name for p in tmp_path.iterdir()) == ["spec.toml"]
+
+
+def test_spark_without_the_extra_is_a_one_line_error_naming_it(tmp_path, capsys, monkeypatch):
+    """pyspark is the ``spark`` extra: a spec asking for the Spark executor where it is not
+    installed fails at ``check`` (before any data), in one line that says what to install."""
+    import sys
+
+    for name in ["pyspark"] + [m for m in sys.modules if m.startswith("pyspark.")]:  # as if not installed (even
+        monkeypatch.setitem(sys.modules, name, None)  # after the Spark tests): find_spec and import both fail
+    text = (REPO / "models" / "census_topdown.toml").read_text()
+    assert 'executor = "serial"' in text
+    spec = tmp_path / "spark.toml"
+    spec.write_text(text.replace('executor = "serial"', 'executor = "spark"'))
+    assert main(["check", str(spec)]) == 1
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "key 'topdown" in err, err
+    assert "executor 'spark' needs pyspark" in err and 'pip install "dpopt[spark]"' in err
+    from dpopt.algorithms.topdown.executors import spark_session
+
+    with pytest.raises(DpoptError, match=r"dpopt\[spark\]"):
+        spark_session("local[1]")
 
 
 def test_models_lists_the_builtin_specs(capsys):

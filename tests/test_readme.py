@@ -66,13 +66,18 @@ def test_quick_start_matches_the_project_and_ci():
     assert pyproject["project"]["scripts"]["dpopt"] == "dpopt.cli:main"
     release, tests = quick_start_block()
     assert commands(release)[2][0].endswith("/bin/dpopt")
-    # The test line installs the 'test' extra, which must bring pytest-xdist for -n 2.
-    assert commands(tests)[1][3] == ".[test]"
-    extras = " ".join(pyproject["project"]["optional-dependencies"]["test"])
-    assert "pytest" in extras and "pytest-xdist" in extras
+    # The test line installs the 'test' extra (pytest-xdist for -n 2) and the 'spark' extra (the
+    # Spark executor's tests), exactly as CI does; the release line installs neither.
+    assert commands(tests)[1][3] == ".[test,spark]"
+    assert commands(release)[1][3] == "."
+    extras = pyproject["project"]["optional-dependencies"]
+    assert "pytest" in " ".join(extras["test"]) and "pytest-xdist" in " ".join(extras["test"])
+    assert [d.split(">")[0] for d in extras["spark"]] == ["pyspark"]
+    assert not any(d.startswith("pyspark") for d in pyproject["project"]["dependencies"])
+    ci = (REPO / ".ci" / "run").read_text()
+    assert f'pip install --quiet -e "{commands(tests)[1][3]}"' in ci
     # The README's test command is the one CI runs.
     pytest_args = commands(tests)[2][1:]
-    ci = (REPO / ".ci" / "run").read_text()
     assert f"python {' '.join(pytest_args)}" in ci
 
 
@@ -112,3 +117,47 @@ def test_readme_links_exist(path):
 def test_readme_mentions_only_existing_models():
     for name in re.findall(r"models/([\w-]+)\.toml", README.read_text(encoding="utf-8")):
         assert (REPO / "models" / f"{name}.toml").is_file(), name
+
+
+def tour_commands() -> list[list[str]]:
+    """The ``dpopt`` commands of the README's bash blocks after the Quick start that need no
+    external data (the real-data specs read ../shared/data; tests/test_spec.py plans them)."""
+    text = README.read_text(encoding="utf-8")
+    tour = text[text.index("## A short tour"):]
+    lines = [line.split("#")[0].strip() for block in re.findall(r"^```bash\n(.*?)^```", tour, flags=re.M | re.S)
+             for line in block.splitlines()]
+    return [shlex.split(line) for line in lines if line and "/bin/dpopt " in line and "--data" not in line]
+
+
+def test_quick_tour_commands_run(capsys, monkeypatch):
+    from dpopt.cli import main
+
+    cmds = tour_commands()
+    assert [c[1] for c in cmds] == ["check", "models"], cmds
+    monkeypatch.chdir(REPO)
+    for cmd in cmds:
+        assert main(cmd[1:]) == 0, cmd
+    out = capsys.readouterr().out
+    assert "budget split (noise_stddev" in out and "spec OK: nothing was read or written" in out
+    assert "quickstart" in out and "census_topdown" in out
+
+
+def test_quick_tour_quoted_error_is_what_check_prints(tmp_path, capsys, monkeypatch):
+    """The README's example error: the quickstart with the shares it quotes, as ``my.toml``."""
+    from fractions import Fraction
+
+    from dpopt.cli import main
+
+    text = README.read_text(encoding="utf-8")
+    blocks = [m.group(2) for m in re.finditer(r"^```(\w*)\n(.*?)^```$", text, flags=re.M | re.S) if not m.group(1)]
+    (quoted,) = [block for block in blocks if block.startswith("dpopt: error: spec my.toml")]
+    shares = [Fraction(s) for s in re.search(r"tables \(([^)]*)\) sum", quoted).group(1).split(", ")]
+    spec = (REPO / "models" / "quickstart.toml").read_text()
+    old = re.findall(r"^share = (.*)$", spec, flags=re.M)
+    assert len(old) == len(shares)
+    for before, after in zip(old, shares):
+        spec = spec.replace(f"share = {before}\n", f"share = {float(after)!r}\n", 1)
+    (tmp_path / "my.toml").write_text(spec)
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "my.toml"]) == 1
+    assert capsys.readouterr().err == quoted

@@ -124,7 +124,6 @@ BAD = [
     ("unknown backend", {"reconstruct": {"backend": "gurobi"}}, "key 'reconstruct.backend'", "installed backends"),
     ("backend of other objective", {"reconstruct": {"objective": "entropy", "backend": "highs"}},
      "key 'reconstruct.backend'", "'mw'"),
-    ("missing data file", {"data__path": "no/such/file.csv"}, "key 'data.path'", "does not exist"),
     ("example data need census", {"data__source": "example"}, "key 'data.source'", "census"),
     ("synthetic without integer", {"constraints__integer": False, "output": {"synthetic": True}},
      "key 'output.synthetic'", "integer"),

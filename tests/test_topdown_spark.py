@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 
-pytest.importorskip("pyspark", reason="pyspark is a dependency of dpopt; install it to run the Spark tests")
+pytest.importorskip("pyspark", reason="the spark extra is not installed: pip install -e \".[test,spark]\"")
 if shutil.which("java") is None:  # pragma: no cover - CI has Java 17
     pytest.skip("Spark needs a Java runtime (17 or later) on the PATH", allow_module_level=True)
 

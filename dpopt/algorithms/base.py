@@ -598,6 +598,10 @@ def round_release(x: np.ndarray, constraints: ConstraintSet, measurements=(), ti
         return np.asarray(x, dtype=np.float64), None, None
     measured = [m for m in measurements if m.query.is_integer] or None
     rounding = round_to_integers(x, constraints, measured=measured, method=method, time_limit=time_limit)
+    if rounding.x is not None and rounding.incumbent and rounding.max_violation == 0.0:
+        # Stopped short of its certified gap (time limit, local search): every constraint is
+        # checked exactly, the gap and the reason are in the rounding's message and report.
+        return np.rint(rounding.x).astype(np.int64), rounding, None
     if not rounding.success or rounding.x is None:
         status = getattr(rounding.status, "name", rounding.status)
         return None, rounding, f"integer rounding ended with status {status}: {rounding.message}"

@@ -14,6 +14,7 @@ budget by construction (shares summing to 1, :meth:`~dpopt.privacy.budget.Budget
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import TYPE_CHECKING
@@ -30,12 +31,18 @@ from dpopt.algorithms.base import (
     round_release,
 )
 from dpopt.errors import DpoptError, ParameterError, SpecError, at_key
+from dpopt.estimate.rounding import rounding_budget
 from dpopt.estimate.status import Status
 from dpopt.model.queries.base import LinearQuery
 from dpopt.privacy.budget import MECHANISMS
 from dpopt.privacy.mechanisms import calibrate, measure
 from dpopt.spec.model import MeasureSpec, ReconstructSpec
 from dpopt.spec.queries import QUERY_KINDS, build_query
+
+#: Seconds a release may spend fitting and rounding when ``[reconstruct] time_limit`` is not set
+#: (the rounding then also stays within its own budget, :func:`~dpopt.estimate.rounding.rounding_budget`).
+#: A spec raises it with ``time_limit``. Every run ends (issue 24).
+DEFAULT_RELEASE_TIME_LIMIT = 600.0
 
 if TYPE_CHECKING:  # pragma: no cover
     from dpopt.spec.table import SpecReader
@@ -172,15 +179,21 @@ class MeasureReconstruct(Algorithm):
 
         measurements = [measure(m.query, data, m.law, accountant, rng, label=m.label) for m in plan.measures]
         rc = self.params.reconstruct
+        start = time.perf_counter()
+        limit = rc.time_limit or DEFAULT_RELEASE_TIME_LIMIT
         result = reconstruct(measurements, plan.constraints, rc.objective, backend=rc.backend,
-                             time_limit=rc.time_limit, integer=False)
+                             time_limit=limit, integer=False)
         if not result.success or result.x is None:
             status = result.status if isinstance(result.status, Status) else Status.NOT_SOLVED
             return make_release(self, plan, accountant, status=status, measurements=measurements,
                                 reconstruction=result, info={"spec_key": ("reconstruct",)},
                                 message=f"the {rc.objective} solve ({result.backend}) ended with status "
                                         f"{status.name}: {result.message}")
-        counts, rounding, failure = round_release(result.x, plan.constraints, measurements, rc.time_limit)
+        left = max(limit - (time.perf_counter() - start), 1e-3)
+        if rc.time_limit is None:  # the default limit: the rounding's own budget, within what is left
+            n_answers = sum(m.query.num_rows for m in measurements)
+            left = min(left, rounding_budget(plan.domain.size, n_answers))
+        counts, rounding, failure = round_release(result.x, plan.constraints, measurements, left)
         if failure is not None:
             return make_release(self, plan, accountant, status=rounding.status, measurements=measurements,
                                 reconstruction=result, rounding=rounding, message=failure,

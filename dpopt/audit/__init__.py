@@ -13,13 +13,28 @@ bugs of :mod:`dpopt.audit.mutants` that check the auditor itself. :func:`audit_s
 user's spec on tiny datasets over its (down-scaled) domain, never on the real data.
 """
 
-from dpopt.audit.claims import AUDIT_DELTA, Claim
-from dpopt.audit.harness import DEFAULT_RUNS, DEFAULT_SCREEN_RUNS, audit
-from dpopt.audit.report import LIMITS, AuditReport, write_audit
-from dpopt.audit.targets import AlgorithmTarget, AuditTarget, ledger_problem
+from __future__ import annotations
+
+import importlib
+
+# Loaded on first use, so that ``dpopt --help`` (which adds the audit's sub-parser from
+# dpopt.audit.command) does not import scipy.stats and pandas.
+_EXPORTS = {
+    "AUDIT_DELTA": "dpopt.audit.claims", "Claim": "dpopt.audit.claims",
+    "DEFAULT_RUNS": "dpopt.audit.harness", "DEFAULT_SCREEN_RUNS": "dpopt.audit.harness", "audit": "dpopt.audit.harness",
+    "LIMITS": "dpopt.audit.report", "AuditReport": "dpopt.audit.report", "write_audit": "dpopt.audit.report",
+    "AlgorithmTarget": "dpopt.audit.targets", "AuditTarget": "dpopt.audit.targets",
+    "ledger_problem": "dpopt.audit.targets",
+}
 
 __all__ = ["audit", "audit_algorithm", "audit_spec", "AuditReport", "AuditTarget", "AlgorithmTarget", "Claim",
            "write_audit", "ledger_problem", "DEFAULT_RUNS", "DEFAULT_SCREEN_RUNS", "AUDIT_DELTA", "LIMITS"]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'dpopt.audit' has no attribute {name!r}")
 
 
 def audit_algorithm(name_or_algorithm, domain, budget, *, params=None, constraints=None, **options) -> AuditReport:
@@ -28,6 +43,8 @@ def audit_algorithm(name_or_algorithm, domain, budget, *, params=None, constrain
     ``params`` overrides the example parameters; ``options`` go to :func:`audit`.
     """
     from dpopt.algorithms.base import Algorithm, get_algorithm
+    from dpopt.audit.harness import audit
+    from dpopt.audit.targets import AlgorithmTarget
     from dpopt.errors import ParameterError
 
     if isinstance(name_or_algorithm, Algorithm):

@@ -13,8 +13,7 @@ __all__ = ["add_parser", "main"]
 
 def add_parser(sub) -> argparse.ArgumentParser:
     """Add the ``audit`` sub-command to ``dpopt``'s sub-parsers."""
-    from dpopt.audit.harness import DEFAULT_RUNS
-    from dpopt.audit.spec import DEFAULT_DOMAIN_LIMIT
+    from dpopt.audit.defaults import DEFAULT_DOMAIN_LIMIT, DEFAULT_RUNS  # not the audit itself: --help stays quick
 
     cmd = sub.add_parser("audit", help="statistically audit a spec's privacy on tiny synthetic datasets",
                          description="Run the spec's algorithm many times on neighbouring tiny datasets over its "

@@ -40,6 +40,7 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 
 from dpopt.audit.claims import Claim
+from dpopt.audit.defaults import DEFAULT_RUNS
 from dpopt.audit.events import Candidate, exact_disclosures, rank, search_events
 from dpopt.audit.neighbours import add_remove_pairs, cell_labels, limit_pairs, move_pairs
 from dpopt.audit.report import AuditReport
@@ -52,8 +53,6 @@ from dpopt.workers import die_with_parent
 
 __all__ = ["audit", "default_screen_runs", "default_max_pairs", "DEFAULT_RUNS", "DEFAULT_SCREEN_RUNS"]
 
-#: Runs of each dataset of the chosen pair: half for the event search, half for the test.
-DEFAULT_RUNS = 10_000
 #: Runs of each candidate dataset in the screening of pairs.
 DEFAULT_SCREEN_RUNS = 300
 #: Runs per work item (a chunk shares one seeded source).

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from dpopt.audit.defaults import DEFAULT_DOMAIN_LIMIT
 from dpopt.audit.harness import DEFAULT_RUNS, audit, default_max_pairs, default_screen_runs
 from dpopt.audit.report import AuditReport, write_audit
 from dpopt.audit.targets import AlgorithmTarget
@@ -26,9 +27,6 @@ from dpopt.model.constraints import ConstraintSet, Hierarchy
 from dpopt.model.domain import Domain
 
 __all__ = ["audit_spec", "downscale", "DEFAULT_DOMAIN_LIMIT", "audit_dir"]
-
-#: Cells of the audit domain unless ``--domain-limit`` says otherwise.
-DEFAULT_DOMAIN_LIMIT = 16
 
 
 def downscale(domain: Domain, limit: int) -> tuple[Domain, str | None]:

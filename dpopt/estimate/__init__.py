@@ -135,7 +135,8 @@ def reconstruct(
                                      time_limit=time_limit)
         result.info["rounding"] = {k: rounding[k] for k in ("status", "message", "fun", "time", "info")}
         result.info["fractional_x"] = result.x
-        if not rounding.success:
+        if not rounding.success and not (rounding.incumbent and rounding.x is not None
+                                         and rounding.max_violation == 0.0):
             result.x, result.success, result.status = None, False, rounding.status
             result.message = f"integer rounding failed: {rounding.message}"
         else:

@@ -32,7 +32,7 @@ from dpopt.model.constraints import ConstraintSet
 from dpopt.model.data import Dataset
 from dpopt.release.evaluate import evaluate_release, evaluate_without_table
 from dpopt.release.outputs import ReleaseResult, released_table, synthesize, write_release
-from dpopt.release.plan import ReleasePlan, check_constraints, error_class, plain, plan
+from dpopt.release.plan import NO_DATA, ReleasePlan, check_constraints, error_class, plain, plan
 from dpopt.spec import ReleaseSpec
 
 __all__ = ["load_data", "build_constraints", "run_algorithm", "run", "measure", "reconstruct_table",
@@ -52,6 +52,8 @@ def load_data(p: ReleasePlan) -> Dataset:
     and the report says so without the count.
     """
     spec, domain = p.spec, p.domain
+    if p.data_source == "none":  # planned with require_data=False
+        raise spec.error(("data", "path"), NO_DATA)
     if p.data_source == "given":
         d = p.data_given
         data = d if isinstance(d, Dataset) else _wrap_data(lambda: Dataset.from_frame(d, domain), "data")

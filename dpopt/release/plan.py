@@ -35,7 +35,10 @@ from dpopt.privacy.accountant import Accountant
 from dpopt.privacy.budget import Budget
 from dpopt.spec import ReleaseSpec, build_query, data_format, load_spec
 
-__all__ = ["ReleasePlan", "PlannedMeasure", "plan"]
+__all__ = ["ReleasePlan", "PlannedMeasure", "plan", "describe_heading"]
+
+#: The error (at key ``data.path``) of a run whose spec names no data file and no ``--data`` was given.
+NO_DATA = "no data file given: set data.path in the spec or pass --data PATH"
 
 
 @dataclass(eq=False)
@@ -57,7 +60,8 @@ class ReleasePlan:
     data_invariants : list of (name, LinearQuery, spec path)
         Invariants whose values will be published exactly from the data (not private).
     data_source : str
-        ``"example"``, ``"file"`` or ``"given"`` (a DataFrame or Dataset passed in).
+        ``"example"``, ``"file"``, ``"given"`` (a DataFrame or Dataset passed in) or ``"none"``
+        (no file named yet: enough for ``dpopt check``, not for a run).
     data_path : Path or None
     seed : int or None
         Seed of the noise (``None``: a cryptographically secure source). Seeded runs are NOT private.
@@ -102,12 +106,11 @@ class ReleasePlan:
         """The budget split: one row per step, exact shares and noise per answer."""
         return self.algorithm_plan.steps_frame()
 
-    def describe(self) -> str:
-        """The plan as text (what ``dpopt check`` prints)."""
+    def describe(self, *, heading: bool = True) -> str:
+        """The plan as text (what ``dpopt check`` prints); ``heading=False`` leaves out the lines of
+        :func:`describe_heading` (``dpopt check`` prints them before planning)."""
         spec = self.spec
-        lines = [f"release {spec.name!r}" + (f" ({spec.source})" if spec.source else "")]
-        if spec.description:
-            lines.append(f"  {spec.description}")
+        lines = describe_heading(spec) if heading else []
         dom = self.domain
         lines.append(f"domain: {len(dom)} attributes, {dom.size:,} cells")
         for a in dom.attrs:
@@ -118,6 +121,11 @@ class ReleasePlan:
             lines.append(f"data: generated example ({spec.data.rows:,} rows, data seed {spec.data.seed})")
         elif self.data_source == "given":
             lines.append("data: given in Python")
+        elif self.data_source == "none":
+            lines.append(f"data: a {spec.data.format or 'CSV or Parquet'} file, not named yet "
+                         "(`dpopt run` needs data.path in the spec or --data PATH)")
+        elif self.data_format is None:
+            lines.append(f"data: {self.data_path}, not found here (`dpopt run` needs it, or --data PATH)")
         else:
             lines.append(f"data: {self.data_path} ({self.data_format}"
                          + (f", count column {spec.data.count_column!r}" if spec.data.count_column else "") + ")")
@@ -154,6 +162,14 @@ class ReleasePlan:
         return "\n".join(lines)
 
 
+def describe_heading(spec: ReleaseSpec) -> list[str]:
+    """The first lines of :meth:`ReleasePlan.describe`: the release's name, file and description."""
+    lines = [f"release {spec.name!r}" + (f" ({spec.source})" if spec.source else "")]
+    if spec.description:
+        lines.append(f"  {spec.description}")
+    return lines
+
+
 def plan(
     spec: "str | Path | Mapping | ReleaseSpec",
     *,
@@ -161,6 +177,7 @@ def plan(
     seed: int | None = None,
     out: str | Path | None = None,
     overwrite: bool = False,
+    require_data: bool = True,
 ) -> ReleasePlan:
     """Build and check every public part of a release. Reads no data.
 
@@ -177,6 +194,9 @@ def plan(
         Output directory, checked now: absent or empty, or with ``overwrite`` a previous dpopt
         release and nothing else; never the working directory, the spec's or the data's
         directory, or an ancestor of one (:func:`~dpopt.atomic.check_output_dir`).
+    require_data
+        Refuse a spec that names no data file when ``data`` gives none (the default: a plan to
+        run). ``False`` plans without one (``data_source == "none"``), as ``dpopt check`` does.
 
     Raises
     ------
@@ -185,6 +205,7 @@ def plan(
     """
     spec = load_spec(spec)
     domain = _build_domain(spec)
+    source, path, fmt, given = _plan_data(spec, data, domain, require_data)  # cheap: before the algorithm's plan
     constraints, data_invariants = _public_constraints(spec, domain)
     algorithm = spec.algorithm
     try:
@@ -194,7 +215,6 @@ def plan(
                          error_class(exc)) from None
     check_noise(spec, algorithm_plan)
     _check_constraints(spec, constraints, when="before reading any data")
-    source, path, fmt, given = _plan_data(spec, data, domain)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
         raise SpecError(f"--seed: must be a non-negative integer, got {seed!r}")
     seed = spec.privacy.seed if seed is None else int(seed)
@@ -341,13 +361,21 @@ def check_constraints(spec: ReleaseSpec, constraints: ConstraintSet, when: str) 
 _check_constraints = check_constraints
 
 
-def _plan_data(spec: ReleaseSpec, data: Any, domain: Domain):
+def _plan_data(spec: ReleaseSpec, data: Any, domain: Domain, required: bool = True):
     if data is None:
         if spec.data.source == "example":
             return "example", None, None, None
-        if spec.data.path is None:
-            raise spec.error(("data", "path"), "no data file given: set data.path in the spec or pass --data PATH")
-        return "file", spec.data.path, spec.data.format, None
+        path = spec.data.path
+        if path is None and not required:
+            return "none", None, None, None
+        if path is None:
+            raise spec.error(("data", "path"), NO_DATA)
+        if not path.is_file():
+            if not required:  # named, but not on this machine: described as such
+                return "file", path, None, None
+            raise spec.error(("data", "path"), f"file {spec.raw['data']['path']!r} does not exist (looked for "
+                                               f"{str(path)!r})")
+        return "file", path, spec.data.format or data_format(path, spec.where(("data", "path"))), None
     if isinstance(data, (pd.DataFrame, Dataset)):
         if isinstance(data, Dataset) and data.domain != domain:
             raise SpecError(f"data: the given Dataset is over {data.domain}, not the spec's domain {domain}")

@@ -120,9 +120,10 @@ def parse_data(t: SpecTable, domain: DomainSpec) -> DataSpec:
     for key in ("rows", "seed"):
         if key in t.raw:
             raise t.error((key,), "applies only to source = \"example\"")
-    path = t.path("path", must_exist=True) if "path" in t.raw else None
+    # Whether the file is there is the run's business (dpopt.release.plan): `dpopt check` needs no data.
+    path = t.path("path", must_exist=False) if "path" in t.raw else None
     fmt = t.str("format", default=None, choices=("csv", "parquet"))
-    if path is not None and fmt is None:
+    if path is not None and fmt is None and path.is_file():
         fmt = data_format(path, t.where(("path",)))
     missing = tuple(t.str_list("missing_values", default=[], allow_empty=True)) if "missing_values" in t.raw else ()
     if "" in missing:

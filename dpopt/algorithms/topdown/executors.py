@@ -17,6 +17,7 @@ the release does not depend on the executor (nor does its privacy: no worker dra
 from __future__ import annotations
 
 import abc
+import importlib.util
 import multiprocessing
 import os
 import sys
@@ -26,7 +27,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Callable, Sequence
 
-from dpopt.errors import ParameterError
+from dpopt.errors import ParameterError, at_key
 from dpopt.workers import die_with_parent
 
 __all__ = ["Executor", "SerialExecutor", "PoolExecutor", "SparkExecutor", "make_executor", "spark_session", "EXECUTORS"]
@@ -38,6 +39,9 @@ SPARK_BATCH_BYTES = 64 * 2**20
 #: The driver JVM's heap on a ``local`` master unless ``conf`` names one (Spark's default is 1g;
 #: in local mode the executors share it, and the tasks pass through it).
 LOCAL_DRIVER_MEMORY = "4g"
+#: pyspark is an optional dependency (the ``spark`` extra): the error when Spark is asked for without it.
+SPARK_MISSING = ("executor 'spark' needs pyspark, which is not installed: pip install \"dpopt[spark]\" "
+                 "(and Java 17 or later)")
 
 
 class Executor(abc.ABC):
@@ -149,6 +153,8 @@ class SparkExecutor(Executor):
                  conf: dict | None = None) -> None:
         if context is None and (not isinstance(master, str) or not master):
             raise ParameterError(f"spark master must be a URL such as 'local[*]' or 'spark://host:7077', got {master!r}")
+        if context is None and importlib.util.find_spec("pyspark") is None:  # found, not imported (0.5 s)
+            raise at_key(ParameterError(SPARK_MISSING), ("topdown", "executor"))  # the spec key that asks for it
         self.master = master
         self._context = context
         self._owned = context is None
@@ -229,8 +235,8 @@ def spark_session(master: str = "local[*]", conf: dict | None = None):
     """
     try:
         from pyspark.sql import SparkSession
-    except ImportError:  # pragma: no cover - pyspark is a dependency
-        raise ParameterError("executor 'spark' needs pyspark (pip install pyspark) and Java 17 or later") from None
+    except ImportError:
+        raise ParameterError(SPARK_MISSING) from None
     root = str(Path(__file__).resolve().parents[3])
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
     # Local workers start the interpreter PYSPARK_PYTHON names (else "python3" on the PATH, which

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 import math
 import time
 from abc import ABC, abstractmethod
@@ -56,12 +57,12 @@ class SolveSettings:
 
 
 def importable(module: str) -> bool:
-    """True when ``module`` imports (an adapter's solver is installed)."""
+    """True when ``module`` is installed (an adapter's solver), found without importing it: learning
+    that cvxpy is there must not cost its 1-3 s import (it is imported when it first solves)."""
     try:
-        importlib.import_module(module)
-    except ImportError:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package that is missing, or a broken entry in sys.modules
         return False
-    return True
 
 
 def _positive(name: str, value: Any, backend: str) -> float | None:
@@ -98,7 +99,7 @@ class Backend(ABC):
     @classmethod
     @abstractmethod
     def is_installed(cls) -> bool:
-        """True when the solver can be imported and run."""
+        """True when the solver is installed (found without importing it where that is possible)."""
 
     def supports(self, form: ProgramForm | LeastSquaresForm) -> bool:
         """True when this backend can solve ``form``'s kind.

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 import scipy.sparse as sp
 
+from dpopt.atomic import run_interruptibly
 from dpopt.errors import SolverError
 from dpopt.estimate.backends.base import DEFAULT_MIP_GAP, Backend, SolveSettings, importable
 from dpopt.estimate.form import ProgramForm
@@ -192,7 +193,9 @@ class CvxpyBackend(Backend):
                 warnings.filterwarnings("ignore", message=r"\s*The problem is either infeasible or unbounded")
                 # ... and on inaccurate / limited solves, which the status reports.
                 warnings.filterwarnings("ignore", message="Solution may be inaccurate")
-                problem.solve(solver=solver, verbose=settings.verbose, **kwargs)
+                # In a helper thread: Clarabel and the other solvers never call back into Python,
+                # so a signal's handler runs in the waiting main thread at once (issue 24).
+                run_interruptibly(problem.solve, solver=solver, verbose=settings.verbose, **kwargs)
         except cp.error.SolverError as exc:
             return self._outcome(
                 Status.NUMERICAL_ERROR, x=None, objective=None, message=f"cvxpy: {exc}",

@@ -27,7 +27,7 @@ from dpopt.estimate.backends.base import DEFAULT_MIP_GAP, Backend, SolveSettings
 from dpopt.estimate.form import ProgramForm
 from dpopt.estimate.status import SolveOutcome, Status
 
-__all__ = ["HighsBackend", "IncrementalLP", "new_highs", "silence_banner"]
+__all__ = ["HighsBackend", "IncrementalLP", "MipBudget", "new_highs", "run_highs", "silence_banner", "HIGHS_THREADS"]
 
 # HiGHS enum values of the C API used by Highs.passModel (documented in HConst.h).
 _MATRIX_COLWISE = 1
@@ -113,15 +113,108 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reset_scheduler_after_fork)
 
 
+#: HiGHS runs on the calling thread only (its ``threads`` option). Its task scheduler is global
+#: and its worker threads outlive a solve; a long-lived process that had done hundreds of solves
+#: hung in a futex wait (issue 24), and solves from short-lived threads deadlock in HiGHS's
+#: scheduler (HiGHS PR #1886). With one thread no worker is ever started. dpopt's rounding and
+#: consistency programs gain nothing measurable from HiGHS's parallel MIP on 2 cores.
+HIGHS_THREADS = 1
+
+
 def new_highs(verbose: bool = False):
-    """A ``highspy.Highs`` object whose output (banner included) appears only when ``verbose``."""
+    """A ``highspy.Highs`` object whose output (banner included) appears only when ``verbose``,
+    set to run on the calling thread alone (:data:`HIGHS_THREADS`)."""
     import highspy
 
     if not verbose:
         silence_banner()
     h = highspy.Highs()
     h.setOptionValue("output_flag", bool(verbose))
+    h.setOptionValue("threads", HIGHS_THREADS)
     return h
+
+
+class MipBudget:
+    """The work and CPU-time budget of one MILP run, spent in HiGHS's MIP interrupt callback.
+
+    ``work`` counts the callback's calls (root cut rounds, nodes): solver events, not seconds,
+    so a run stops at the same point on an idle and on a loaded machine. ``cpu_limit`` is in
+    seconds of this process's CPU time. ``stopped`` is the HiGHS status to report instead of
+    ``kInterrupt`` once the budget ran out (``kIterationLimit`` or ``kTimeLimit``).
+    """
+
+    __slots__ = ("work_limit", "cpu_limit", "work", "stopped", "cpu_start")
+
+    def __init__(self, work_limit: int | None = None, cpu_limit: float | None = None) -> None:
+        self.work_limit, self.cpu_limit = work_limit, cpu_limit
+        self.work, self.stopped, self.cpu_start = 0, None, time.process_time()
+
+    def spend(self) -> bool:
+        """One unit of work; True once the budget has run out."""
+        self.work += 1
+        if self.work_limit is not None and self.work >= self.work_limit:
+            self.stopped = "kIterationLimit"
+        elif self.cpu_limit is not None and time.process_time() - self.cpu_start >= self.cpu_limit:
+            self.stopped = "kTimeLimit"
+        return self.stopped is not None
+
+
+class _RunControls:
+    """Per-``Highs`` state read by :func:`_interrupt`: the budget of the current run, if any."""
+
+    __slots__ = ("budget", "mip_interrupt")
+
+    def __init__(self, mip_interrupt) -> None:
+        self.budget: MipBudget | None = None
+        self.mip_interrupt = mip_interrupt  # highspy's kCallbackMipInterrupt
+
+
+def _interrupt(event) -> None:
+    """The one interrupt callback (simplex, IPM, QP, MIP): stop on a pending signal, and in a
+    MIP once the run's :class:`MipBudget` has run out."""
+    from dpopt.atomic import signal_pending
+
+    if signal_pending():
+        event.interrupt()
+        return
+    controls = event.user_data
+    budget = controls.budget
+    if budget is not None and event.callback_type == controls.mip_interrupt and budget.spend():
+        event.interrupt()
+
+
+def run_highs(h, budget: MipBudget | None = None) -> None:
+    """``h.run()`` that a signal stops within a callback interval, on one thread.
+
+    The run happens inside :func:`dpopt.atomic.deferred_signals`; HiGHS's simplex, IPM and MIP
+    interrupt callbacks stop it once a signal has arrived, and the signal's exception is raised
+    after ``run`` has returned. The same MIP interrupt callback spends ``budget`` (work and CPU
+    seconds; :class:`MipBudget`) and stops the run when it runs out. If another user of HiGHS in
+    this process (cvxpy's interface, another library) started the global scheduler with more
+    threads, HiGHS refuses the run (status ``kNotset``): the scheduler is shut down
+    (``Highs.resetGlobalScheduler``) and the run made again.
+    """
+    import highspy
+    from dpopt.atomic import deferred_signals
+
+    controls = getattr(h, "_dpopt_controls", None)
+    if controls is None:
+        controls = _RunControls(highspy.cb.HighsCallbackType.kCallbackMipInterrupt)
+        for callback in (h.cbSimplexInterrupt, h.cbIpmInterrupt, h.cbMipInterrupt):
+            callback.subscribe(_interrupt, controls)
+        qp = getattr(highspy.cb.HighsCallbackType, "kHighsCallbackQpInterrupt", None)
+        if qp is not None:
+            h.callbacks[int(qp)].subscribe(_interrupt, controls)
+        h._dpopt_controls = controls
+    controls.budget = budget
+    try:
+        with deferred_signals():
+            status = h.run()
+            if status == highspy.HighsStatus.kError and h.getModelStatus().name == "kNotset":
+                highspy.Highs.resetGlobalScheduler(True)
+                h.run()
+    finally:
+        controls.budget = None
 
 
 class HighsBackend(Backend):
@@ -219,12 +312,12 @@ class HighsBackend(Backend):
         )
         if status == highspy.HighsStatus.kError:
             raise SolverError(f"backend 'highs': HiGHS rejected the {form.kind} model (passModel returned kError)")
-        spent = _mip_controls(h, form, settings)
-        h.run()
+        budget = _mip_controls(h, form, settings)
+        run_highs(h, budget)
         model_status = h.getModelStatus()
         raw = model_status.name
-        if spent is not None and raw == "kInterrupt" and spent["stopped"]:
-            raw = spent["stopped"]  # our budget, not a signal
+        if budget is not None and raw == "kInterrupt" and budget.stopped:
+            raw = budget.stopped  # our budget, not a signal (a signal raises as run_highs returns)
         if raw in ("kLoadError", "kModelError"):
             raise SolverError(f"backend 'highs': HiGHS reports {h.modelStatusToString(model_status)}")
 
@@ -240,9 +333,9 @@ class HighsBackend(Backend):
         if form.is_integer:
             extra = {"mip_node_count": int(info.mip_node_count), "mip_gap": float(info.mip_gap),
                      "mip_dual_bound": float(info.mip_dual_bound)}
-            if spent is not None:
-                extra["work"] = spent["work"]
-                extra["cpu_time"] = time.process_time() - spent["cpu_start"]
+            if budget is not None:
+                extra["work"] = budget.work
+                extra["cpu_time"] = time.process_time() - budget.cpu_start
             message += f" (nodes {info.mip_node_count}, gap {info.mip_gap:.3g})"
 
         mapped = self.map_status(raw)
@@ -261,11 +354,9 @@ class HighsBackend(Backend):
         return outcome
 
 
-def _mip_controls(h: Any, form: ProgramForm, settings: SolveSettings) -> dict | None:
-    """Apply the ``mip_start``, ``work_limit`` and ``cpu_limit`` options; the budget's state
-    (``work`` done, ``stopped`` with the status to report) as HiGHS runs, or None."""
-    import highspy
-
+def _mip_controls(h: Any, form: ProgramForm, settings: SolveSettings) -> "MipBudget | None":
+    """Apply the ``mip_start`` option; the ``work_limit`` / ``cpu_limit`` budget for
+    :func:`run_highs`, or None."""
     start = settings.option("mip_start")
     if start is not None and form.is_integer:
         values = np.asarray(start, dtype=np.float64)
@@ -275,20 +366,7 @@ def _mip_controls(h: Any, form: ProgramForm, settings: SolveSettings) -> dict | 
     work, cpu = settings.option("work_limit"), settings.option("cpu_limit")
     if (work is None and cpu is None) or not form.is_integer:
         return None
-    spent = {"work": 0, "stopped": None, "cpu_start": time.process_time()}
-
-    def interrupt(_kind, _message, _out, data_in, _user) -> None:
-        spent["work"] += 1
-        if work is not None and spent["work"] >= work:
-            spent["stopped"] = "kIterationLimit"
-        elif cpu is not None and time.process_time() - spent["cpu_start"] >= cpu:
-            spent["stopped"] = "kTimeLimit"
-        if spent["stopped"]:
-            data_in.user_interrupt = True
-
-    h.setCallback(interrupt, None)
-    h.startCallback(highspy.cb.HighsCallbackType.kCallbackMipInterrupt)
-    return spent
+    return MipBudget(work, cpu)
 
 
 class IncrementalLP:
@@ -338,7 +416,7 @@ class IncrementalLP:
             # HiGHS measures its time limit on a clock that keeps running across runs.
             h.setOptionValue("time_limit", h.getRunTime() + float(time_limit))
         start = time.perf_counter()
-        h.run()
+        run_highs(h)
         h.setOptionValue("solver", "simplex")
         h.setOptionValue("simplex_strategy", 4)  # primal simplex: the old basis stays feasible
         raw = h.getModelStatus().name

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import numpy as np
 import scipy.sparse as sp
 
+from dpopt.atomic import run_interruptibly
 from dpopt.errors import SolverError
 from dpopt.estimate.backends.base import DEFAULT_MIP_GAP, Backend, SolveSettings, importable
 from dpopt.estimate.backends.highs import IPM_MIN_VARS, HighsBackend
@@ -108,7 +109,8 @@ class ScipyBackend(Backend):
         if settings.tolerance is not None:
             for opt in ("primal_feasibility_tolerance", "dual_feasibility_tolerance", "ipm_optimality_tolerance"):
                 options[opt] = settings.tolerance
-        res = linprog(
+        res = run_interruptibly(  # scipy's HiGHS has no callback: a helper thread (issue 24)
+            linprog,
             form.c,
             A_ub=A_ub if A_ub.shape[0] else None, b_ub=b_ub if A_ub.shape[0] else None,
             A_eq=A[np.flatnonzero(eq)] if eq.any() else None, b_eq=lo[eq] if eq.any() else None,
@@ -154,7 +156,8 @@ class ScipyBackend(Backend):
         constraints = LinearConstraint(form.A, form.row_lower, form.row_upper) if form.num_rows else None
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Unrecognized options detected", category=RuntimeWarning)
-            res = milp(
+            res = run_interruptibly(  # scipy's HiGHS has no callback: a helper thread (issue 24)
+                milp,
                 form.c, integrality=form.integrality.astype(np.int8), bounds=Bounds(form.lower, form.upper),
                 constraints=constraints, options=options,
             )

@@ -18,19 +18,33 @@ on that interval: ``f + (1 − 2f)(q(b) − lo)`` with ``f`` the fraction of the
 its floor minus ``q(base)``. So the program is a 0/1 LP with one row per measured answer.
 At ``b = frac(x~)`` every row holds, so the LP relaxation is always feasible when ``x~`` meets
 the constraints; the integer program may not be (three or more crossing families of rows have
-no floor/ceil rounding in general). Then the measured rows go *soft*: an answer may leave its
-floor/ceil interval at a price ``P`` per unit (plus its true L1 cost), with ``P`` larger than
-the whole L1 objective can vary over floor/ceil roundings, so an excursion is made only when
-the equalities leave no floor/ceil rounding; every answer left outside is reported as an
-exception.
+no floor/ceil rounding in general). The floor/ceil (hard) program is tried first, its MIPs
+under a share of the time left after its LP (:data:`HARD_SHARE`) — unless there are more
+measured answers than fractional cells, where it almost never has a solution; if it has none
+(or none was found in that time) the measured rows go *soft*: an answer may leave its window, and the excursion columns make the
+objective the answer's true L1 change, so the least total L1 change is found and every answer
+left outside is reported as an exception. No infeasibility is ever explained by a conflict
+(IIS) search (issue 24: rochdale's 56 three-way marginals sat for minutes in one).
 
 Passes (coarse first, as the Census's multi-pass rounder): pass ``p`` rounds with the rows of its
 own queries in the objective and holds the answers released by earlier passes as equalities;
 the previous pass's table satisfies them, so every later pass has a point to start from.
 
-The solve is :func:`~dpopt.estimate.rounding.solve.solve_integer_program`: the LP vertex, a MIP
-over its fractional part, then the full MIP; the result states the certified gap to the LP
-bound.
+Large tables (more than :data:`DIRECT_MAX` free cells) of a product domain whose row families
+are all marginals (invariants too; no inequality) are rounded without a MIP: the support walk
+of :mod:`~dpopt.estimate.rounding.walk` (every row kept exactly, at most ``rank(A)`` cells left
+fractional), largest remainder within the invariant rows for the last fractions, then the local
+search of :mod:`~dpopt.estimate.rounding.local_search` (2 × 2 cycles and one-attribute moves,
+which never change an invariant). Its ``gap`` is certified against the per-query bound of
+:func:`row_bound` (largest remainder within each query); a point short of the requested gap is
+an incumbent with status ITERATION_LIMIT. Other large programs go to a MIP over the cells the
+walk left fractional and a neighbourhood chosen by reduced costs (column generation against the
+LP duals until no cell prices in, which makes the neighbourhood's LP bound the whole program's,
+else the Lagrangian bound at the last duals).
+
+The MIPs are :func:`~dpopt.estimate.rounding.solve.solve_integer_program` (the LP vertex, a
+MIP over its fractional part, then the full MIP), under the rounding's deadline; when it
+expires the best point so far is kept with status TIME_LIMIT and its certified gap.
 """
 
 from __future__ import annotations
@@ -43,13 +57,15 @@ import scipy.sparse as sp
 from dpopt.errors import QueryError
 from dpopt.estimate.backends.base import Backend
 from dpopt.estimate.form import ProgramForm
-from dpopt.estimate.rounding.model import RoundingTable, looks_totally_unimodular
+from dpopt.estimate.rounding.model import INTEGRAL_TOL, RoundingTable, looks_totally_unimodular
 from dpopt.estimate.rounding.solve import Deadline, IntegerSolve, solve_integer_program
+from dpopt.estimate.rounding.walk import marginal_axes, reduce_support
 from dpopt.estimate.status import Status
 
-__all__ = ["MeasuredQuery", "round_controlled", "CONTROLLED_MIP_GAP", "CELL_WEIGHT", "MAX_PASS_ROWS"]
+__all__ = ["MeasuredQuery", "round_controlled", "row_bound", "CONTROLLED_MIP_GAP", "CELL_WEIGHT", "MAX_PASS_ROWS",
+           "DIRECT_MAX"]
 
-#: Default relative gap to the LP bound at which a controlled rounding counts as optimal. On the
+#: Default relative gap to the lower bound at which a controlled rounding counts as optimal. On the
 #: census example (10^4 measured answers) the objective is about 0.25 per answer, so 2 % is at
 #: most 0.005 persons per published cell on average: invisible next to the noise (2.8 to 8.4
 #: per cell there). The first MIP around the LP vertex reaches 0.5-1 % at its root node in
@@ -62,8 +78,26 @@ CELL_WEIGHT = 1e-3
 #: A single pass holds at most this many measured answers; more are split coarse-first.
 MAX_PASS_ROWS = 50_000
 
+#: Up to this many free cells the program is solved whole (the census example's 7,300 in about a
+#: second); above, the walk and the local search take product-domain tables of marginals.
+DIRECT_MAX = 20_000
+
+#: Programs outside the walk-and-search path are solved whole up to this many free cells.
+WHOLE_MAX = 250_000
+
+#: Cells of the neighbourhood MIP besides the ones left fractional by the walk ...
+NEIGHBOURHOOD_CELLS = 2000
+#: ... and at most this many rounds of column generation to price the others in.
+PRICING_ROUNDS = 6
+
 #: Answers within this relative distance of an integer are that integer.
 _SNAP = 1e-9
+#: A cell whose fraction is below this (or above 1 minus it) is integral: it gets no variable
+#: (a fit's 1e-9 is a solver's zero).
+_FRACTIONAL = INTEGRAL_TOL
+#: After its LP, the floor/ceil (hard) program's MIPs get this share of the time left (and at
+#: least a second) before the soft one is solved instead.
+HARD_SHARE = 0.25
 
 
 @dataclass(frozen=True)
@@ -77,14 +111,20 @@ class MeasuredQuery:
 
 @dataclass
 class _Rows:
-    """One measured query over the free cells: matrix, fractional answers, floor/ceil window."""
+    """One family of rows, relative to the floor table: the query and its window ``[lo, hi]``.
 
-    spec: MeasuredQuery
-    Q: sp.csr_matrix
-    target: np.ndarray
-    frac: np.ndarray
-    lo: np.ndarray  # floor(target) - Q base
-    hi: np.ndarray  # ceil(target) - Q base
+    ``kind`` is ``"measured"`` (soft window, objective), ``"released"`` (an earlier pass's
+    answers, exact), ``"invariant"`` or ``"inequality"``; ``frac`` and ``target`` only for measured rows.
+    """
+
+    label: str
+    query: object
+    lo: np.ndarray
+    hi: np.ndarray
+    kind: str
+    weight: float = 0.0
+    target: np.ndarray | None = None
+    frac: np.ndarray | None = None
 
 
 def _measured_rows(table: RoundingTable, spec: MeasuredQuery) -> _Rows:
@@ -93,14 +133,26 @@ def _measured_rows(table: RoundingTable, spec: MeasuredQuery) -> _Rows:
             f"controlled rounding keeps integer-valued queries; {spec.label!r} has non-integer coefficients "
             "(use method='cellwise', or measure it on an integer scale)"
         )
-    Q = table.columns(spec.query)
-    target = Q @ table.values
+    target = np.asarray(spec.query.matvec(table.target), dtype=np.float64)
     near = np.round(target)
     target = np.where(np.abs(target - near) <= _SNAP * np.maximum(1.0, np.abs(target)), near, target)
     floor = np.floor(target)
-    frac = target - floor
-    shift = Q @ table.base
-    return _Rows(spec, Q, target, frac, floor - shift, np.ceil(target) - shift)
+    shift = spec.query.matvec(table.table(table.base))
+    return _Rows(spec.label, spec.query, floor - shift, np.ceil(target) - shift, "measured", spec.weight,
+                 target, target - floor)
+
+
+def _constraint_rows(table: RoundingTable) -> list[_Rows]:
+    cs = table.constraints
+    base = table.table(table.base)
+    out = []
+    for c in cs.invariants:
+        shift = c.query.matvec(base)
+        out.append(_Rows(c.name, c.query, c.values - shift, c.values - shift, "invariant"))
+    for c in cs.inequalities:
+        shift = c.query.matvec(base)
+        out.append(_Rows(c.name, c.query, c.lower - shift, c.upper - shift, "inequality"))
+    return out
 
 
 def round_controlled(
@@ -117,30 +169,37 @@ def round_controlled(
     """Controlled rounding of the free cells (see the module notes).
 
     Returns ``(free values or None, outcome of the last solve, info)`` where info has
-    ``method``, ``passes`` (one record per pass) and ``soft`` (whether any pass needed soft rows).
+    ``method``, ``passes`` (one record per pass) and ``soft`` (whether any answer had to leave
+    its floor/ceil window).
     """
     gap = CONTROLLED_MIP_GAP if mip_gap is None else mip_gap
     rows = [_measured_rows(table, m) for m in measured]
     groups = _pass_groups(rows, passes)
+    constraint_rows = _constraint_rows(table)
     fixed: list[_Rows] = []
     b = None
     records = []
     solve = None
     for p, group in enumerate(groups):
         current = [rows[i] for i in group]
-        b_new, solve, record = _one_pass(table, current, fixed, engine, deadline, gap, cell_weight, options)
+        b_new, solve, record = _one_pass(table, current, fixed + constraint_rows, engine, deadline, gap,
+                                         cell_weight, options)
         record["pass"] = p + 1
         records.append(record)
         if b_new is None:
             break
         b = b_new
+        x_now = table.table(table.base + b)
+        base = table.table(table.base)
         for r in current:  # later passes hold these answers exactly (relative to base, like lo/hi)
-            released = r.Q @ b
-            fixed.append(_Rows(r.spec, r.Q, r.target, np.zeros_like(released), released, released))
+            released = r.query.matvec(x_now) - r.query.matvec(base)
+            fixed.append(_Rows(r.label, r.query, released, released, "released"))
     done = b is not None and len(records) == len(groups)
     if done and solve is not None and any(r["status"] != "OPTIMAL" for r in records):
-        # An earlier pass stopped on its time limit: the whole rounding is an incumbent.
-        solve.status, solve.incumbent = Status.TIME_LIMIT, True
+        # Some pass was not certified (time limit, or a local search short of the gap): the whole
+        # rounding is an incumbent, with that pass's status.
+        worst = next(r["status"] for r in records if r["status"] != "OPTIMAL")
+        solve.status, solve.incumbent = Status[worst], True
     info = {
         "method": "controlled" + (f" ({len(groups)} passes)" if len(groups) > 1 else ""),
         "passes": records,
@@ -156,12 +215,12 @@ def round_controlled(
 def _pass_groups(rows: list[_Rows], passes) -> list[list[int]]:
     """Indices of the measured queries in each pass."""
     if passes is None or passes == "auto":
-        if sum(r.Q.shape[0] for r in rows) <= MAX_PASS_ROWS:
+        if sum(r.lo.size for r in rows) <= MAX_PASS_ROWS:
             return [list(range(len(rows)))]
-        order = sorted(range(len(rows)), key=lambda i: rows[i].Q.shape[0])  # coarse first
+        order = sorted(range(len(rows)), key=lambda i: rows[i].lo.size)  # coarse first
         groups, size = [[]], 0
         for i in order:
-            m = rows[i].Q.shape[0]
+            m = rows[i].lo.size
             if groups[-1] and size + m > MAX_PASS_ROWS:
                 groups.append([])
                 size = 0
@@ -178,67 +237,383 @@ def _pass_groups(rows: list[_Rows], passes) -> list[list[int]]:
     return groups
 
 
-def _one_pass(table, current, fixed, engine, deadline, gap, cell_weight, options):
-    """Hard floor/ceil rows first; if the integer program is infeasible, soft rows."""
-    tu = not fixed and looks_totally_unimodular(
-        [r.Q for r in current] + [table.columns(c.query) for c in table.constraints.invariants]
-        + [table.columns(c.query) for c in table.constraints.inequalities])
-    record = {"queries": [r.spec.label for r in current], "totally_unimodular_rows": tu}
-    attempts = []
-    for mode in ("hard", "soft"):
-        form, size = _form(table, current, fixed, cell_weight, soft=mode == "soft")
-        solve = solve_integer_program(form, engine, deadline=deadline, mip_gap=gap, options=options)
-        attempts.append({"mode": mode, "status": solve.status.name, "step": solve.step, "stages": solve.stages})
-        if solve.x is not None:
-            record.update(mode=mode, status=solve.status.name, step=solve.step, gap=solve.gap,
-                          objective=solve.objective, lower_bound=solve.bound, attempts=attempts)
-            return np.round(solve.x[:table.k]), solve, record
-        if solve.status is not Status.INFEASIBLE:
-            break  # out of time or a solver failure: soft rows would not help
-    record.update(mode=attempts[-1]["mode"], status=solve.status.name, step=solve.step, gap=None,
-                  objective=None, lower_bound=solve.bound, attempts=attempts)
-    return None, solve, record
+class _Pass:
+    """The 0/1 program of one pass over the fractional cells (see the module notes).
+
+    Variables ``b_j`` for every free cell (``x = floor + b``); ``fractional`` lists those whose
+    ``x~`` is not an integer. Rows: the measured windows of this pass (soft when asked), then
+    ``others`` (earlier passes' answers, invariants, inequalities: exact).
+    """
+
+    def __init__(self, table: RoundingTable, current: list[_Rows], others: list[_Rows], cell_weight: float):
+        self.table = table
+        self.current = current
+        self.others = others
+        self.families = current + others
+        frac = table.frac
+        self.movable = np.arange(table.k)  # every free cell: x = floor + b, b in {0, 1}
+        self.fractional = np.flatnonzero((frac > _FRACTIONAL) & (frac < 1.0 - _FRACTIONAL))
+        self.cell_weight = cell_weight
+        # Objective over the free cells: the cell tie-break plus each measured row's chord.
+        cost = cell_weight * (1.0 - 2.0 * frac)
+        c0 = cell_weight * (float(frac.sum()) + table.negative_mass)
+        for r in current:
+            cost = cost + r.weight * table.table_values(r.query.rmatvec(1.0 - 2.0 * r.frac))
+            c0 += r.weight * float(np.sum(r.frac - (1.0 - 2.0 * r.frac) * r.lo))
+        self.cost, self.c0 = cost, c0
+        # The soft rows' excursion columns: their costs make the objective the true L1 change
+        # of an answer outside its window (the chord's slope is corrected beyond the window).
+        self.m = sum(r.lo.size for r in current)
+        f = np.concatenate([r.frac for r in current]) if current else np.zeros(0)
+        w = np.concatenate([np.full(r.lo.size, r.weight) for r in current]) if current else np.zeros(0)
+        self.cost_above = w * 2.0 * f           # the answer above its ceiling (column -1)
+        self.cost_below = w * (2.0 - 2.0 * f)   # below its floor (column +1)
+        self.lo = np.concatenate([r.lo for r in self.families]) if self.families else np.zeros(0)
+        self.hi = np.concatenate([r.hi for r in self.families]) if self.families else np.zeros(0)
+        self.names = [f"{'measured' if r.kind == 'measured' else r.kind}:{r.label}[{i}]"
+                      for r in self.families for i in range(r.lo.size)]
+
+    def looks_totally_unimodular(self) -> bool:
+        cols = self.table.free[self.movable]
+        return looks_totally_unimodular([sp.csr_matrix(r.query.columns(cols)) for r in self.families])
+
+    def walk_families(self) -> list[tuple[int, ...]] | None:
+        axes = [marginal_axes(r.query, self.table.constraints.domain) for r in self.families]
+        return None if any(a is None for a in axes) else axes
+
+    def row_values(self, b: np.ndarray) -> np.ndarray:
+        """``A b`` for a vector over the free cells (matrix-free)."""
+        x = self.table.table(b)
+        return np.concatenate([r.query.matvec(x) for r in self.families]) if self.families else np.zeros(0)
+
+    def form(self, cols: np.ndarray, b: np.ndarray, *, soft: bool) -> ProgramForm:
+        """The program over the free cells ``cols`` (a subset of the movable ones), every other at ``b``."""
+        cells = self.table.free[cols]
+        A = sp.vstack([sp.csr_matrix(r.query.columns(cells)) for r in self.families]).tocsr() if self.families \
+            else sp.csr_matrix((0, cols.size))
+        rest = b.copy()
+        rest[cols] = 0.0
+        shift = self.row_values(rest)
+        c0 = self.c0 + float(self.cost @ rest)
+        lower, upper = self.lo - shift, self.hi - shift
+        k = cols.size
+        if not soft:
+            return ProgramForm(c=self.cost[cols], A=A, row_lower=lower, row_upper=upper, row_names=self.names,
+                               lower=np.zeros(k), upper=np.ones(k), integrality=np.ones(k, bool), c0=c0)
+        m, rows = self.m, A.shape[0]
+        E = sp.vstack([sp.identity(m, format="csr"), sp.csr_matrix((rows - m, m))]).tocsr()
+        return ProgramForm(
+            c=np.concatenate([self.cost[cols], self.cost_above, self.cost_below]), A=sp.hstack([A, -E, E]).tocsr(),
+            row_lower=lower, row_upper=upper, row_names=self.names, lower=np.zeros(k + 2 * m),
+            upper=np.concatenate([np.ones(k), np.full(2 * m, np.inf)]),
+            integrality=np.concatenate([np.ones(k, bool), np.zeros(2 * m, bool)]), c0=c0)
+
+    def reduced_costs(self, duals: np.ndarray) -> np.ndarray:
+        """``c - Aᵀ y`` over the free cells (matrix-free)."""
+        out = self.cost.copy()
+        start = 0
+        for r in self.families:
+            y = duals[start:start + r.lo.size]
+            start += r.lo.size
+            if np.any(y):
+                out -= self.table.table_values(r.query.rmatvec(y))
+        return out
+
+    def lagrangian_bound(self, duals: np.ndarray) -> float:
+        """A lower bound on the whole pass program (soft rows, every movable cell in [0, 1]) from any row duals.
+
+        ``cᵀb >= Σ_j min(0, (c - Aᵀy)_j) + Σ_r (y_r lo_r if y_r > 0 else y_r hi_r)`` for ``lo <= A b <= hi``
+        and ``0 <= b <= 1``; the duals of the soft rows are clipped to the excursions' costs
+        (else their columns would price in without limit) and those of one-sided rows to the
+        sign their finite bound allows, which keeps the bound valid for any ``y``.
+        """
+        y = np.array(duals, dtype=np.float64)
+        m = self.m
+        y[:m] = np.clip(y[:m], -self.cost_above, self.cost_below)
+        y = np.where(np.isfinite(self.lo) | (y <= 0), y, 0.0)
+        y = np.where(np.isfinite(self.hi) | (y >= 0), y, 0.0)
+        reduced = self.reduced_costs(y)[self.movable]
+        rows = np.where(y > 0, y * np.where(np.isfinite(self.lo), self.lo, 0.0),
+                        y * np.where(np.isfinite(self.hi), self.hi, 0.0))
+        return self.c0 + float(np.minimum(reduced, 0.0).sum()) + float(rows.sum())
+
+    def exceptions(self, b: np.ndarray) -> int:
+        """How many measured answers of this pass are outside their floor/ceil window at ``b``."""
+        if not self.m:
+            return 0
+        values = self.row_values(b)[:self.m]
+        return int(np.sum((values < self.lo[:self.m] - 1e-6) | (values > self.hi[:self.m] + 1e-6)))
 
 
-def _form(table: RoundingTable, current: list[_Rows], fixed: list[_Rows], cell_weight: float, *, soft: bool):
-    """The 0/1 program of one pass (see the module notes); returns ``(form, measured rows)``."""
-    k = table.k
-    cons = table.rows()
-    cost = cell_weight * (1.0 - 2.0 * table.frac)
-    c0 = cell_weight * (float(table.frac.sum()) + table.negative_mass)
+def row_bound(table: RoundingTable, current: list[_Rows], cell_weight: float) -> float:
+    """A lower bound on a pass's objective from each measured query alone (largest remainder).
+
+    For a query whose rows partition the free cells, ``Σ_r q_r`` is the table's total ``N``;
+    the least ``Σ_r |q_r − t_r|`` over integers with that sum puts the ``N − Σ⌊t⌋`` units on the
+    largest fractions (each unit past them costs 1). Summed over the queries, plus
+    ``cell_weight`` times the same bound for the cells, and minimised over ``N`` when no
+    invariant fixes the total, this bounds every integer table (floor/ceil or not). Queries that
+    are not partitions contribute ``Σ_r min(f, 1 − f)``.
+    """
+    totals = [c for c in table.constraints.invariants if marginal_axes(c.query, table.constraints.domain) == ()]
+    fixed_total = float(totals[0].values[0]) if totals else None
+    curves = []  # (floor sum, costs of successive units upward from it)
+    constant = 0.0
     for r in current:
-        w = r.spec.weight
-        cost = cost + w * (r.Q.T @ (1.0 - 2.0 * r.frac))
-        c0 += w * float(np.sum(r.frac - (1.0 - 2.0 * r.frac) * r.lo))
-    Qm = sp.vstack([r.Q for r in current]).tocsr()
-    lo = np.concatenate([r.lo for r in current])
-    hi = np.concatenate([r.hi for r in current])
-    m = Qm.shape[0]
-    names = [f"measured:{r.spec.label}[{i}]" for r in current for i in range(r.Q.shape[0])]
-    blocks = [Qm, cons.A]
-    lower, upper = [lo, cons.lower], [hi, cons.upper]
-    for r in fixed:
-        blocks.append(r.Q)
-        lower.append(r.lo)
-        upper.append(r.hi)
-        names += [f"released:{r.spec.label}[{i}]" for i in range(r.Q.shape[0])]
-    names = names[:m] + cons.names + names[m:]
-    A = sp.vstack(blocks).tocsr()
-    row_lower, row_upper = np.concatenate(lower), np.concatenate(upper)
-    upper_b = np.ones(k)
-    if not soft:
-        return ProgramForm(c=cost, A=A, row_lower=row_lower, row_upper=row_upper, row_names=names,
-                           lower=np.zeros(k), upper=upper_b, integrality=np.ones(k, bool), c0=c0), m
-    # Soft rows: Q b - e+ + e- in [lo, hi]; an excursion costs its true L1 change plus P.
-    f = np.concatenate([r.frac for r in current])
-    w = np.concatenate([np.full(r.Q.shape[0], r.spec.weight) for r in current])
-    penalty = 1.0 + float(np.sum(w * np.abs(1.0 - 2.0 * f))) + cell_weight * float(np.abs(1.0 - 2.0 * table.frac).sum())
-    rest = A.shape[0] - m
-    E = sp.vstack([sp.identity(m, format="csr"), sp.csr_matrix((rest, m))]).tocsr()
-    A_soft = sp.hstack([A, -E, E]).tocsr()
-    return ProgramForm(
-        c=np.concatenate([cost, w * 2.0 * f + penalty, w * (2.0 - 2.0 * f) + penalty]), A=A_soft,
-        row_lower=row_lower, row_upper=row_upper, row_names=names, lower=np.zeros(k + 2 * m),
-        upper=np.concatenate([upper_b, np.full(2 * m, np.inf)]),
-        integrality=np.concatenate([np.ones(k, bool), np.zeros(2 * m, bool)]), c0=c0,
-    ), m
+        axes = marginal_axes(r.query, table.constraints.domain)
+        if axes is None:
+            constant += r.weight * float(np.minimum(r.frac, 1.0 - r.frac).sum())
+            continue
+        curves.append((r.weight, float(np.floor(r.target).sum()), float(r.frac.sum()), np.sort(r.frac)[::-1]))
+    values = table.values
+    fr = values - np.floor(values)
+    curves.append((cell_weight, float(np.floor(values).sum()), float(fr.sum()), np.sort(fr)[::-1]))
+    lows = [c[1] for c in curves]
+    highs = [c[1] + c[3].size for c in curves]
+    if fixed_total is not None:
+        grid = np.array([fixed_total])
+    else:
+        grid = np.arange(np.floor(min(lows)) - 1, np.ceil(max(highs)) + 2)
+    total = np.zeros(grid.size)
+    for w, base, fsum, fdesc in curves:
+        steps = np.concatenate([[0.0], np.cumsum(1.0 - 2.0 * fdesc)])
+        j = grid - base
+        inside = np.clip(j, 0, fdesc.size).astype(np.int64)
+        cost = fsum + steps[inside] + np.maximum(j - fdesc.size, 0) + np.maximum(-j, 0)
+        total += w * cost
+    return constant + float(total.min())
+
+
+def _one_pass(table, current, others, engine, deadline, gap, cell_weight, options):
+    """One pass: the walk (large tables), then the MIP over the cells left to decide."""
+    prog = _Pass(table, current, others, cell_weight)
+    record = {"queries": [r.label for r in current], "fractional_cells": int(prog.fractional.size)}
+    b = np.zeros(table.k)
+    b[prog.fractional] = table.frac[prog.fractional]
+    searched = None if table.k <= DIRECT_MAX else _walk_and_search(prog, b, deadline, record)
+    # Programs the walk and search do not cover (structural zeros, inequalities, other queries)
+    # are solved whole up to WHOLE_MAX cells (the census example's 73,000 free cells: the LP
+    # vertex and one MIP around it), beyond that by the neighbourhood MIP.
+    whole = searched is None and table.k <= WHOLE_MAX
+    tu = whole and prog.looks_totally_unimodular()
+    record["totally_unimodular_rows"] = tu
+    if searched is None and not whole and prog.fractional.size > NEIGHBOURHOOD_CELLS:
+        axes = prog.walk_families()
+        if axes is not None:
+            cells = table.free[prog.fractional]
+            y, stats = reduce_support(b[prog.fractional], prog.cost[prog.fractional],
+                                      table.constraints.domain.unravel(cells), table.constraints.domain.shape,
+                                      axes, deadline)
+            b[prog.fractional] = y
+            record["walk"] = stats.as_dict()
+    if searched is not None:
+        b, solve, b_walk = searched
+        solve.bound = row_bound(table, current, cell_weight)
+        which = "the per-query bound"
+        if solve.gap > gap and not deadline.expired():
+            # The per-query bound is loose where the queries cross: the LP bound (Lagrangian at the
+            # duals of an LP around the walk's point, priced until it certifies the point).
+            target = solve.objective
+            _, pricing, lp_bound = _neighbourhood(prog, b_walk, engine, deadline, False, options,
+                                                  enough=lambda lb: (target - lb) / max(abs(target), 1.0) <= gap)
+            record["pricing"] = pricing
+            if lp_bound > solve.bound:
+                solve.bound, which = lp_bound, "the LP bound"
+        certified = solve.gap is not None and solve.gap <= gap
+        solve.status = Status.OPTIMAL if certified else (Status.TIME_LIMIT if deadline.expired()
+                                                         else Status.ITERATION_LIMIT)
+        solve.incumbent = not certified
+        solve.message += f"; certified gap {solve.gap:.3g} against {which} (requested {gap:g})"
+        exceptions = prog.exceptions(b)
+        record.update(mode="soft" if exceptions else "hard", exceptions=exceptions, status=solve.status.name,
+                      step=solve.step, gap=solve.gap, objective=solve.objective, lower_bound=solve.bound, stages=[])
+        return b, solve, record
+    cols, pricing, bound = _neighbourhood(prog, b, engine, deadline, whole, options)
+    record["pricing"] = pricing
+    if not whole:
+        bound = max(bound, row_bound(table, current, cell_weight))
+    while True:
+        record["mip_cells"] = int(cols.size)
+        solve, mode = _solve_windows(prog, cols, b, tu, engine, deadline, gap, options)
+        record["program"] = mode
+        if solve.x is None or cols.size == prog.movable.size:
+            break
+        # The neighbourhood's own LP bound holds for the neighbourhood only: certify against the whole program.
+        solve.bound = bound
+        certified = solve.gap is not None and solve.gap <= gap
+        solve.status, solve.incumbent = (Status.OPTIMAL, False) if certified else (Status.TIME_LIMIT, True)
+        solve.message = (f"{solve.step} over {cols.size} of {prog.movable.size} cells; certified gap "
+                         f"{solve.gap:.3g} against a bound on the whole program")
+        if certified or deadline.expired():
+            break
+        # Not certified yet: a neighbourhood twice as large (cheapest cells to flip first), from this point.
+        b = b.copy()
+        b[cols] = np.round(solve.x[:cols.size])
+        outside = np.setdiff1d(prog.movable, cols)
+        cols = np.union1d(cols, outside[np.argsort(np.abs(prog.cost[outside]), kind="stable")[:max(cols.size, 1)]])
+    if solve.x is None:
+        record.update(mode="soft", status=solve.status.name, step=solve.step, gap=None, objective=None,
+                      lower_bound=solve.bound, stages=solve.stages)
+        return None, solve, record
+    b = b.copy()
+    b[cols] = np.round(solve.x[:cols.size])
+    exceptions = prog.exceptions(b)
+    record.update(mode="soft" if exceptions else "hard", exceptions=exceptions, status=solve.status.name,
+                  step=solve.step, gap=solve.gap, objective=solve.objective, lower_bound=solve.bound,
+                  stages=solve.stages)
+    return b, solve, record
+
+
+def _walk_and_search(prog: "_Pass", b: np.ndarray, deadline: Deadline, record: dict):
+    """Large product-domain tables: walk, round the last fractions, then local search (or None).
+
+    Applies when every row family is a marginal, the invariants are marginals (their attributes
+    never move) and there is no inequality and no earlier pass. Returns ``(b, IntegerSolve, the
+    walk's point)``.
+    """
+    from dpopt.estimate.rounding.local_search import neighbour_search
+
+    table = prog.table
+    domain = table.constraints.domain
+    if table.k != domain.size or any(r.kind not in ("measured", "invariant") for r in prog.families):
+        return None
+    axes = prog.walk_families()
+    if axes is None:
+        return None
+    fixed_axes = {a for r, ax in zip(prog.families, axes) if r.kind == "invariant" for a in ax}
+    b = b.copy()
+    coords = domain.unravel(table.free)
+    if prog.fractional.size > NEIGHBOURHOOD_CELLS:
+        # The walk runs to its end even past the deadline: its work is bounded (about 25 µs of
+        # CPU per cell on nltcs), and a point it left with thousands of fractional cells would
+        # round into answers hundreds of persons off (2^20 cells cut short under a load of 18:
+        # 30 times the fit's error). The search and the certificate keep to the deadline.
+        y, stats = reduce_support(b[prog.fractional], prog.cost[prog.fractional], coords[prog.fractional],
+                                  domain.shape, axes, None)
+        b[prog.fractional] = y
+        record["walk"] = stats.as_dict()
+    # The last fractions: largest remainder within each invariant row (the cells that agree on
+    # the invariants' attributes), which keeps every invariant.
+    b_walk = b.copy()
+    fixed = sorted(fixed_axes)
+    group = np.ravel_multi_index(coords[:, fixed].T, np.asarray(domain.shape)[fixed]) if fixed \
+        else np.zeros(table.k, np.int64)
+    frac_idx = np.flatnonzero((b > _FRACTIONAL) & (b < 1.0 - _FRACTIONAL))
+    order = frac_idx[np.lexsort((-b[frac_idx], group[frac_idx]))]
+    sums = np.bincount(group[frac_idx], weights=b[frac_idx], minlength=int(group.max()) + 1)
+    if fixed and np.any(np.abs(sums - np.round(sums)) > 1e-6):
+        return None
+    need = np.round(sums).astype(np.int64)
+    counts = np.bincount(group[order], minlength=sums.size)
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    rank = np.arange(order.size) - starts[group[order]]
+    b[frac_idx] = 0.0
+    b[order[rank < need[group[order]]]] = 1.0
+    measured = [r for r in prog.families if r.kind == "measured"]
+    x = table.table(table.base + b)
+    shift = [r.query.matvec(table.table(table.base)) for r in measured]
+    values = [r.query.matvec(x) - sh for r, sh in zip(measured, shift)]
+    targets = [r.target - sh for r, sh in zip(measured, shift)]
+    b, info = neighbour_search(b, prog.cell_weight * (1.0 - 2.0 * table.frac), coords, domain.shape,
+                               [marginal_axes(r.query, domain) for r in measured], values, targets,
+                               [r.weight for r in measured], fixed_axes, deadline)
+    record["search"] = info
+    objective = prog.c0 + float(prog.cost @ b) + _excursion_cost(prog, b)
+    solve = IntegerSolve(Status.OPTIMAL, b, objective, None, f"support walk, then {info['moves']} local moves "
+                         f"in {info['sweeps']} sweeps", backend="numpy", solver="numpy", step="walk and local search")
+    return b, solve, b_walk
+
+
+def _excursion_cost(prog: "_Pass", b: np.ndarray) -> float:
+    """What the chord objective misses for answers outside their windows (their true L1 excess)."""
+    if not prog.m:
+        return 0.0
+    values = prog.row_values(b)[:prog.m]
+    above = np.maximum(values - prog.hi[:prog.m], 0.0)
+    below = np.maximum(prog.lo[:prog.m] - values, 0.0)
+    return float(prog.cost_above @ above + prog.cost_below @ below)
+
+
+def _solve_windows(prog: "_Pass", cols, b, tu: bool, engine, deadline: Deadline, gap: float, options: dict):
+    """The MIP over ``cols``: floor/ceil windows (hard) first, under part of the time left; if they
+    admit no table (or none was found in that time), the soft program, whose objective is the
+    true L1 change. Returns ``(IntegerSolve, "hard" or "soft")``.
+
+    The soft program relaxes the hard one, so its LP bound is valid for both; when both gave a
+    point the one with the smaller objective is kept (certified against the soft bound).
+    """
+    if not tu and prog.m > prog.fractional.size:
+        # More measured answers than fractional cells (rochdale: 448 and 82): the windows almost
+        # never admit a table, and HiGHS can spend its whole share without deciding. The soft
+        # program's optimum is the least true L1 change, windows met or not.
+        soft = solve_integer_program(prog.form(cols, b, soft=True), engine, deadline=deadline, mip_gap=gap,
+                                     options=options)
+        soft.message = f"{prog.m} measured answers and {prog.fractional.size} fractional cells: least true L1: " \
+                       f"{soft.message}"
+        return soft, "soft"
+    hard_form = prog.form(cols, b, soft=False)
+    # The LP gets the whole time left; the MIPs after it a share (totally unimodular rows: the LP
+    # vertex is integral, so the LP alone decides the windows).
+    hard = solve_integer_program(hard_form, engine, deadline=deadline, mip_gap=gap, options=options,
+                                 mip_share=None if tu else HARD_SHARE)
+    if hard.success or deadline.expired():
+        return hard, "hard"
+    soft = solve_integer_program(prog.form(cols, b, soft=True), engine, deadline=deadline, mip_gap=gap,
+                                 options=options)
+    if hard.x is not None and (soft.x is None or hard.objective <= soft.objective):
+        hard.bound = soft.bound if soft.bound is not None else hard.bound
+        if hard.gap is not None and hard.gap <= gap:
+            hard.status, hard.incumbent = Status.OPTIMAL, False
+        hard.stages = hard.stages + soft.stages
+        return hard, "hard"
+    soft.stages = hard.stages + soft.stages
+    soft.message = f"no floor/ceil rounding ({hard.status.name}: {hard.message}); least true L1: {soft.message}"
+    return soft, "soft"
+
+
+def _neighbourhood(prog: _Pass, b: np.ndarray, engine, deadline, whole: bool, options, enough=None):
+    """The cells of the MIP and a lower bound on the whole pass program.
+
+    Whole programs: every movable cell (the MIP's own LP bound is then global; returned bound
+    -inf). ``enough(bound)`` ends the pricing early (the caller's point is certified). Otherwise the cells the walk left fractional, the cheapest others to flip, and then
+    every cell whose reduced cost at the neighbourhood LP's duals says it should move (column
+    generation), until none does: the neighbourhood LP's optimum is then the whole LP's.
+    """
+    movable = prog.movable
+    if whole:
+        return movable, [], -np.inf
+    fractional = movable[(b[movable] > _FRACTIONAL) & (b[movable] < 1.0 - _FRACTIONAL)]
+    others = np.setdiff1d(movable, fractional)
+    # Cheapest to flip first: |c_j| is what moving cell j alone costs.
+    extra = others[np.argsort(np.abs(prog.cost[others]), kind="stable")[:NEIGHBOURHOOD_CELLS]]
+    cols = np.union1d(fractional, extra)
+    pricing = []
+    bound = -np.inf
+    lp_options = {k: v for k, v in options.items() if k != "mip_gap"}
+    lp_options["conflicts"] = False
+    for _ in range(PRICING_ROUNDS):
+        if deadline.expired():
+            break
+        form = prog.form(cols, b, soft=True)
+        from dataclasses import replace
+
+        lp = engine.solve(replace(form, integrality=None), time_limit=deadline.left(), **lp_options)
+        if lp.status is not Status.OPTIMAL or lp.row_duals is None:
+            pricing.append({"cells": int(cols.size), "status": lp.status.name})
+            break
+        bound = max(bound, prog.lagrangian_bound(lp.row_duals))
+        if enough is not None and enough(bound):
+            pricing.append({"cells": int(cols.size), "lp_objective": float(lp.objective), "bound": bound})
+            break
+        reduced = prog.reduced_costs(lp.row_duals)
+        outside = np.setdiff1d(movable, cols)
+        tol = 1e-9 * max(1.0, float(np.abs(prog.cost).max(initial=0.0)))
+        wants = outside[((b[outside] < 0.5) & (reduced[outside] < -tol)) | ((b[outside] > 0.5) & (reduced[outside] > tol))]
+        pricing.append({"cells": int(cols.size), "lp_objective": float(lp.objective), "bound": bound,
+                        "priced_in": int(wants.size)})
+        if wants.size == 0:
+            bound = max(bound, float(lp.objective))  # no column prices in: the LP optimum is global
+            break
+        order = np.argsort(-np.abs(reduced[wants]), kind="stable")
+        cols = np.union1d(cols, wants[order[:NEIGHBOURHOOD_CELLS]])
+    return cols, pricing, bound

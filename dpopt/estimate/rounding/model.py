@@ -92,6 +92,10 @@ class RoundingTable:
         out[self.free] = free_values
         return out
 
+    def table_values(self, full: np.ndarray) -> np.ndarray:
+        """The free cells' entries of a vector over the whole domain."""
+        return np.asarray(full, dtype=np.float64)[self.free]
+
     def columns(self, query) -> sp.csr_matrix:
         """The query's rows over the free cells only."""
         return sp.csr_matrix(query.columns(self.free))

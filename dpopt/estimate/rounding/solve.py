@@ -61,6 +61,16 @@ class Deadline:
     def expired(self) -> bool:
         return self.end is not None and time.perf_counter() >= self.end
 
+    def capped(self, seconds: float | None) -> "Deadline":
+        """A deadline ``seconds`` from now, or this one if it comes first."""
+        out = Deadline(None)
+        if seconds is None:
+            out.end = self.end
+        else:
+            end = time.perf_counter() + float(seconds)
+            out.end = end if self.end is None else min(end, self.end)
+        return out
+
 
 @dataclass
 class IntegerSolve:
@@ -131,6 +141,7 @@ def solve_integer_program(
     deadline: Deadline,
     mip_gap: float,
     options: dict,
+    mip_share: float | None = None,
 ) -> IntegerSolve:
     """Solve a MILP ``form`` (``integrality`` set) by LP, relax-and-fix, then the full MIP.
 
@@ -147,9 +158,14 @@ def solve_integer_program(
         as optimal.
     options : dict
         Backend options (``mip_gap`` is set here).
+    mip_share : float, optional
+        The MIP steps (after the LP) get only this share of the time then left, and at least
+        one second (a first try that leaves the rest to another program).
     """
     stages: list[dict] = []
-    options = {k: v for k, v in options.items() if k != "mip_gap"}
+    # Rounding never needs the conflicting rows of an infeasible program (an IIS search is one
+    # MIP per group: minutes on rochdale); the caller reports infeasibility itself.
+    options = {**{k: v for k, v in options.items() if k != "mip_gap"}, "conflicts": False}
     lp = engine.solve(replace(form, integrality=None), time_limit=deadline.left(), **options)
     stages.append(_stage("LP relaxation", lp))
     common = {"backend": lp.backend, "solver": lp.solver, "stages": stages}
@@ -158,6 +174,9 @@ def solve_integer_program(
         return IntegerSolve(lp.status, None, None, None, f"LP relaxation: {lp.message}", step="LP relaxation",
                             iterations=iterations, **common)
     bound = _objective(form, lp.x)
+    if mip_share is not None:
+        left = deadline.left()
+        deadline = deadline if left is None else deadline.capped(max(1.0, mip_share * left))
     if _integral_point(form, lp.x) and _feasible(form, _snap(form, lp.x)):
         v = _snap(form, lp.x)
         return IntegerSolve(Status.OPTIMAL, v, _objective(form, v), bound, "the LP vertex is integral",

@@ -1,0 +1,97 @@
+"""How long the command line makes you wait before it answers (issue #28 item 2).
+
+Run:  python examples/benchmarks/bench_startup.py [--repeat 20] [--specs quickstart,czech,...]
+
+Each figure is a fresh ``dpopt`` process (the installed script beside this interpreter, else
+``python -m dpopt.cli``), timed from its start:
+
+``--help`` / ``--version``
+    until the process exits (target 0.3 s); the median and the fastest of ``--repeat`` runs,
+    with the child's CPU seconds (user + system), which load on a shared machine inflates less.
+``check SPEC``
+    until its first line of output (target 1 s) and until it exits, for every built-in spec
+    (none needs its data: the real-data specs are checked without it).
+
+Timings depend on the machine's load: set OPENBLAS_NUM_THREADS=1 and say how busy it was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def dpopt_command() -> list[str]:
+    script = Path(sys.executable).with_name("dpopt")
+    if script.is_file():
+        return [str(script)]
+    return [sys.executable, "-m", "dpopt.cli"]
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def time_exit(args: list[str]) -> tuple[float, float]:
+    """Wall and CPU seconds of one process, start to exit."""
+    cpu, start = children_cpu(), time.perf_counter()
+    subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, cwd=REPO)
+    return time.perf_counter() - start, children_cpu() - cpu
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) a running process has used so far (Linux; NaN elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def time_first_line(args: list[str]) -> tuple[float, float, float, str]:
+    """Wall and CPU seconds to the first line of output, wall seconds to exit, and that line."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    first = proc.stdout.readline()
+    first_at, first_cpu = time.perf_counter() - start, process_cpu(proc.pid)
+    _, err = proc.communicate()
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(args)} failed: {err.strip()}")
+    return first_at, first_cpu, time.perf_counter() - start, first.strip()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--specs", help="comma-separated built-in spec names (default: all)")
+    args = parser.parse_args()
+    cmd = dpopt_command()
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    print(f"command: {' '.join(cmd)}; load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    print(f"{'':<28}{'median s':>10}{'fastest s':>11}{'CPU s (median)':>16}")
+    for flag in ("--help", "--version"):
+        time_exit(cmd + [flag])  # warm the file cache
+        runs = [time_exit(cmd + [flag]) for _ in range(args.repeat)]
+        walls, cpus = [w for w, _ in runs], [c for _, c in runs]
+        print(f"dpopt {flag:<22}{statistics.median(walls):>10.3f}{min(walls):>11.3f}{statistics.median(cpus):>16.3f}")
+    names = args.specs.split(",") if args.specs else sorted(p.stem for p in (REPO / "models").glob("*.toml"))
+    print(f"\n{'dpopt check':<28}{'first line s':>13}{'(CPU s)':>9}{'exit s':>9}  first line")
+    for name in names:
+        first, cpu, total, line = time_first_line(cmd + ["check", str(REPO / "models" / f"{name}.toml")])
+        print(f"{name:<28}{first:>13.2f}{cpu:>9.2f}{total:>9.2f}  {line[:50]}")
+    if shutil.which("hyperfine") is None:
+        print("\n(hyperfine is not installed: these are plain subprocess timings)")
+
+
+if __name__ == "__main__":
+    main()
