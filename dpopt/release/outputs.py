@@ -245,7 +245,7 @@ def _long_answers(tables, domain: Domain) -> pd.DataFrame:
         frame = tables[label]
         lengths[i] = len(frame)
         for column, values in frame.items():
-            pieces.setdefault(column, []).append((i, values))
+            pieces.setdefault(column, []).append((i, _plain_array(values)))
     starts = np.concatenate([[0], np.cumsum(lengths)])
     attrs = [a for a in domain.attrs if a in pieces]
     others = [c for c in pieces if c not in set(attrs)]
@@ -255,25 +255,34 @@ def _long_answers(tables, domain: Domain) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def _plain_array(column: pd.Series) -> np.ndarray:
+    """A column's values as numpy: numbers and booleans as they are, anything else (labels,
+    nullable or categorical columns) as objects. Converted once per piece: each conversion of
+    a Series costs more than copying its few values."""
+    if isinstance(column.dtype, np.dtype) and column.dtype.kind in "iubf":
+        return column.to_numpy()
+    return np.asarray(column, dtype=object)
+
+
 def _stacked(pieces: list, starts: np.ndarray, complete: bool):
     """One column of :func:`long_answers` from ``(table number, values)`` pieces, missing elsewhere."""
     total = int(starts[-1])
-    kinds = {p.dtype.kind if isinstance(p.dtype, np.dtype) else "O" for _, p in pieces}
+    kinds = {p.dtype.kind for _, p in pieces}
     if kinds <= set("iub"):
         values = np.zeros(total, dtype=np.int64)
         present = np.zeros(total, dtype=bool)
         for i, p in pieces:
-            values[starts[i]:starts[i + 1]] = np.asarray(p)
+            values[starts[i]:starts[i + 1]] = p
             present[starts[i]:starts[i + 1]] = True
         return values if complete else pd.arrays.IntegerArray(values, ~present)
     if kinds <= set("iubf"):
         values = np.full(total, np.nan)
         for i, p in pieces:
-            values[starts[i]:starts[i + 1]] = np.asarray(p, dtype=np.float64)
+            values[starts[i]:starts[i + 1]] = p
         return values
     values = np.full(total, None, dtype=object)
     for i, p in pieces:
-        values[starts[i]:starts[i + 1]] = np.asarray(p, dtype=object)
+        values[starts[i]:starts[i + 1]] = p
     return values
 
 
