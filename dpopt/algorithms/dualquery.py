@@ -289,8 +289,8 @@ class DualQuery(Algorithm):
                      f"{budget.delta}" if game is not None else
                      "T or s solved at run time from the public record count n"),
                  f"data player: {p.solver} MILP per round" + (f", work limit {p.work_limit}" if p.solver == "highs" else "")
-                 + f", {p.time_limit:g} CPU-s limit, {program.num_values} value binaries; warm-started from the "
-                 "earlier rounds' records",
+                 + f", {p.time_limit:g} {'CPU-' if p.solver == 'highs' else ''}s limit, {program.num_values} value "
+                 "binaries; warm-started from the earlier rounds' records",
                  "the record count n is treated as public (Gaboardi et al. 2014)"]
         return self.new_plan(domain, constraints, budget, steps=[step], details=workload, lines=lines)
 
@@ -334,8 +334,9 @@ class DualQuery(Algorithm):
             "the privacy guarantee, only the records' quality.",
             f"Best responses: {n_opt} of {rounds} proved optimal, "
             + (f"{n_work} stopped at the work limit ({p.work_limit}), " if p.solver == "highs" else "")
-            + f"{n_time} at the {p.time_limit:g} s limit, {n_fall} used the fallback (the previous record). Each "
-            "round's integer program starts from the best earlier record, improved attribute by attribute.",
+            + f"{n_time} at the {p.time_limit:g} {'CPU-' if p.solver == 'highs' else ''}s limit, {n_fall} used the "
+            "fallback (the previous record). Each round's integer program starts from the best earlier record, "
+            "improved attribute by attribute.",
         ]
         counts, reconstruction, rounding = None, None, None
         if domain.size <= p.table_cells:
