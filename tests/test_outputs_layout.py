@@ -58,8 +58,6 @@ def test_the_long_file_reads_back(tmp_path):
     assert read_released(tmp_path / "m.parquet")["age"].equals(long["age"])
 
 
-
-
 SPEC = {
     "domain": {"attributes": {"a": 2, "b": 3, "c": 2}},
     "data": {"source": "file"},
@@ -104,6 +102,20 @@ def test_a_release_writes_the_layout_asked_and_lists_what_it_wrote(tmp_path, fra
     if algorithm == "polynomial":  # the algorithm's Python objects are named, not printed, in report.json
         assert {"plan", "table", "evaluated"} <= set(release.report["algorithm"]["python_only"])
         assert "DataFrame" not in (out / "report.json").read_text()
+
+
+def test_auto_writes_a_release_with_more_than_the_file_limit_long(tmp_path):
+    """A release with a table but more answer tables than MAX_TABLE_FILES: one long file."""
+    gen = np.random.default_rng(31)  # test input, not privacy noise
+    names = [f"x{i}" for i in range(11)]  # 55 pair marginals
+    data = pd.DataFrame({n: gen.integers(0, 2, 300) for n in names})
+    raw = copy.deepcopy(SPEC)
+    raw.update(algorithm="mwem", mwem={"marginals": 2, "rounds": 2})
+    raw["domain"] = {"attributes": {n: 2 for n in names}}
+    release = run(raw, data=data, out=tmp_path / "out", seed=3)
+    assert release.table is not None and len(release.marginals) == 55 > MAX_TABLE_FILES
+    assert not (tmp_path / "out" / "marginals").exists()
+    assert len(read_released(tmp_path / "out" / "marginals.csv")) == sum(len(f) for f in release.marginals.values())
 
 
 def test_a_bad_layout_names_the_key(frame):
