@@ -343,10 +343,19 @@ def test_rounds_are_bounded_by_solver_work_and_cpu_time_not_wall_time(monkeypatc
         releases.append(algorithm.run(plan, data, budget.accountant(), make_random(8)))
     seen = [k for k in seen if "work_limit" in k]  # not the plan's feasibility check (public, no data)
     assert len(seen) == 12
-    assert all(k["time_limit"] is None and k["work_limit"] == 3 and k["cpu_limit"] == 7.0 and not k["presolve"]
+    # a small program keeps HiGHS's presolve (PRESOLVE_OFF_VALUES)
+    assert all(k["time_limit"] is None and k["work_limit"] == 3 and k["cpu_limit"] == 7.0 and k["presolve"]
                and k["mip_start"] is not None for k in seen)
     first, second = (r.info["rounds_log"] for r in releases)
     assert np.array_equal(releases[0].info["record_codes"], releases[1].info["record_codes"])
     assert first["work"].tolist() == second["work"].tolist() and (first["work"] <= 3).all()
     assert set(first["status"]) <= {"OPTIMAL", "ITERATION_LIMIT"} and not first["fallback"].any()
     assert (first["score"] >= first["start_score"]).all()
+
+
+def test_presolve_is_off_only_for_programs_where_it_costs_more_than_it_saves():
+    from dpopt.algorithms.dualquery import PRESOLVE_OFF_VALUES, _limits
+
+    assert _limits("highs", 5.0, 10, PRESOLVE_OFF_VALUES - 1)["options"] == {"presolve": True, "cpu_limit": 5.0}
+    assert _limits("highs", 5.0, 10, 419) == {"work_limit": 10, "options": {"presolve": False, "cpu_limit": 5.0}}
+    assert _limits("pulp", 5.0, 10, 419) == {"time_limit": 5.0}  # CBC: its own time limit only

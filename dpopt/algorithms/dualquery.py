@@ -73,6 +73,10 @@ TABLE_CELLS = 10**6
 #: 23 KDD99 rounds 10 calls cost 5.1 CPU-s against 21 for 40, for 0.05 % fewer sampled queries
 #: satisfied: from a warm start the record is found early, most of the rest is proving it optimal.
 WORK_LIMIT = 10
+#: Record programs with at least this many value binaries run without HiGHS's presolve (KDD99's 419:
+#: presolve cost three quarters of the solve); smaller ones keep it (3 binary attributes, 6 values:
+#: 1.5x the CPU without it, in the audit's 600 runs). Sizes in between were not measured.
+PRESOLVE_OFF_VALUES = 64
 
 
 # ---- parameters ----------------------------------------------------------------------------------
@@ -449,7 +453,7 @@ def play(workload: Conjunctions, data: Dataset, n: int, eta, rounds: int, sample
             # Round 1 starts from the all-zero record improved on its sample (if allowed).
             start = records[:t] if t else np.zeros((1, records.shape[1]), dtype=np.int64)
             br = best_response(program, sampled, mult, backend=solver, mip_gap=mip_gap, start=start,
-                               **_limits(solver, time_limit, work_limit))
+                               **_limits(solver, time_limit, work_limit, program.num_values))
         else:
             br = oracle(program, sampled, mult)
         fallback = br.codes is None
@@ -469,13 +473,14 @@ def play(workload: Conjunctions, data: Dataset, n: int, eta, rounds: int, sample
     return GameLog(records, pd.DataFrame(rows), timings)
 
 
-def _limits(solver: str, time_limit: float | None, work_limit: int | None) -> dict:
+def _limits(solver: str, time_limit: float | None, work_limit: int | None, num_values: int) -> dict:
     """The best response's limits: HiGHS counts work and CPU seconds (load-independent); CBC
-    (PuLP) has only its own time limit. HiGHS runs without presolve, which on the record
-    programs cost three quarters of the solve (KDD99: 5.6 against 1.6 CPU-s on 12 rounds)."""
+    (PuLP) has only its own time limit. HiGHS runs without presolve on programs of at least
+    :data:`PRESOLVE_OFF_VALUES` value binaries, where presolve cost three quarters of the solve
+    (KDD99: 5.6 against 1.6 CPU-s on 12 rounds); tiny programs are faster with it."""
     if solver != "highs":
         return {"time_limit": time_limit}
-    options = {"presolve": False}
+    options = {"presolve": num_values < PRESOLVE_OFF_VALUES}
     if time_limit is not None:
         options["cpu_limit"] = float(time_limit)
     return {"work_limit": work_limit, "options": options}
