@@ -157,7 +157,7 @@ def build_report(release: "ReleaseResult") -> dict:
                     "max_abs_residual": float(np.abs(r).max())})
     algorithm = {"name": release.algorithm, "title": release.title, "reference": release.reference,
                  "parameters": _jsonable(release.parameters), "notes": list(release.notes),
-                 **{k: v for k, v in release.info.items() if k != "spec_key"}}
+                 **_plain_info(release.info)}
     report = {
         "dpopt_version": dpopt.__version__,
         "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -543,6 +543,40 @@ def _data_text(p) -> str:
     if p.data_source == "given":
         return "given in Python"
     return str(p.data_path)
+
+
+def _plain_info(info: dict) -> dict:
+    """An algorithm's ``info`` for the report: plain data (numbers, text, arrays, tables as records).
+
+    Python objects kept for the API (plans, evaluators, mappings of frames) have no JSON form:
+    their keys are listed under ``python_only`` instead of their ``repr`` (which cost seconds for
+    a thousand frames and said nothing).
+    """
+    out, python_only = {}, []
+    for key, value in info.items():
+        if key == "spec_key":
+            continue
+        if isinstance(value, pd.DataFrame):
+            out[key] = value.to_dict(orient="records")
+        elif _is_plain(value):
+            out[key] = value
+        else:
+            python_only.append(key)
+    if python_only:
+        out["python_only"] = python_only
+    return out
+
+
+def _is_plain(value: Any) -> bool:
+    if value is None or isinstance(value, (str, bool, int, float, Fraction, enum.Enum, np.generic)):
+        return True
+    if isinstance(value, np.ndarray):
+        return value.dtype.kind in "biufU"
+    if isinstance(value, (list, tuple)):
+        return all(_is_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, (str, int)) and _is_plain(v) for k, v in value.items())
+    return False
 
 
 def _records(value: Any) -> Any:

@@ -312,3 +312,50 @@ def test_registered_with_its_reference():
     assert any("T = 4 rounds" in line for line in plan.lines)
     assert sum(s.share for s in plan.steps) == 1
     assert isinstance(plan.details, Conjunctions) and plan.details.negated.sum() == plan.details.num_rows // 2
+
+
+def test_rounds_are_bounded_by_solver_work_and_cpu_time_not_wall_time(monkeypatch):
+    """The integer programs get a work budget and a CPU-time backstop, never a wall-clock limit, so
+    the same seed plays the same game on an idle or a loaded machine; each round starts from the
+    earlier records (the first from the all-zero record, improved)."""
+    import dpopt.estimate.engines.best_response as br_module
+
+    dom, data = case()
+    budget = Budget.approx(2, Fraction(1, 10**5))
+    params = DualQuery.Params(order=2, eta=Fraction(1, 2), rounds=6, samples=None, work_limit=3, time_limit=7.0)
+    seen = []
+    real = br_module.get_backend
+
+    def spy(name):
+        backend = real(name)
+
+        class Spy:
+            def solve(self, form, **kwargs):
+                seen.append(kwargs)
+                return backend.solve(form, **kwargs)
+        return Spy()
+
+    monkeypatch.setattr(br_module, "get_backend", spy)
+    releases = []
+    for _ in range(2):
+        algorithm = DualQuery(params)
+        plan = algorithm.plan(dom, zeros(dom), budget)
+        releases.append(algorithm.run(plan, data, budget.accountant(), make_random(8)))
+    seen = [k for k in seen if "work_limit" in k]  # not the plan's feasibility check (public, no data)
+    assert len(seen) == 12
+    # a small program keeps HiGHS's presolve (PRESOLVE_OFF_VALUES)
+    assert all(k["time_limit"] is None and k["work_limit"] == 3 and k["cpu_limit"] == 7.0 and k["presolve"]
+               and k["mip_start"] is not None for k in seen)
+    first, second = (r.info["rounds_log"] for r in releases)
+    assert np.array_equal(releases[0].info["record_codes"], releases[1].info["record_codes"])
+    assert first["work"].tolist() == second["work"].tolist() and (first["work"] <= 3).all()
+    assert set(first["status"]) <= {"OPTIMAL", "ITERATION_LIMIT"} and not first["fallback"].any()
+    assert (first["score"] >= first["start_score"]).all()
+
+
+def test_presolve_is_off_only_for_programs_where_it_costs_more_than_it_saves():
+    from dpopt.algorithms.dualquery import PRESOLVE_OFF_VALUES, _limits
+
+    assert _limits("highs", 5.0, 10, PRESOLVE_OFF_VALUES - 1)["options"] == {"presolve": True, "cpu_limit": 5.0}
+    assert _limits("highs", 5.0, 10, 419) == {"work_limit": 10, "options": {"presolve": False, "cpu_limit": 5.0}}
+    assert _limits("pulp", 5.0, 10, 419) == {"time_limit": 5.0}  # CBC: its own time limit only

@@ -122,3 +122,71 @@ def test_a_backend_without_milp_is_refused():
     q = Conjunctions.random(dom, 2, 3, seed=0)
     with pytest.raises(SolverError, match="MILP backend"):
         best_response(RecordProgram(dom), q, backend="cvxpy")
+
+
+# ---- issue 30: warm starts and a work budget that does not depend on the machine's load ---------
+def _sample(dom, seed, count=40):
+    pool = Conjunctions.random(dom, 3, 60, seed=seed).with_negations()
+    gen = np.random.default_rng(seed)  # which queries get sampled: test input
+    rows = np.unique(gen.integers(0, pool.num_rows, count))
+    return pool.rows(rows), gen.integers(1, 4, rows.size)
+
+
+def _score(queries, mult, record) -> float:
+    return float(mult[queries.satisfied(record)].sum())
+
+
+@pytest.mark.parametrize("case", ["none", "grouped patterns"])
+def test_improve_record_reaches_a_local_optimum_against_every_single_change(case):
+    from dpopt.estimate.engines.best_response import improve_record
+
+    dom = domain()
+    program = RecordProgram(dom, dict(constraint_sets(dom))[case])
+    for seed in range(6):
+        queries, mult = _sample(dom, seed)
+        pos, val, weight, _ = merge_sampled(queries, mult)
+        start = np.zeros(len(dom), dtype=np.int64)
+        record = improve_record(program.sizes, pos, val, weight, start)
+        assert _score(queries, mult, record) >= _score(queries, mult, start)
+        for a, size in enumerate(dom.sizes):  # no attribute alone can do better
+            for v in range(size):
+                moved = record.copy()
+                moved[a] = v
+                assert _score(queries, mult, moved) <= _score(queries, mult, record)
+
+
+def test_a_warm_start_is_never_lost_and_the_work_limit_is_deterministic():
+    dom = domain()
+    program = RecordProgram(dom, dict(constraint_sets(dom))["box and single attribute"])
+    queries, mult = _sample(dom, 5, count=60)
+    earlier = dom.unravel(np.arange(0, dom.size, 37))
+    earlier = earlier[program.allows(earlier)]
+    best_earlier = max(_score(queries, mult, r) for r in earlier)
+    for backend in ("highs", "pulp"):
+        br = best_response(program, queries, mult, backend=backend, start=earlier,
+                           work_limit=1 if backend == "highs" else None)
+        assert br.found and program.allows(br.codes)[0]
+        assert br.score >= max(best_earlier, br.info["start_score"]) and br.score == _score(queries, mult, br.codes)
+        assert br.status in (Status.OPTIMAL, Status.ITERATION_LIMIT)
+    runs = [best_response(program, queries, mult, start=earlier, work_limit=2, options={"presolve": False})
+            for _ in range(3)]
+    assert all(np.array_equal(r.codes, runs[0].codes) and r.info["work"] == runs[0].info["work"] for r in runs)
+    assert runs[0].info["work"] <= 2 or runs[0].status is Status.OPTIMAL
+    best, _ = exhaustive_best(dom, program, queries, mult)
+    assert best_response(program, queries, mult, start=earlier, work_limit=1000).score == best
+
+
+def test_bad_budgets_and_starts_are_named_errors():
+    from dpopt.estimate.backends import get_backend
+
+    dom = domain()
+    program = RecordProgram(dom)
+    queries, mult = _sample(dom, 1)
+    with pytest.raises(SolverError, match="work_limit"):
+        best_response(program, queries, mult, work_limit=0)
+    with pytest.raises(SolverError, match="cpu_limit"):
+        best_response(program, queries, mult, options={"cpu_limit": -1})
+    with pytest.raises(SolverError, match="mip_start has 3 values"):
+        get_backend("highs").solve(program.form(np.zeros(program.num_values)), mip_start=np.zeros(3))
+    with pytest.raises(Exception, match="codes"):
+        best_response(program, queries, mult, start=np.zeros((1, 2), dtype=np.int64))

@@ -2,7 +2,8 @@
 
 Validation happens before any data is read and every error names the file, line and key;
 ``models/nltcs_polynomial.toml`` loads and plans; a small spec runs end to end through the
-release pipeline (answers only: no table) and writes one file per released marginal.
+release pipeline (answers only: no table) and writes its marginals in one long file (one per
+marginal when asked).
 """
 
 from __future__ import annotations
@@ -116,9 +117,18 @@ def test_a_spec_runs_end_to_end(tmp_path):
     release = run(poly(consistency="l2"), data=frame, out=tmp_path / "out", seed=1)
     assert release.success and release.counts is None
     assert len(release.answers) == 2 * 6  # six pair marginals and their projections
-    written = sorted(p.name for p in (tmp_path / "out" / "marginals").glob("*.csv"))
+    # no table: every answer table in one long file (output.marginals_layout = "auto")
+    assert not (tmp_path / "out" / "marginals").exists()
+    answers = read_released(tmp_path / "out" / "marginals.csv")
+    assert list(answers.columns) == ["table", "a", "b", "c", "d", "count", "stddev"] and len(answers) == 2 * 30
+    cells = answers[answers["table"] == "a, c"].dropna(axis=1)
+    assert list(cells.columns) == ["table", "a", "c", "count", "stddev"] and len(cells) == 6
+    raw = poly(consistency="l2")
+    raw["output"]["marginals_layout"] = "files"  # one file per table when asked
+    run(raw, data=frame, out=tmp_path / "files", seed=1)
+    written = sorted(p.name for p in (tmp_path / "files" / "marginals").glob("*.csv"))
     assert len(written) == 12
-    cells = read_released(tmp_path / "out" / "marginals" / "a_c.csv")
+    cells = read_released(tmp_path / "files" / "marginals" / "a_c.csv")
     assert list(cells.columns) == ["a", "c", "count", "stddev"] and len(cells) == 6
 
 

@@ -58,20 +58,21 @@ from dpopt.algorithms.record_count import (
     scale_shares,
 )
 from dpopt.errors import DpoptError, ParameterError, PrivacyParameterError, QueryError, at_key
-from dpopt.estimate.engines.mw_step import MWState
+from dpopt.estimate.engines.mw_step import MWState, boxes
 from dpopt.estimate.status import Status
 from dpopt.model.constraints import ConstraintSet
 from dpopt.model.data import Dataset
 from dpopt.model.domain import Domain
 from dpopt.model.measurement import Measurement
-from dpopt.model.queries import Identity, LinearQuery, Marginal, SelectedRows, WorkloadEvaluator, support_norm_powers
+from dpopt.model.queries import (Identity, Kronecker, LinearQuery, Marginal, RangeQueries, SelectedRows,
+                                 WorkloadEvaluator, support_norm_powers)
 from dpopt.privacy.accountant import Accountant, PrivacyCost, as_fraction
 from dpopt.privacy.budget import Budget
 from dpopt.privacy.mechanisms import calibrate, exponential_mechanism, measure
 from dpopt.privacy.randomness import RandomSource, make_random
 
 __all__ = ["MWEM", "MWEMParams", "mwem", "MWEMResult", "SelectedRows", "WorkloadEvaluator", "measure_round",
-           "split_round_budget", "run_budget"]
+           "split_round_budget", "run_budget", "as_boxes"]
 
 MWEM_REFERENCE = "Hardt, Ligett, McSherry, NIPS 2012, Fig. 1 and Section 3"
 
@@ -123,6 +124,7 @@ def mwem(
     total: float | None = None,
     constraints: ConstraintSet | None = None,
     selection_share="1/2",
+    progress: bool | None = None,
 ) -> MWEMResult:
     """Run MWEM (Hardt, Ligett, McSherry 2012, Fig. 1) with the options of its Section 3.
 
@@ -171,10 +173,21 @@ def mwem(
         Structural zeros (held at zero) and invariants (kept after every update).
     selection_share : number in (0, 1)
         Share of each round's budget for the selection (the paper: 1/2).
+    progress : bool, optional
+        A progress bar over the rounds (tqdm, on a terminal); default: when the workload has
+        at least :data:`PROGRESS_CANDIDATES` candidate queries.
 
     Returns
     -------
     MWEMResult
+
+    Notes
+    -----
+    Batches of ranges (:class:`~dpopt.model.queries.RangeQueries`) and Kronecker products of
+    per-attribute interval queries (e.g. ``Kronecker([AllRanges, AllRanges])``: every box of a
+    grid) are scored as boxes: every candidate's answer on the estimate is an
+    inclusion-exclusion over ``2^d`` corners of the prefix sums of one marginal (a summed-area
+    table), all boxes at once; the MW terms keep only the boxes measured.
     """
     domain = data.domain
     blocks = _check_workload(workload, domain)
@@ -215,8 +228,10 @@ def mwem(
     average = np.zeros_like(state.x)
     passes_done = 0
     t = 0
+    bar = _progress_bar(progress, evaluator.num_rows, rounds, adaptive)
     while remaining > 0:
         t += 1
+        bar.update(1)
         last_round = (not adaptive and t == rounds) or (adaptive and remaining < 2 * per_round)
         round_budget = remaining if last_round else per_round
         budgets.append(str(round_budget))
@@ -230,7 +245,7 @@ def mwem(
                                          label=f"mwem round {t}: select")
             b, row = evaluator.locate(flat)
             rows = np.array([row])
-            query: LinearQuery = SelectedRows(blocks[b], rows)
+            query: LinearQuery = _rows_of(blocks[b], rows)
         else:
             scores = np.add.reduceat(errors, evaluator.offsets[:-1]) - evaluator.sizes
             b = exponential_mechanism(scores, eps_sel, accountant, rng, sensitivity=score_sens,
@@ -264,6 +279,7 @@ def mwem(
         if last_round:
             break
 
+    bar.close()
     tick = time.perf_counter()
     if final_passes > 0:
         # Converges the released last iterate; the average stays over the rounds' iterates.
@@ -346,7 +362,62 @@ def _check_workload(workload, domain: Domain) -> list[LinearQuery]:
         if b.domain != domain:
             raise QueryError(f"mwem: workload item {i} ({b.name}) is over {b.domain}, not the data's {domain}")
     domain.require_dense("the MWEM estimate")
-    return blocks
+    return [as_boxes(b) or b for b in blocks]
+
+
+def as_boxes(query: LinearQuery) -> RangeQueries | None:
+    """A Kronecker product of per-attribute interval queries as the batch of boxes it is (same
+    rows, same order), or None when it is not one.
+
+    Each factor must act on one attribute and each of its rows be a run of ones over
+    consecutive values (``AllRanges``, ``Prefix``, ``Identity``, a total): a product row is then
+    the box of its factors' intervals.
+    """
+    if not isinstance(query, Kronecker) or any(len(f.attrs) != 1 for f in query.factors):
+        return None
+    lows, highs = [], []
+    for f in query.factors:
+        interval = _intervals(f.matrix)
+        if interval is None:
+            return None
+        lows.append(interval[0])
+        highs.append(interval[1])
+    grid = np.indices([lo.size for lo in lows]).reshape(len(lows), -1)  # C order over factor rows
+    lo = np.stack([low[g] for low, g in zip(lows, grid)], axis=1)
+    hi = np.stack([high[g] for high, g in zip(highs, grid)], axis=1)
+    return RangeQueries(query.domain, [f.attrs[0] for f in query.factors], lo, hi)
+
+
+def _intervals(matrix: sp.spmatrix) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(low, high)`` of every row of a 0/1 matrix whose rows are runs of ones, else None."""
+    m = sp.csr_matrix(matrix, copy=True)
+    m.eliminate_zeros()
+    m.sort_indices()
+    count = np.diff(m.indptr)
+    if (count == 0).any() or not np.all(m.data == 1.0):
+        return None
+    low = m.indices[m.indptr[:-1]]
+    offset = np.arange(m.nnz) - np.repeat(m.indptr[:-1], count)
+    if not np.array_equal(m.indices, np.repeat(low, count) + offset):
+        return None
+    return low.astype(np.int64), (low + count - 1).astype(np.int64)
+
+
+def _rows_of(block: LinearQuery, rows: np.ndarray) -> LinearQuery:
+    """The selected rows of a block as the query that is measured (boxes stay boxes)."""
+    return boxes(block, rows) if isinstance(block, RangeQueries) else SelectedRows(block, rows)
+
+
+#: A workload with at least this many candidate queries shows a progress bar by default.
+PROGRESS_CANDIDATES = 10**6
+
+
+def _progress_bar(progress: bool | None, candidates: int, rounds: int, adaptive: bool):
+    from tqdm import tqdm
+
+    show = progress if progress is not None else candidates >= PROGRESS_CANDIDATES
+    return tqdm(total=None if adaptive else rounds, desc=f"mwem over {candidates:,} queries", unit="round",
+                disable=False if progress else (None if show else True), leave=False)
 
 
 def check_round_options(rounds, select, repeat_passes, final_passes) -> None:
@@ -381,6 +452,9 @@ def _score_sensitivity(blocks: Sequence[LinearQuery], select: str) -> float:
         return max(b.sensitivity(1) for b in blocks)
     worst = 0.0
     for b in blocks:
+        if isinstance(b, RangeQueries):  # 0/1 entries
+            worst = max(worst, 1.0)
+            continue
         # Integer entries with |q| = q^2 in every column lie in {-1, 0, 1}.
         l1, l2 = support_norm_powers(b, 1.0), support_norm_powers(b, 2.0)
         if b.is_integer and l1[0] == l2[0] and np.array_equal(l1[1], l2[1]):

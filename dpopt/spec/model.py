@@ -141,6 +141,7 @@ class OutputSpec:
     summary: tuple[str, ...] = SUMMARY_FORMATS
     plots: bool = True
     marginals: bool = True
+    marginals_layout: str = "auto"
     cells: str = "all"
 
 

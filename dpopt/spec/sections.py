@@ -30,6 +30,7 @@ ACCOUNTING = ("pure", "approx", "zcdp")
 BUILTIN_DOMAINS = ("census",)
 DATA_SOURCES = ("example", "file")
 CELL_CHOICES = ("all", "nonzero")
+MARGINALS_LAYOUTS = ("auto", "long", "files")
 ZERO_RECORD_CHOICES = ("error", "drop")
 #: Keys of every reconstruction setting (an algorithm declares the ones it reads).
 RECONSTRUCT_KEYS = ("objective", "backend", "time_limit")
@@ -46,7 +47,7 @@ COMMON_KEYS: dict[str, tuple[str, ...]] = {
     "constraints.hierarchy": ("parent", "child", "parent_of", "name"),
     "constraints.invariants": ("name", "query", *QUERY_PARAMS, "values", "from_data"),
     "constraints.inequalities": ("name", "query", *QUERY_PARAMS, "lower", "upper"),
-    "output": ("dir", "formats", "synthetic", "summary", "plots", "marginals", "cells"),
+    "output": ("dir", "formats", "synthetic", "summary", "plots", "marginals", "marginals_layout", "cells"),
 }
 
 
@@ -259,6 +260,7 @@ def parse_output(t: SpecTable, constraints: ConstraintsSpec) -> OutputSpec:
     return OutputSpec(
         dir=out_dir, formats=formats, synthetic=synthetic, summary=summary,
         plots=t.bool("plots", default=True), marginals=t.bool("marginals", default=True),
+        marginals_layout=t.str("marginals_layout", default="auto", choices=MARGINALS_LAYOUTS),
         cells=t.str("cells", default="all", choices=CELL_CHOICES),
     )
 

@@ -1,10 +1,23 @@
-"""MWEM benchmark (issue 6): speed on nltcs and the paper's Figures 3 and 4.
+"""MWEM benchmark (issues 6 and 30): speed on nltcs against two peers, and the paper's Figures 3 and 4.
 
 1. speed: nltcs (2^16 cells), all 560 3-way marginals' 4,480 cells as the query set,
-   epsilon = 1, T = 40, repeated updates each round ("optimised" options below), timed by
-   phase; with ``--reference`` also the paper's reference loop (100 plain passes over all
-   past measurements each round, one update per measurement), on the same seeds, for the
-   error comparison (mean absolute error per 3-way marginal cell).
+   epsilon = 1, T = 40, repeated updates each round ("optimised" options below). Fit CPU
+   seconds (``time.process_time`` around the call, OPENBLAS_NUM_THREADS=1), methods run one
+   after the other for each seed so that every ratio compares runs of the same minute:
+
+   * ``dpopt``: :func:`dpopt.algorithms.mwem.mwem` with ``OPTIMISED``;
+   * ``smartnoise``: smartnoise-synth's ``MWEMSynthesizer`` (``pip install smartnoise-synth``,
+     not a dpopt dependency; skipped when absent) at the same epsilon and T with 3-way
+     cuboids. It cannot hold one 16-attribute histogram (its ``histogramdd`` asks for 4^16
+     bins), so it runs on two independent 8-attribute halves (``splits``): a smaller problem
+     (2 x 256 cells), and its error is that of the product of the halves;
+   * ``reference``: the paper's reference code (Fig. 8 of Hardt, Ligett, McSherry 2012)
+     transcribed to numpy, independent of dpopt: float exponential mechanism and Laplace noise,
+     and after each round 100 passes of the multiplicative update over every past measurement,
+     one full pass over the table per measurement;
+   * with ``--dpopt-reference`` also dpopt with the reference loop's options (``REFERENCE``).
+
+   Accuracy: mean absolute error per 3-way marginal cell.
 2. figure4: nltcs, all 2-way / all 3-way marginal cells, T = 20, 30, 40, mean absolute
    error per cell over ``--runs`` runs (the paper: 10), epsilon = 1.
 3. figure3: relative entropy KL(data || estimate) vs epsilon on mildew, rochdale, czech,
@@ -19,7 +32,8 @@
 
 Seeded sources (a benchmark, not a release). Plots (PNG) go to ``--plots DIR`` if given.
 
-Run:  python examples/benchmarks/bench_mwem.py speed figure4 figure3 --runs 10 --plots /tmp/mwem-plots
+Run:  OPENBLAS_NUM_THREADS=1 python examples/benchmarks/bench_mwem.py speed --speed-seeds 3
+      python examples/benchmarks/bench_mwem.py speed figure4 figure3 --runs 10 --plots /tmp/mwem-plots
 """
 
 from __future__ import annotations
@@ -64,25 +78,124 @@ def relative_entropy(hist: np.ndarray, x: np.ndarray, smooth: float = 0.0) -> fl
     return float(np.sum(p[keep] * np.log(p[keep] / q[keep])))
 
 
+def cpu_seconds(call):
+    """``(result, CPU seconds of this process)`` of ``call()``."""
+    start = time.process_time()
+    out = call()
+    return out, time.process_time() - start
+
+
+def smartnoise_fit(frame, epsilon: float, rounds: int, seed: int):
+    """smartnoise-synth's MWEM on two independent 8-attribute halves: the fitted joint table
+    (the product of the halves' tables, C order over the columns), or None when not installed."""
+    try:
+        import warnings
+
+        from snsynth.mwem import MWEMSynthesizer
+    except ImportError:
+        return None
+    import random
+
+    np.random.seed(seed)  # smartnoise draws from numpy's and Python's global generators
+    random.seed(seed)
+    half = frame.shape[1] // 2
+    synth = MWEMSynthesizer(epsilon=float(epsilon), iterations=rounds, marginal_width=3,
+                            splits=[list(range(half)), list(range(half, frame.shape[1]))])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        synth.fit(frame.copy(), categorical_columns=list(frame.columns))
+    (first, *_), (second, *_) = synth.synthetic_histograms
+    n = float(np.sum(first))
+    return np.multiply.outer(first, second).reshape(-1) / n
+
+
+def reference_loop(domain, W, truth_by_block, hist, epsilon: float, rounds: int, seed: int) -> np.ndarray:
+    """Fig. 8 of Hardt, Ligett, McSherry (2012), the paper's reference code, in numpy.
+
+    Float exponential mechanism at eps/(2T) over every cell query (rejecting queries measured
+    before), Laplace(2T/eps) noise, and after each round 100 passes over all measurements in
+    order: ``A *= exp(q * (m - q.A) / (2 total))``, renormalised to ``total`` after each.
+    Independent of dpopt's engines (only the data's answers are shared).
+    """
+    gen = np.random.default_rng(seed)
+    shape = domain.shape
+    n = float(hist.sum())
+    A = np.full(hist.size, n / hist.size)
+    axes = [tuple(domain.axis(a) for a in q.attrs) for q in W]
+    cells = [(b, c) for b, q in enumerate(W) for c in range(q.num_rows)]
+    truth = np.concatenate(truth_by_block)
+    measured: dict[int, float] = {}
+    masks: dict[int, np.ndarray] = {}
+    eps = epsilon / (2 * rounds)
+    for _ in range(rounds):
+        tensor = A.reshape(shape)
+        estimate = np.concatenate([tensor.sum(axis=tuple(i for i in range(len(shape)) if i not in ax)).reshape(-1)
+                                   for ax in axes])
+        errors = eps * np.abs(truth - estimate) / 2.0
+        weights = np.exp(errors - errors.max())
+        while True:
+            qi = int(np.searchsorted(np.cumsum(weights), gen.random() * weights.sum()))
+            qi = min(qi, len(weights) - 1)
+            if qi not in measured:
+                break
+        measured[qi] = float(truth[qi] + gen.laplace(0.0, 2 * rounds / epsilon))
+        b, c = cells[qi]
+        sub = np.unravel_index(c, tuple(shape[i] for i in axes[b]))
+        mask = np.ones(shape, dtype=bool)
+        for i, v in zip(axes[b], sub):
+            index = [slice(None)] * len(shape)
+            index[i] = np.arange(shape[i]) != v
+            mask[tuple(index)] = False
+        masks[qi] = mask.reshape(-1)
+        total = A.sum()
+        for _ in range(100):
+            for q, m in measured.items():
+                error = m - A[masks[q]].sum()
+                A *= np.exp(masks[q] * (error / (2.0 * total)))
+                A *= total / A.sum()
+    return A
+
+
 def speed(args) -> None:
+    import pandas as pd
+
+    from _common import shared_file
+
     data = load_binary("nltcs")
+    frame = pd.read_csv(shared_file("nltcs.csv"))
     W = all_marginals(data.domain, 3)
     ev = WorkloadEvaluator(data.domain, W)
     truth = ev.answers(data.histogram())
-    print(f"\nspeed: nltcs, {len(W)} 3-way marginals = {ev.num_rows} cell queries, eps = 1, T = 40")
+    truth_by_block = [truth[ev.offsets[b]:ev.offsets[b + 1]] for b in range(len(W))]
+    print(f"\nspeed: nltcs, {len(W)} 3-way marginals = {ev.num_rows} cell queries, eps = 1, T = 40; "
+          "fit CPU seconds, methods alternated per seed; mean |error| per 3-way cell")
+    rows = []
     for seed in range(args.speed_seeds):
-        start = time.perf_counter()
-        res = mwem(data, W, 1, rounds=40, rng=make_random(100 + seed), **OPTIMISED)
-        total = time.perf_counter() - start
-        phases = "  ".join(f"{k[5:]} {v:.3f}s" for k, v in res.info.items() if k.startswith("time_"))
-        line = (f"  seed {seed}: optimised {total:.3f} s ({phases}; {res.info['passes']} passes), "
-                f"mean |error| per cell {mean_cell_error(ev, res.x, truth):.1f}")
-        if args.reference:
-            start = time.perf_counter()
-            ref = mwem(data, W, 1, rounds=40, rng=make_random(100 + seed), **REFERENCE)
-            line += (f"; reference {time.perf_counter() - start:.1f} s, "
-                     f"error {mean_cell_error(ev, ref.x, truth):.1f}")
-        print(line, flush=True)
+        res, dp = cpu_seconds(lambda: mwem(data, W, 1, rounds=40, rng=make_random(100 + seed), **OPTIMISED))
+        row = {"seed": seed, "dpopt": dp, "dpopt error": mean_cell_error(ev, res.x, truth)}
+        phases = "  ".join(f"{k[5:]} {v:.3f}" for k, v in res.info.items() if k.startswith("time_"))
+        table, sn = cpu_seconds(lambda: smartnoise_fit(frame, 1.0, 40, seed))
+        if table is not None:
+            row.update({"smartnoise": sn, "smartnoise error": mean_cell_error(ev, table, truth)})
+        if not args.no_reference:
+            ref, rf = cpu_seconds(lambda: reference_loop(data.domain, W, truth_by_block, data.histogram(), 1.0, 40,
+                                                          100 + seed))
+            row.update({"reference": rf, "reference error": mean_cell_error(ev, ref, truth)})
+        if args.dpopt_reference:
+            slow, sl = cpu_seconds(lambda: mwem(data, W, 1, rounds=40, rng=make_random(100 + seed), **REFERENCE))
+            row.update({"dpopt reference options": sl,
+                        "dpopt reference options error": mean_cell_error(ev, slow.x, truth)})
+        rows.append(row)
+        print(f"  seed {seed}: " + ", ".join(f"{k} {v:.3f}" if "error" not in k else f"{k} {v:.1f}"
+                                             for k, v in row.items() if k != "seed") + f"  (dpopt phases: {phases})",
+              flush=True)
+    median = {k: float(np.median([r[k] for r in rows])) for k in rows[0] if k != "seed"}
+    print("  median: " + ", ".join(f"{k} {v:.3f}" for k, v in median.items()))
+    for peer in ("smartnoise", "reference", "dpopt reference options"):
+        if peer in median:
+            ratios = [r[peer] / r["dpopt"] for r in rows]
+            print(f"  {peer} / dpopt fit CPU: median {np.median(ratios):.1f}x (per seed: "
+                  + ", ".join(f"{x:.1f}" for x in ratios) + ")")
 
 
 def figure4(args) -> None:
@@ -162,7 +275,9 @@ def main() -> None:
     parser.add_argument("parts", nargs="*", default=["speed"], choices=["speed", "figure4", "figure3"])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--speed-seeds", type=int, default=3)
-    parser.add_argument("--reference", action="store_true", help="also time the paper's reference loop (~30 s a run)")
+    parser.add_argument("--no-reference", action="store_true", help="skip the numpy transcription of Fig. 8 (~15 s)")
+    parser.add_argument("--dpopt-reference", action="store_true",
+                        help="also time dpopt with the reference loop's options (REFERENCE)")
     parser.add_argument("--plots", type=str, default=None, help="directory for PNG plots")
     args = parser.parse_args()
     if args.plots:

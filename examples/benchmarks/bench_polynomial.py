@@ -3,6 +3,7 @@
     python examples/benchmarks/bench_polynomial.py accuracy --reps 3 --plots /tmp/poly-plots
     python examples/benchmarks/bench_polynomial.py scaling --plots /tmp/poly-plots
     python examples/benchmarks/bench_polynomial.py degrees
+    python examples/benchmarks/bench_polynomial.py spec --specs nltcs_polynomial nltcs_mwem kdd99_dualquery
 
 ``accuracy``: worst-case (largest |error| of any cell of any k-way marginal) and mean absolute
 error per cell over all k-way marginals, k = 2, 3, against epsilon, on nltcs (16 attributes)
@@ -27,6 +28,13 @@ Theorem 3.1 bound. Target: release + evaluation at d = 60 within 60 s.
 
 ``degrees``: Fact 4.2's Chebyshev degree beside the least degree found by the LP, with the
 exact L1 norm of one record's coefficients over d = 60 attributes.
+
+``spec`` (issue 30): shipped specs (``models/<name>.toml``, the data file named in the spec's
+header comment) end to end. Each is run twice: through ``dpopt run`` in a child process (the
+whole command: wall and CPU seconds of the child) and in this process through
+``dpopt.release.run`` (seconds per step, and the share of the run spent writing the files, of
+the in-process run and of the command: target at most 10 %). Default: the polynomial release
+of nltcs (target: whole command <= 3 s).
 
 Timings depend on the machine's load (report it with the figures).
 """
@@ -225,9 +233,54 @@ def degrees(args) -> None:
     print("\n(sqrt(k) log(1/gamma) for reference: Fact 4.2's O(.) hides the constant)")
 
 
+# ---- shipped specs end to end ------------------------------------------------------------------------
+def spec_data(spec: Path) -> Path | None:
+    """The data file a shipped spec's header comment runs it with (``--data ../shared/data/X``)."""
+    for line in spec.read_text().splitlines():
+        if line.startswith("#") and "--data" in line:
+            return _common.shared_file(Path(line.split("--data", 1)[1].split()[0]).name)
+    return None
+
+
+def spec_runs(args) -> None:
+    import resource
+    import subprocess
+    import warnings
+
+    from dpopt.release import run
+
+    repo = Path(__file__).resolve().parents[2]
+    dpopt_cmd = Path(sys.executable).with_name("dpopt")
+    print("shipped specs end to end (wall and CPU seconds; writing share of the in-process run)")
+    for name in args.specs:
+        spec = repo / "models" / f"{name}.toml"
+        data = spec_data(spec)
+        with tempfile.TemporaryDirectory() as tmp:
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            start = time.perf_counter()
+            command = [str(dpopt_cmd), "run", str(spec), "--out", f"{tmp}/cli"] + (["--data", str(data)] if data else [])
+            subprocess.run(command, check=True, capture_output=True)
+            wall = time.perf_counter() - start
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+            cpu_start, start = time.process_time(), time.perf_counter()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                release = run(spec, data=data, out=f"{tmp}/api")
+            in_wall, in_cpu = time.perf_counter() - start, time.process_time() - cpu_start
+            steps = release.report["timings"]
+            files = sum(1 for p in Path(f"{tmp}/api").rglob("*") if p.is_file())
+        write = steps.get("write", 0.0)
+        print(f"  {name}: `dpopt run` {wall:.2f} s wall, {cpu:.2f} CPU-s; in process {in_wall:.2f} s wall, "
+              f"{in_cpu:.2f} CPU-s, of which writing {files} files {write:.3f} s = {write / in_wall:.1%} of the "
+              f"in-process run ({write / wall:.1%} of the command's wall time); steps: "
+              + ", ".join(f"{k} {v:.2f}" for k, v in steps.items()), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=("accuracy", "scaling", "degrees"))
+    parser.add_argument("what", choices=("accuracy", "scaling", "degrees", "spec"))
+    parser.add_argument("--specs", nargs="*", default=["nltcs_polynomial"], help="shipped specs for 'spec'")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--epsilons", type=float, nargs="*", default=list(EPSILONS))
     parser.add_argument("--ks", type=int, nargs="*", default=[2, 3])
@@ -241,7 +294,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.data is not None:
         _common.SHARED = args.data
-    {"accuracy": accuracy, "scaling": scaling, "degrees": degrees}[args.what](args)
+    {"accuracy": accuracy, "scaling": scaling, "degrees": degrees, "spec": spec_runs}[args.what](args)
 
 
 if __name__ == "__main__":

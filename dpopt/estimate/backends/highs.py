@@ -27,7 +27,7 @@ from dpopt.estimate.backends.base import DEFAULT_MIP_GAP, Backend, SolveSettings
 from dpopt.estimate.form import ProgramForm
 from dpopt.estimate.status import SolveOutcome, Status
 
-__all__ = ["HighsBackend", "IncrementalLP", "new_highs", "run_highs", "silence_banner", "HIGHS_THREADS"]
+__all__ = ["HighsBackend", "IncrementalLP", "MipBudget", "new_highs", "run_highs", "silence_banner", "HIGHS_THREADS"]
 
 # HiGHS enum values of the C API used by Highs.passModel (documented in HConst.h).
 _MATRIX_COLWISE = 1
@@ -134,38 +134,87 @@ def new_highs(verbose: bool = False):
     return h
 
 
-def _interrupt_when_signalled(event) -> None:
+class MipBudget:
+    """The work and CPU-time budget of one MILP run, spent in HiGHS's MIP interrupt callback.
+
+    ``work`` counts the callback's calls (root cut rounds, nodes): solver events, not seconds,
+    so a run stops at the same point on an idle and on a loaded machine. ``cpu_limit`` is in
+    seconds of this process's CPU time. ``stopped`` is the HiGHS status to report instead of
+    ``kInterrupt`` once the budget ran out (``kIterationLimit`` or ``kTimeLimit``).
+    """
+
+    __slots__ = ("work_limit", "cpu_limit", "work", "stopped", "cpu_start")
+
+    def __init__(self, work_limit: int | None = None, cpu_limit: float | None = None) -> None:
+        self.work_limit, self.cpu_limit = work_limit, cpu_limit
+        self.work, self.stopped, self.cpu_start = 0, None, time.process_time()
+
+    def spend(self) -> bool:
+        """One unit of work; True once the budget has run out."""
+        self.work += 1
+        if self.work_limit is not None and self.work >= self.work_limit:
+            self.stopped = "kIterationLimit"
+        elif self.cpu_limit is not None and time.process_time() - self.cpu_start >= self.cpu_limit:
+            self.stopped = "kTimeLimit"
+        return self.stopped is not None
+
+
+class _RunControls:
+    """Per-``Highs`` state read by :func:`_interrupt`: the budget of the current run, if any."""
+
+    __slots__ = ("budget", "mip_interrupt")
+
+    def __init__(self, mip_interrupt) -> None:
+        self.budget: MipBudget | None = None
+        self.mip_interrupt = mip_interrupt  # highspy's kCallbackMipInterrupt
+
+
+def _interrupt(event) -> None:
+    """The one interrupt callback (simplex, IPM, QP, MIP): stop on a pending signal, and in a
+    MIP once the run's :class:`MipBudget` has run out."""
     from dpopt.atomic import signal_pending
 
     if signal_pending():
         event.interrupt()
+        return
+    controls = event.user_data
+    budget = controls.budget
+    if budget is not None and event.callback_type == controls.mip_interrupt and budget.spend():
+        event.interrupt()
 
 
-def run_highs(h) -> None:
+def run_highs(h, budget: MipBudget | None = None) -> None:
     """``h.run()`` that a signal stops within a callback interval, on one thread.
 
     The run happens inside :func:`dpopt.atomic.deferred_signals`; HiGHS's simplex, IPM and MIP
     interrupt callbacks stop it once a signal has arrived, and the signal's exception is raised
-    after ``run`` has returned. If another user of HiGHS in this process (cvxpy's interface,
-    another library) started the global scheduler with more threads, HiGHS refuses the run
-    (status ``kNotset``): the scheduler is shut down (``Highs.resetGlobalScheduler``) and the run
-    made again.
+    after ``run`` has returned. The same MIP interrupt callback spends ``budget`` (work and CPU
+    seconds; :class:`MipBudget`) and stops the run when it runs out. If another user of HiGHS in
+    this process (cvxpy's interface, another library) started the global scheduler with more
+    threads, HiGHS refuses the run (status ``kNotset``): the scheduler is shut down
+    (``Highs.resetGlobalScheduler``) and the run made again.
     """
     import highspy
     from dpopt.atomic import deferred_signals
 
-    if not getattr(h, "_dpopt_interruptible", False):
+    controls = getattr(h, "_dpopt_controls", None)
+    if controls is None:
+        controls = _RunControls(highspy.cb.HighsCallbackType.kCallbackMipInterrupt)
         for callback in (h.cbSimplexInterrupt, h.cbIpmInterrupt, h.cbMipInterrupt):
-            callback.subscribe(_interrupt_when_signalled)
+            callback.subscribe(_interrupt, controls)
         qp = getattr(highspy.cb.HighsCallbackType, "kHighsCallbackQpInterrupt", None)
         if qp is not None:
-            h.callbacks[int(qp)].subscribe(_interrupt_when_signalled)
-        h._dpopt_interruptible = True
-    with deferred_signals():
-        status = h.run()
-        if status == highspy.HighsStatus.kError and h.getModelStatus().name == "kNotset":
-            highspy.Highs.resetGlobalScheduler(True)
-            h.run()
+            h.callbacks[int(qp)].subscribe(_interrupt, controls)
+        h._dpopt_controls = controls
+    controls.budget = budget
+    try:
+        with deferred_signals():
+            status = h.run()
+            if status == highspy.HighsStatus.kError and h.getModelStatus().name == "kNotset":
+                highspy.Highs.resetGlobalScheduler(True)
+                h.run()
+    finally:
+        controls.budget = None
 
 
 class HighsBackend(Backend):
@@ -185,6 +234,11 @@ class HighsBackend(Backend):
         "method": "'auto' (default), 'choose', 'simplex', 'ipm' or 'pdlp': HiGHS's `solver` option; "
         f"'auto' is 'ipm' (with crossover) for LPs of more than {IPM_MIN_VARS} variables, else 'choose'",
         "highs_options": "dict of further HiGHS options passed to Highs.setOptionValue",
+        "mip_start": "MILP: a point (one value per variable) HiGHS starts from (Highs.setSolution)",
+        "work_limit": "MILP: stop after this many calls of HiGHS's MIP interrupt callback (root cut rounds, "
+        "nodes): a budget that does not depend on the machine's load; status ITERATION_LIMIT, incumbent kept",
+        "cpu_limit": "MILP: stop once the solve has used this many seconds of the process's CPU time (checked in "
+        "the same callback); status TIME_LIMIT, incumbent kept",
     }
     status_map: ClassVar[dict[str, Status]] = _status_map()
 
@@ -199,6 +253,12 @@ class HighsBackend(Backend):
             raise SolverError(f"backend 'highs': method must be one of {list(_METHODS)}, got {method!r}")
         if not isinstance(settings.option("highs_options", {}), dict):
             raise SolverError("backend 'highs': highs_options must be a dict of HiGHS option names to values")
+        limit = settings.option("work_limit")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, (int, np.integer)) or limit < 1):
+            raise SolverError(f"backend 'highs': work_limit must be a positive integer, got {limit!r}")
+        cpu = settings.option("cpu_limit")
+        if cpu is not None and (isinstance(cpu, bool) or not isinstance(cpu, (int, float)) or not cpu > 0):
+            raise SolverError(f"backend 'highs': cpu_limit must be a positive number of seconds, got {cpu!r}")
 
     def incremental_lp(self, form: ProgramForm, *, first_method: str = "ipm", dual_tolerance: float | None = None,
                        verbose: bool = False) -> "IncrementalLP":
@@ -252,9 +312,12 @@ class HighsBackend(Backend):
         )
         if status == highspy.HighsStatus.kError:
             raise SolverError(f"backend 'highs': HiGHS rejected the {form.kind} model (passModel returned kError)")
-        run_highs(h)
+        budget = _mip_controls(h, form, settings)
+        run_highs(h, budget)
         model_status = h.getModelStatus()
         raw = model_status.name
+        if budget is not None and raw == "kInterrupt" and budget.stopped:
+            raw = budget.stopped  # our budget, not a signal (a signal raises as run_highs returns)
         if raw in ("kLoadError", "kModelError"):
             raise SolverError(f"backend 'highs': HiGHS reports {h.modelStatusToString(model_status)}")
 
@@ -270,6 +333,9 @@ class HighsBackend(Backend):
         if form.is_integer:
             extra = {"mip_node_count": int(info.mip_node_count), "mip_gap": float(info.mip_gap),
                      "mip_dual_bound": float(info.mip_dual_bound)}
+            if budget is not None:
+                extra["work"] = budget.work
+                extra["cpu_time"] = time.process_time() - budget.cpu_start
             message += f" (nodes {info.mip_node_count}, gap {info.mip_gap:.3g})"
 
         mapped = self.map_status(raw)
@@ -286,6 +352,21 @@ class HighsBackend(Backend):
         if raw == "kUnboundedOrInfeasible":
             outcome = self._resolve_unbounded_or_infeasible(form, settings, outcome)
         return outcome
+
+
+def _mip_controls(h: Any, form: ProgramForm, settings: SolveSettings) -> "MipBudget | None":
+    """Apply the ``mip_start`` option; the ``work_limit`` / ``cpu_limit`` budget for
+    :func:`run_highs`, or None."""
+    start = settings.option("mip_start")
+    if start is not None and form.is_integer:
+        values = np.asarray(start, dtype=np.float64)
+        if values.shape != (form.num_vars,):
+            raise SolverError(f"backend 'highs': mip_start has {values.size} values for {form.num_vars} variables")
+        h.setSolution(form.num_vars, np.arange(form.num_vars, dtype=np.int32), values)
+    work, cpu = settings.option("work_limit"), settings.option("cpu_limit")
+    if (work is None and cpu is None) or not form.is_integer:
+        return None
+    return MipBudget(work, cpu)
 
 
 class IncrementalLP:

@@ -53,7 +53,7 @@ from dpopt.model.constraints import ConstraintSet
 from dpopt.model.domain import Domain
 from dpopt.model.queries.literal_conjunctions import Conjunctions
 
-__all__ = ["RecordProgram", "BestResponse", "best_response", "MIP_BACKENDS"]
+__all__ = ["RecordProgram", "BestResponse", "best_response", "improve_record", "MIP_BACKENDS"]
 
 #: Backends that solve the record program (MILP capability).
 MIP_BACKENDS = ("highs", "pulp")
@@ -257,6 +257,8 @@ def best_response(
     backend: str = "highs",
     time_limit: float | None = None,
     mip_gap: float = 1e-6,
+    work_limit: int | None = None,
+    start: np.ndarray | None = None,
     options: dict | None = None,
 ) -> BestResponse:
     """The allowed record satisfying the most sampled queries (module notes), solved and checked.
@@ -275,6 +277,15 @@ def best_response(
         Seconds for the solver; on a time-out the incumbent (if any) is returned with its gap.
     mip_gap : float
         Relative gap at which the solver stops; a score within it of the bound is OPTIMAL.
+    work_limit : int, optional
+        HiGHS only: a budget of solver work (calls of its MIP interrupt callback: root cut
+        rounds and nodes) after which the incumbent is returned (status ``ITERATION_LIMIT``).
+        Unlike a time limit it stops at the same point on an idle or a loaded machine.
+    start : int array of shape (k, d), optional
+        Allowed records to start from (earlier best responses, the most recent last). The
+        best-scoring one and the last are improved by :func:`improve_record`; the better
+        result is the solver's starting incumbent (HiGHS) and is returned if the solver ends
+        with nothing better.
     options : dict, optional
         Further backend options.
 
@@ -286,7 +297,7 @@ def best_response(
         raise QueryError(f"the sampled queries are over {queries.domain}, not the program's {program.domain}")
     if backend not in MIP_BACKENDS:
         raise SolverError(f"the best response needs a MILP backend, one of {list(MIP_BACKENDS)}; got {backend!r}")
-    start = time.perf_counter()
+    began = time.perf_counter()
     mult = np.ones(queries.num_rows, dtype=np.int64) if multiplicity is None else multiplicity
     pos, val, weight, constant = merge_sampled(queries, mult)
     arity = (pos >= 0).sum(axis=1)
@@ -318,18 +329,36 @@ def best_response(
     names = [f"query[{i}]" for i in y_of_row]
     form = program.form(value_cost, extra_cost=-w.astype(np.float64), extra_rows=(A_z, A_y, lower, upper, names),
                         c0=-constant)
+    solver_options = dict(options or {})
+    if work_limit is not None:
+        solver_options["work_limit"] = work_limit
+    warm = None if start is None else _warm_start(program, pos, val, weight, start)
+    if warm is not None and backend == "highs":
+        z = np.zeros(program.num_values)
+        z[program.column(np.arange(len(program.domain)), warm)] = 1.0
+        solver_options["mip_start"] = np.concatenate([z, _holds(pos[multi], val[multi], warm[None, :])[0]])
     outcome = get_backend(backend).solve(form, time_limit=time_limit, mip_gap=mip_gap, conflicts=False,
-                                         **(options or {}))
+                                         **solver_options)
     codes = None if outcome.x is None else program.decode(outcome.x)
     if codes is not None and not program.allows(codes)[0]:
         codes = None
     score = float("nan")
     if codes is not None:
         score = float(mult[queries.satisfied(codes)].sum())
-        claimed = -float(outcome.objective) if outcome.objective is not None else -np.inf
+        # The point's own objective must not exceed the score recomputed here, nor, for an
+        # optimum, the objective the solver reports (HiGHS interrupted with presolve on was seen
+        # to report the objective of another incumbent than the point it returned: the point counts).
+        claimed = -float(form.c @ outcome.x + form.c0)
+        if outcome.status is Status.OPTIMAL and outcome.objective is not None:
+            claimed = max(claimed, -float(outcome.objective))
         if score < claimed - 1e-6 * max(1.0, abs(claimed)):
             raise SolverError(f"backend {backend!r} claims a score of {claimed:g} for a record that satisfies "
                               f"{score:g} sampled queries")
+    from_start = False
+    if warm is not None:
+        warm_score = float(mult[queries.satisfied(warm)].sum())
+        if codes is None or warm_score > score:
+            codes, score, from_start = warm, warm_score, True
     bound = float("nan")
     if "mip_dual_bound" in outcome.extra and np.isfinite(outcome.extra["mip_dual_bound"]):
         bound = -float(outcome.extra["mip_dual_bound"])
@@ -340,12 +369,71 @@ def best_response(
         # Scores are integers: a bound below score + 1 proves the record optimal.
         gap = 0.0 if np.floor(bound + 1e-7) <= score else (bound - score) / max(1.0, abs(bound))
     status = outcome.status
-    if codes is None and status is Status.OPTIMAL:
+    if from_start and status is Status.OPTIMAL:
+        status = Status.NUMERICAL_ERROR  # the solver's "optimum" scored below the starting record
+    elif codes is None and status is Status.OPTIMAL:
         status = Status.NUMERICAL_ERROR  # an "optimal" point that does not decode to an allowed record
     elif status is Status.OPTIMAL and np.isfinite(gap) and gap > max(mip_gap, 1e-9) + 1e-9:
         status = Status.NUMERICAL_ERROR
     return BestResponse(codes=codes, score=score, bound=bound, gap=float(gap), status=status,
-                        time=time.perf_counter() - start, backend=backend, solver=outcome.solver,
+                        time=time.perf_counter() - began, backend=backend, solver=outcome.solver,
                         message=outcome.message,
                         info={"distinct_queries": int(weight.size), "rows": int(form.num_rows),
-                              "nodes": outcome.extra.get("mip_node_count")})
+                              "nodes": outcome.extra.get("mip_node_count"), "work": outcome.extra.get("work"),
+                              "start_score": None if warm is None else warm_score, "from_start": from_start})
+
+
+# ---- warm starts ----------------------------------------------------------------------------------
+def _holds(pos: np.ndarray, val: np.ndarray, records: np.ndarray) -> np.ndarray:
+    """``(records, conjunctions)``: whether each record satisfies each conjunction (``pos`` -1 pads)."""
+    lit = (records[:, np.maximum(pos, 0)] == val[None]) | (pos < 0)[None]
+    return lit.all(axis=2)
+
+
+def improve_record(sizes: np.ndarray, pos: np.ndarray, val: np.ndarray, weight: np.ndarray, record: np.ndarray,
+                   sweeps: int = 10) -> np.ndarray:
+    """Coordinate ascent on ``Σ_j weight_j [record satisfies j]``: each attribute in turn takes the
+    value that scores most with the others fixed, until a sweep changes nothing (or ``sweeps``).
+
+    The score of attribute ``a`` taking value ``v`` counts the conjunctions whose other literals
+    hold and whose literal on ``a`` (if any) is ``v``: one ``bincount`` per attribute.
+    """
+    record = np.array(record, dtype=np.int64)
+    on = [pos == a for a in range(len(sizes))]
+    involved = [np.flatnonzero(m.any(axis=1)) for m in on]
+    for _ in range(sweeps):
+        changed = False
+        for a, size in enumerate(sizes):
+            rows = involved[a]
+            if rows.size == 0:
+                continue
+            held = (record[np.maximum(pos[rows], 0)] == val[rows]) | (pos[rows] < 0) | on[a][rows]
+            rows = rows[held.all(axis=1)]  # every literal but the one on a holds
+            gain = np.bincount(val[rows, on[a][rows].argmax(axis=1)], weights=weight[rows], minlength=int(size))
+            best = int(np.argmax(gain))
+            if gain[best] > gain[record[a]]:
+                record[a], changed = best, True
+        if not changed:
+            break
+    return record
+
+
+def _warm_start(program: RecordProgram, pos, val, weight, start) -> np.ndarray | None:
+    """The better of the improved best-scoring and last records of ``start`` that is allowed."""
+    records = np.atleast_2d(np.asarray(start, dtype=np.int64))
+    if records.size == 0:
+        return None
+    if records.shape[1] != len(program.domain):
+        raise QueryError(f"start records have {records.shape[1]} codes, the domain {len(program.domain)} attributes")
+    scores = _holds(pos, val, records) @ weight
+    seeds = records[np.unique([int(np.argmax(scores)), len(records) - 1])]
+    best, best_score = None, -np.inf
+    for seed in seeds:
+        for record in (improve_record(program.sizes, pos, val, weight, seed), seed):
+            if program.allows(record)[0]:
+                score = float(_holds(pos, val, record[None, :])[0] @ weight)
+                if score > best_score:
+                    best, best_score = record, score
+                break
+    return best
+
