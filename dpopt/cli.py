@@ -191,12 +191,34 @@ def _run_summary(release, seconds: float) -> str:
     return "\n".join(lines)
 
 
+def _quick_heading(path: str) -> list[str] | None:
+    """The lines of :func:`dpopt.release.plan.describe_heading` read from a spec file with
+    ``tomllib`` alone; None (the full load prints them) for built-in names or anything unusual."""
+    import tomllib
+    from pathlib import Path
+
+    try:
+        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    name, description = raw.get("name"), raw.get("description")
+    if not isinstance(name, str) or not name.strip() or not isinstance(description, (str, type(None))):
+        return None
+    return [f"release {name!r} ({path})"] + ([f"  {description}"] if description else [])
+
+
 def _check(args: argparse.Namespace) -> int:
+    # The heading straight from the TOML, before the algorithms (scipy, pandas) are imported: the
+    # first line within a fraction of a second; the full load below validates everything.
+    heading = _quick_heading(args.spec)
+    if heading:
+        print("\n".join(heading), flush=True)
     from dpopt.release.plan import describe_heading, plan
     from dpopt.spec import load_spec
 
     spec = load_spec(args.spec)
-    print("\n".join(describe_heading(spec)), flush=True)  # at once: the plan may take a while
+    if not heading:
+        print("\n".join(describe_heading(spec)), flush=True)  # at once: the plan may take a while
     p = plan(spec, data=args.data, require_data=False,
              show_confidential=args.show_confidential)  # the data file is the run's business (or --data's)
     print(p.describe(heading=False))

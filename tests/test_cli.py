@@ -363,3 +363,13 @@ def _write(tmp_path: Path, text: str) -> str:
     path = tmp_path / "spec.toml"
     path.write_text(text)
     return str(path)
+
+
+@pytest.mark.parametrize("spec_path", sorted((Path(__file__).resolve().parents[1] / "models").glob("*.toml")),
+                         ids=lambda p: p.stem)
+def test_check_prints_the_same_heading_before_importing_the_algorithms(spec_path):
+    from dpopt.cli import _quick_heading
+    from dpopt.release.plan import describe_heading
+    from dpopt.spec import load_spec
+
+    assert _quick_heading(str(spec_path)) == describe_heading(load_spec(str(spec_path)))
