@@ -139,6 +139,8 @@ def build_report(release: "ReleaseResult") -> dict:
         d = described.get(row["constraint"], {})
         constraints.append({"constraint": row["constraint"], "kind": d.get("kind"), "detail": d.get("detail"),
                             "max_violation": float(row["max_violation"]), "satisfied": bool(row["satisfied"])})
+    if x is None and release.answers:
+        constraints = _answer_constraints(release, described)
     invariants = []
     for inv in release.constraints.invariants:
         invariants.append({"name": inv.name, "query": inv.query.name, "from_data": bool(inv.from_data),
@@ -209,6 +211,30 @@ def build_report(release: "ReleaseResult") -> dict:
             "queries": _jsonable(release.evaluation.to_dict(orient="records")),
         }
     return report
+
+
+def _answer_constraints(release: "ReleaseResult", described: dict) -> list[dict]:
+    """Without a table, the cell-wise constraints checked on the released answers' counts
+    (non-negativity and integrality); other kinds need the table and are not listed."""
+    from dpopt.model.constraints import Integrality, NonNegativity
+
+    kinds = [c for c in release.constraints.constraints if isinstance(c, (NonNegativity, Integrality))]
+    if not kinds:
+        return []
+    counts = [np.asarray(frame["count"], dtype=np.float64) for frame in release.answers.values()
+              if isinstance(frame, pd.DataFrame) and "count" in frame]
+    values = np.concatenate(counts) if counts else np.zeros(0)
+    rows = []
+    for c in kinds:
+        if isinstance(c, NonNegativity):
+            v = float(max(0.0, -values.min())) if values.size else 0.0
+        else:
+            v = float(np.abs(values - np.round(values)).max()) if values.size else 0.0
+        d = described.get(c.key, {})
+        rows.append({"constraint": c.key, "kind": d.get("kind"),
+                     "detail": "every released answer (no table was released)", "max_violation": v,
+                     "satisfied": v <= 1e-6})
+    return rows
 
 
 def accuracy_section(release: "ReleaseResult") -> dict:
@@ -344,11 +370,15 @@ def summary_blocks(report: dict) -> list[tuple]:
 
     b.append(("h2", "Constraints"))
     if rel["total"] is None and not report["constraints"]:
-        b.append(("p", "No table of counts was released and no constraint was declared, so there is nothing to "
+        b.append(("p", "No table of counts was released and no constraint can be checked on the released answers "
+                       "(none of the declared ones is cell-wise), so none is listed."
+                       if (report["spec"]["settings"] or {}).get("constraints") else
+                       "No table of counts was released and no constraint was declared, so there is nothing to "
                        "check a constraint on."))
     else:
         b.append(("p", ("Every constraint holds" if report["constraints_all_hold"] else "SOME CONSTRAINTS DO NOT HOLD")
-                       + f" on the released table (largest violation {_fmt(report['max_violation'])})."))
+                       + (" on the released table" if rel["total"] is not None else " on the released answers")
+                       + f" (largest violation {_fmt(report['max_violation'])})."))
         b.append(("table", ["constraint", "detail", "max violation", "holds"],
                   [[c["constraint"], c["detail"] or "", _fmt(c["max_violation"]), "yes" if c["satisfied"] else "NO"]
                    for c in report["constraints"]]))

@@ -268,6 +268,21 @@ class Auto(Algorithm):
                             answers=answers, measurements=[measurement], reconstruction=result, rounding=rounding,
                             notes=notes, info=info)
 
+    def without_attributes(self, attrs) -> "Auto":
+        """The workload's marginals with ``attrs`` taken out (a single-valued attribute adds only a
+        constant column to a marginal, and has no residual): for the privacy audit's domains."""
+        import dataclasses
+
+        w = self.params.workload
+        drop = set(attrs)
+        if not isinstance(w, WorkloadDeclaration) or not drop or (not w.sets and not set(w.ranges) & drop):
+            return self
+        sets = tuple(dict.fromkeys(tuple(a for a in s if a not in drop) for s in w.sets))
+        sets = tuple(s for s in sets if s)
+        declared = dataclasses.replace(w, sets=sets, ranges=tuple(a for a in w.ranges if a not in drop),
+                                       total=w.total or not (sets or w.k or w.ranges), weights=())
+        return type(self)(dataclasses.replace(self.params, workload=declared))
+
     # ---- beyond the dense table (module notes) -----------------------------------------------------
     def holds_dense_table(self, domain) -> bool:
         from dpopt.estimate.marginal_space import EXACT_CELLS

@@ -474,6 +474,11 @@ class Algorithm(abc.ABC):
         """
         return self, None
 
+    def without_attributes(self, attrs) -> "Algorithm":
+        """This algorithm for a domain without ``attrs`` (the privacy audit drops attributes left
+        with a single value). Parameters naming attributes override this; the default is itself."""
+        return self
+
     @classmethod
     def example(cls, domain: Domain) -> AlgorithmParams | None:
         """Small, fast parameters for ``domain`` (the conformance suite and the audit run them);

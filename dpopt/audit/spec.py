@@ -116,7 +116,8 @@ def _target(p, shrunk: AuditDomain, algorithm, name: str) -> tuple[AlgorithmTarg
     for candidate in ([dropped, shrunk] if dropped is not shrunk else [shrunk]):
         try:
             cs, invariants, notes = _restrict_constraints(p, candidate)
-            return AlgorithmTarget(algorithm, candidate.domain, p.budget, cs, invariants, name=name), candidate, notes
+            fitted = algorithm.without_attributes(candidate.dropped) if candidate is dropped else algorithm
+            return AlgorithmTarget(fitted, candidate.domain, p.budget, cs, invariants, name=name), candidate, notes
         except DpoptError as exc:
             if candidate is shrunk:
                 raise SpecError(f"the spec's algorithm cannot be planned on the audit domain {candidate.domain} "
