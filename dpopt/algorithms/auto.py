@@ -411,11 +411,14 @@ def _accuracy_tables(details: AutoPlan, tables: list[dict]) -> list[dict]:
     """Per workload table, RMS per answer for the report (dpopt.release.accuracy's columns): the
     chosen plan's expected error before data and, after the fit, the risk estimate of the released
     table beside that of the noisy (or least-squares) answers. Risks are total squared errors."""
+    from dpopt.strategy.candidates import _cells
+
     chosen = [r for r in details.frame().to_dict("records") if r["chosen"]]
     fitted = {t["table"]: t for t in tables}
+    cells_of = {t.label: _cells(details.workload, t) for t in details.workload.tables}
     out = []
     for r in chosen:
-        cells = int(round(r["expected_error"] / r["rmse_per_cell"] ** 2)) if r["rmse_per_cell"] > 0 else None
+        cells = cells_of.get(r["table"])
         t = fitted.get(r["table"], {})
         per_cell = (lambda risk: float(np.sqrt(max(risk, 0.0) / cells))  # noqa: E731
                     if cells and risk is not None and np.isfinite(risk) else None)
