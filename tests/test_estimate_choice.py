@@ -104,6 +104,8 @@ def test_risk_estimate_is_unbiased_for_least_squares_and_smooth():
     for _ in range(300):
         fc = choose_fit([noisy(Identity(dom), x, 3.0, gen)], ConstraintSet(dom), W, candidates=cands)
         for e in fc.evidence:
+            if e.candidate.objective == "blend":
+                continue  # its estimate is the fits' own, combined (test_blend_risk_is_the_risk_of_the_blend)
             got[e.candidate.name].append((e.risk, np.sum((MW.matvec(e.result.x) - MW.matvec(x)) ** 2)))
     for name, pairs in got.items():
         risk, true = np.array(pairs).T
@@ -157,3 +159,70 @@ def test_directly_measured_tables_stay_at_or_below_their_noisy_answers_or_the_re
     forced = choose_fit(ms, ConstraintSet(dom), W, candidates=[EstimatorCandidate("smooth", "lower", 16.0)])
     assert forced.over_noisy and {t for t, _, _ in forced.over_noisy} <= {"a0, a1", "a2, a3"}
     assert any("NOT MET" in line for line in forced.lines(W))
+
+
+def test_blend_risk_is_the_risk_of_the_blend():
+    """The risk estimate of ``(1 − α) x̂¹ + α x̂²`` is the quadratic of ``blend_risks``: the same
+    estimate as ``table_risks`` at the blended coordinates with the blended Jacobian traces (the
+    Jacobian of a convex combination is the combination), exactly; and the gap term is
+    ``‖T x̂ − T y‖²`` on an identity measurement."""
+    from dpopt.estimate.choice.risk import blend_risks, table_gaps, table_risks
+
+    dom = Domain.from_dict({"a0": 2, "a1": 3, "a2": 2})
+    gen = np.random.default_rng(11)  # test input and test noise
+    x = gen.integers(0, 30, dom.size).astype(float)
+    m = noisy(Identity(dom), x, 2.0, gen)
+    st = residual_statistics([m])
+    W = Workload.all_k_way(dom, 2)
+    f1, f2 = st.of_table(x + gen.normal(0, 1, x.size)), st.of_table(gen.uniform(0, 30, x.size))
+    t1 = {a: float(gen.uniform(0, 3)) for a in st.sets}
+    t2 = {a: float(gen.uniform(0, 3)) for a in st.sets}
+    r1 = np.array([r.risk for r in table_risks(st, W, f1, t1)])
+    r2 = np.array([r.risk for r in table_risks(st, W, f2, t2)])
+    q0, q1, q2 = blend_risks(st, W, f1, f2, r1, r2)
+    for alpha in (0.0, 0.3, 0.8, 1.0):
+        traces = {a: (1 - alpha) * t1[a] + alpha * t2[a] for a in st.sets}
+        direct = np.array([r.risk for r in table_risks(st, W, (1 - alpha) * f1 + alpha * f2, traces)])
+        assert np.allclose(q0 + q1 * alpha + q2 * alpha**2, direct, rtol=1e-10, atol=1e-8)
+    z = gen.uniform(0, 30, x.size)
+    gaps = table_gaps(st, W, st.of_table(z))
+    brute = [np.sum((t.query(dom).matvec(z) - t.query(dom).matvec(m.values)) ** 2) for t in W.tables]
+    assert np.allclose(gaps, brute, rtol=1e-10)
+
+
+def test_a_release_with_exact_zeros_is_blended_to_a_positive_one_when_the_risk_allows():
+    """A sparse table under Laplace noise (the clamp leaves cells at 0): the rule releases the
+    least-risk blend (its risk below every fit's, positive) or, failing that, a positive fit within
+    one standard error, or says neither was possible; the blend keeps non-negativity and the total
+    invariant both fits keep."""
+    from dpopt.estimate.choice.risk import difference_spread
+
+    dom = Domain.from_dict({f"a{i}": 2 for i in range(5)})
+    gen = np.random.default_rng(2)  # test input and test noise
+    x = np.where(gen.uniform(size=dom.size) < 0.5, 0.0, gen.integers(1, 40, dom.size).astype(float))
+    W = Workload.all_k_way(dom, 2)
+    positive_seen = 0
+    for _ in range(6):
+        m = Measurement(Identity(dom), x + gen.laplace(0, 2.0, x.size), "laplace", 2.0 * np.sqrt(2), 8.0)
+        for cs in (ConstraintSet(dom), ConstraintSet(dom, [Invariant(Total(dom), np.array([x.sum()]))])):
+            fc = choose_fit([m], cs, W)
+            ok = [e for e in fc.evidence if e.status == "OPTIMAL" and np.isfinite(e.risk)]
+            fits = [e for e in ok if e.candidate.objective != "blend"]
+            best = min(fits, key=lambda e: e.risk)
+            released = fc.result.x
+            assert released.min() >= -1e-9
+            for inv in cs.invariants:
+                assert np.allclose(inv.query.matvec(released), inv.values, atol=1e-6)
+            if fc.chosen.candidate.objective == "blend":
+                assert fc.chosen.risk < best.risk and 0 < fc.chosen.candidate.factor <= 1
+                assert np.allclose(released, (1 - fc.chosen.candidate.factor) * best.result.x
+                                   + fc.chosen.candidate.factor * next(
+                                       e for e in fits if fc.chosen.candidate.name.endswith(e.candidate.name)).result.x)
+            if released.min() > 0:
+                positive_seen += 1
+            elif fc.chosen is best:  # zeros kept: no positive fit within one standard error
+                for e in fits:
+                    if e.result.x.min() > 0:
+                        spread = difference_spread(fc.statistics, W, best.fitted, e.fitted)
+                        assert e.risk - best.risk > spread
+    assert positive_seen > 0

@@ -40,8 +40,8 @@ import numpy as np
 from dpopt.estimate.choice.statistics import ResidualStatistics
 from dpopt.model.queries.residual import residual_dimension
 
-__all__ = ["TableRisk", "coordinate_weights", "difference_spread", "identity_l2_risks", "risk_spread", "table_risks",
-           "unbiased_risks"]
+__all__ = ["TableRisk", "blend_risks", "coordinate_weights", "difference_spread", "identity_l2_risks", "risk_spread",
+           "table_gaps", "table_risks", "unbiased_risks"]
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,47 @@ def difference_spread(stats: ResidualStatistics, workload, first: np.ndarray, se
     w = coordinate_weights(stats, workload)
     s2 = np.repeat(stats.variances, stats._basis.dims)
     return float(2.0 * np.sqrt(np.sum(w**2 * s2 * (first - second) ** 2)))
+
+
+def table_gaps(stats: ResidualStatistics, workload, fitted: np.ndarray) -> np.ndarray:
+    """Per workload table, ``Σ_{a ⊆ S} prod_{i∉S} n_i ‖ĉ_a − û_a‖²`` over the measured sets: the
+    fitted table's squared distance from the noisy answers, the first term of every risk estimate
+    here (:func:`table_risks`; for one identity measurement ``‖T x̂ − T y‖²`` of
+    :func:`identity_l2_risks`, ``û`` being the coordinates of ``y``)."""
+    sq = (np.asarray(fitted, dtype=np.float64) - stats.coordinates) ** 2
+    per_set = np.add.reduceat(sq, np.concatenate([[0], np.cumsum(stats._basis.dims)[:-1]]).astype(int)) \
+        if sq.size else np.zeros(0)
+    out = np.zeros(len(workload.tables))
+    for k, t in enumerate(workload.tables):
+        for a, outside in _table_sets(workload, t):
+            i = stats.index(a)
+            if i is not None:
+                out[k] += outside * float(per_set[i])
+    return out
+
+
+def blend_risks(stats: ResidualStatistics, workload, first: np.ndarray, second: np.ndarray,
+                risks_first: np.ndarray, risks_second: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The risk estimate of every convex combination ``(1 − α) x̂¹ + α x̂²`` of two fits, per table, as
+    a quadratic in ``α``: returns ``(q0, q1, q2)`` with ``R_T(α) = q0_T + q1_T α + q2_T α²``.
+
+    Every risk estimate here is ``gap(x̂) + D(x̂)``: the squared distance of the fitted coordinates
+    from the noisy ones (:func:`table_gaps`) plus a term linear in the Jacobian (``2 s² tr J`` less a
+    constant; for least squares on the histogram its zero-bias form). The Jacobian of the
+    combination is the combination of the Jacobians, so ``D`` is linear in ``α``; the gap is the
+    quadratic ``‖(1 − α) g¹ + α g²‖²`` of the two gaps ``g = ĉ − û``. ``D`` of each fit is read back
+    from its risk (``D = R − gap``), so the combination is scored by the same estimate as the fits.
+    """
+    g1 = np.asarray(first, dtype=np.float64) - stats.coordinates
+    g2 = np.asarray(second, dtype=np.float64) - stats.coordinates
+    a = table_gaps(stats, workload, first)
+    c = table_gaps(stats, workload, second)
+    # <g1, g2> per table, by the polarisation identity on the same per-set weights.
+    mid = table_gaps(stats, workload, stats.coordinates + 0.5 * (g1 + g2))  # ‖(g1 + g2)/2‖²
+    b = 2.0 * mid - 0.5 * (a + c)
+    d1 = np.asarray(risks_first, dtype=np.float64) - a
+    d2 = np.asarray(risks_second, dtype=np.float64) - c
+    return a + d1, -2.0 * a + 2.0 * b + d2 - d1, a - 2.0 * b + c
 
 
 def table_risks(stats: ResidualStatistics, workload, fitted: np.ndarray, jacobian_trace: dict) -> list[TableRisk]:

@@ -25,6 +25,14 @@ Every workload table measured directly must come out with a risk at most its noi
 table there, and when none does it takes the least-risk one and the report names each table and
 by how much it is over (:attr:`FitChoice.over_noisy`).
 
+**Blends and positivity** (:func:`_blend_or_positive`). The risk estimate of a convex combination
+of two fits is a quadratic in its weight, known exactly from theirs
+(:func:`~dpopt.estimate.choice.risk.blend_risks`); the release is the least-risk combination of
+the least-risk fit with one other when that is lower (stacking, scored by the risk estimate).
+When the least-risk fit leaves cells at exactly 0, its partners are the positive fits only, and
+when no blend is lower a positive fit within one standard error is preferred: the release is then
+positive, and its relative entropy to any table the data could hold finite.
+
 Measurements outside the marginals algebra (ranges, HDMM's p-Identity) have no residual statistics;
 they are fitted by least squares under the constraints and non-negativity, and the report says that
 no risk estimate was made.
@@ -41,7 +49,8 @@ import pandas as pd
 
 from dpopt.errors import DpoptError
 from dpopt.estimate.choice.jacobian import EqualityRows, projection_jacobian, smooth_jacobian
-from dpopt.estimate.choice.risk import TableRisk, identity_l2_risks, risk_spread, table_risks, unbiased_risks
+from dpopt.estimate.choice.risk import (TableRisk, blend_risks, difference_spread, identity_l2_risks, risk_spread,
+                                        table_risks, unbiased_risks)
 from dpopt.estimate.choice.statistics import ResidualStatistics, residual_statistics
 from dpopt.estimate.engines.smooth import default_smoothing
 from dpopt.estimate.status import Status
@@ -71,9 +80,12 @@ class EstimatorCandidate:
     family: str
     factor: float = 1.0
     held: bool = True
+    label: str = ""
 
     @property
     def name(self) -> str:
+        if self.label:
+            return self.label
         what = self.objective if self.objective == "l2" else f"smooth (c x {self.factor:g})"
         return f"{what} on {self.family}" + ("" if self.held else ", total free")
 
@@ -311,8 +323,8 @@ def _sigma_bar(stats: ResidualStatistics, sets) -> float:
 
 
 def choose_fit(measurements: Sequence[Measurement], constraints: ConstraintSet, workload,
-               candidates: Sequence[EstimatorCandidate] = DEFAULT_CANDIDATES, time_limit: float | None = None
-               ) -> FitChoice:
+               candidates: Sequence[EstimatorCandidate] = DEFAULT_CANDIDATES, time_limit: float | None = None,
+               blend: bool = True) -> FitChoice:
     """Fit every candidate, estimate its risk, take the least (module notes).
 
     Parameters
@@ -326,6 +338,9 @@ def choose_fit(measurements: Sequence[Measurement], constraints: ConstraintSet, 
     candidates : sequence of EstimatorCandidate
     time_limit : float, optional
         Seconds for each solve.
+    blend : bool
+        Whether blends and the positive preference (:func:`_blend_or_positive`) are considered
+        (default; off only to measure what they bring).
     """
     from dpopt.estimate import reconstruct
 
@@ -391,7 +406,9 @@ def choose_fit(measurements: Sequence[Measurement], constraints: ConstraintSet, 
     keeps = [e for e in ok if all(r.risk <= nr for r, nr, dr in zip(e.tables, noisy_risk, direct) if dr)]
     pool = keeps or ok
     best = min(pool, key=lambda e: e.risk)
-    chosen = best
+    chosen, blend_note = _blend_or_positive(best, pool, stats, workload, cs) if blend else (best, "")
+    if chosen not in evidence:
+        evidence.append(chosen)
     over = [(r.label, r.risk, nr) for r, nr, dr in zip(chosen.tables, noisy_risk, direct) if dr and r.risk > nr]
     complete = all(r.complete for r in chosen.tables)
     searched = " (the smooth weight searched along its grid while the risk falls)"
@@ -404,6 +421,8 @@ def choose_fit(measurements: Sequence[Measurement], constraints: ConstraintSet, 
     else:
         rule = f"the least Stein unbiased risk estimate of the weighted workload error among {len(ok)} fitted candidates" \
             + searched
+    if blend_note:
+        rule += blend_note
     if not complete:
         rule += (" (over the residuals the measurements saw: the top-order interactions of the workload were not "
                  "measured, so their error is not estimable)")
@@ -413,9 +432,108 @@ def choose_fit(measurements: Sequence[Measurement], constraints: ConstraintSet, 
     return FitChoice(chosen.result, chosen, evidence, noisy_risk, direct, over, rule, stats)
 
 
+def _positive(ev: Evidence, free: np.ndarray) -> bool:
+    """Whether the fit leaves every cell that no structural zero fixes strictly positive."""
+    x = getattr(ev.result, "x", None)
+    return x is not None and bool(np.all(np.asarray(x)[free] > 0))
+
+
+def _blend_or_positive(best: Evidence, pool: list[Evidence], stats: ResidualStatistics, workload,
+                       cs: ConstraintSet) -> tuple[Evidence, str]:
+    """The least-risk blend of the least-risk fit with one other; a positive release when the
+    risk estimates cannot tell a positive fit from one with exact zeros (module notes).
+
+    1. **The least-risk blend**: for every other fit ``x̂'`` of the pool, the convex combination
+       ``(1 − α) x̂⁰ + α x̂'`` of the least-risk fit ``x̂⁰`` whose risk estimate (a quadratic in ``α``,
+       :func:`~dpopt.estimate.choice.risk.blend_risks`: the same estimate as the fits', exactly) is
+       least over ``α ∈ [0, 1]``; when some blend's least is below ``x̂⁰``'s at an ``α > 0``, the
+       least-risk blend is released (stacking, Breiman, *Machine Learning* 24 (1996), scored by the
+       unbiased risk estimate instead of cross-validation). A blend keeps every linear constraint
+       both fits keep, and every directly measured table at or below its noisy answers when both
+       fits do, its risk being convex in ``α``.
+    2. **Positivity.** A fit with exact zeros (least squares, the clamp) claims that no record
+       falls in those cells; a positive fit (the smooth estimate) does not, and its relative
+       entropy to any table the data could hold is finite. When ``x̂⁰`` has such zeros, its partners
+       in 1 are the positive fits only (the blend is then positive); when no blend lowers the
+       risk, the positive fit nearest ``x̂⁰`` among those within one standard error of the paired
+       difference above ``x̂⁰``'s (:func:`~dpopt.estimate.choice.risk.difference_spread`; the
+       one-standard-error rule, Hastie, Tibshirani and Friedman, *The Elements of Statistical
+       Learning*, 2nd ed., §7.10) is released; else ``x̂⁰``.
+
+    Risks, blend weights and standard errors come from the noisy answers and the public noise laws
+    only.
+    """
+    free = np.ones(cs.domain.size, dtype=bool)
+    if cs.zero_rules:
+        free[cs.zero_mask()] = False
+    if best.fitted is None:
+        return best, ""
+    zeros = not _positive(best, free)
+    # With zeros, only a positive partner makes a positive blend; else every other fit may lower the risk.
+    partners = [e for e in pool if e.fitted is not None and e is not best and (not zeros or _positive(e, free))]
+    if not partners:
+        return best, ""
+    weights = np.array([t.weight for t in workload.tables], dtype=np.float64)
+    own = np.array([r.risk for r in best.tables])
+    blends = []
+    for e in partners:
+        q0, q1, q2 = blend_risks(stats, workload, best.fitted, e.fitted, own, np.array([r.risk for r in e.tables]))
+        c0, c1, c2 = float(weights @ q0), float(weights @ q1), float(weights @ q2)
+        alpha = min(max(-c1 / (2.0 * c2), 0.0), 1.0) if c2 > 0 else (1.0 if c1 < 0 else 0.0)
+        risk = c0 + c1 * alpha + c2 * alpha**2
+        if alpha > 0 and risk < best.risk:
+            blends.append((risk, alpha, e, q0 + q1 * alpha + q2 * alpha**2))
+    if blends:
+        risk, alpha, other, tables = min(blends, key=lambda b: b[0])
+        ev = _blend(best, other, alpha, risk, tables, stats, workload, cs)
+        return ev, (f"; the least-risk convex combination of the least-risk fit ({best.candidate.name}, "
+                    f"{best.risk:.6g}) with another{' positive' if zeros else ''} fit is taken: {1 - alpha:.3g} x that "
+                    f"fit + {alpha:.3g} x {other.candidate.name} (estimated risk {risk:.6g})")
+    if not zeros:
+        return best, ""
+    within = []
+    for e in partners:
+        spread = difference_spread(stats, workload, best.fitted, e.fitted)
+        if e.risk - best.risk <= spread:
+            within.append((spread, e))
+    if not within:
+        return best, ""
+    spread, other = min(within, key=lambda p: p[0])
+    return other, (f"; the least-risk fit ({best.candidate.name}, {best.risk:.6g}) leaves cells at exactly 0, and the "
+                   f"positive {other.candidate.name} is within one standard error of it ({other.risk:.6g}, standard "
+                   f"error of the difference {spread:.4g}): the positive fit is taken")
+
+
+def _blend(first: Evidence, second: Evidence, alpha: float, risk: float, tables: np.ndarray,
+           stats: ResidualStatistics, workload, cs: ConstraintSet) -> Evidence:
+    """The evidence of ``(1 − α) x̂¹ + α x̂²``: its table, result (constraints re-checked at the
+    combination) and per-table risks."""
+    from dpopt.estimate.result import Result
+
+    x = (1.0 - alpha) * first.result.x + alpha * second.result.x
+    result = Result(dict(first.result))
+    result.x = x
+    result.message = (f"convex combination {1 - alpha:.4g} x ({first.candidate.name}) + {alpha:.4g} x "
+                      f"({second.candidate.name}); both {first.status}")
+    result.info = {**dict(first.result.get("info") or {}), "blend": {"first": first.candidate.name,
+                                                                    "second": second.candidate.name,
+                                                                    "alpha": alpha}}
+    kept = set(first.result.constraint_residuals["constraint"]) if len(first.result.constraint_residuals) else set()
+    rows = [r for r in cs.residuals(x) if r["constraint"] in kept]
+    result.constraint_residuals = pd.DataFrame(rows, columns=["constraint", "max_violation", "satisfied"])
+    result.max_violation = float(result.constraint_residuals["max_violation"].max()) if rows else 0.0
+    cand = EstimatorCandidate("blend", first.candidate.family, alpha, first.candidate.held,
+                              label=f"blend: {first.candidate.name} + {alpha:.2g} x {second.candidate.name}")
+    risks = [TableRisk(t.label, float(r), a.complete and b.complete)
+             for t, r, a, b in zip(workload.tables, tables, first.tables, second.tables)]
+    fitted = (1.0 - alpha) * first.fitted + alpha * second.fitted
+    return Evidence(cand, first.status, risk, risks, result=result, message=result.message, sets=first.sets,
+                    spread=risk_spread(stats, workload, fitted), fitted=fitted)
+
+
 def _fit_one(cand, stats, sets, cs, held, workload, time_limit, reconstruct, originals, identity=None) -> Evidence:
     if identity is not None:
-        return _fit_identity_l2(cand, cs, held, workload, time_limit, reconstruct, originals, identity)
+        return _fit_identity_l2(cand, cs, held, workload, time_limit, reconstruct, originals, identity, stats)
     meas = stats.measurement(sets)
     query = meas.query
     eq_queries, total_row, source = [], None, None
@@ -478,7 +596,7 @@ def _fit_one(cand, stats, sets, cs, held, workload, time_limit, reconstruct, ori
                     spread=risk_spread(stats, workload, fitted), dof=float(diag.sum()), fitted=fitted)
 
 
-def _fit_identity_l2(cand, cs, held, workload, time_limit, reconstruct, originals, identity) -> Evidence:
+def _fit_identity_l2(cand, cs, held, workload, time_limit, reconstruct, originals, identity, stats=None) -> Evidence:
     """Least squares on one identity measurement (the projection of the noisy histogram onto the
     non-negative tables with the total held, or the clamp with it free), scored in closed form."""
     y, variance, scale = identity
@@ -496,6 +614,7 @@ def _fit_identity_l2(cand, cs, held, workload, time_limit, reconstruct, original
     if cs.zero_rules:
         free[cs.zero_mask()] = False
     tables = identity_l2_risks(workload, y, result.x, free, variance, scale, moving)
+    fitted = stats.of_table(result.x) if stats is not None else None
     risk = float(np.dot([t.weight for t in workload.tables], [r.risk for r in tables]))
     status = result.status.name if isinstance(result.status, Status) else str(result.status)
-    return Evidence(cand, status, risk, tables, result=result, message=result.message)
+    return Evidence(cand, status, risk, tables, result=result, message=result.message, fitted=fitted)
