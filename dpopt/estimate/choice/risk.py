@@ -41,7 +41,7 @@ from dpopt.estimate.choice.statistics import ResidualStatistics
 from dpopt.model.queries.residual import residual_dimension
 
 __all__ = ["TableRisk", "blend_risks", "coordinate_weights", "difference_spread", "identity_l2_risks", "risk_spread",
-           "table_gaps", "table_risks", "unbiased_risks"]
+           "table_gaps", "table_risks", "table_set_matrix", "unbiased_risks"]
 
 
 @dataclass(frozen=True)
@@ -102,25 +102,40 @@ def difference_spread(stats: ResidualStatistics, workload, first: np.ndarray, se
     return float(2.0 * np.sqrt(np.sum(w**2 * s2 * (first - second) ** 2)))
 
 
-def table_gaps(stats: ResidualStatistics, workload, fitted: np.ndarray) -> np.ndarray:
-    """Per workload table, ``Σ_{a ⊆ S} prod_{i∉S} n_i ‖ĉ_a − û_a‖²`` over the measured sets: the
-    fitted table's squared distance from the noisy answers, the first term of every risk estimate
-    here (:func:`table_risks`; for one identity measurement ``‖T x̂ − T y‖²`` of
-    :func:`identity_l2_risks`, ``û`` being the coordinates of ``y``)."""
-    sq = (np.asarray(fitted, dtype=np.float64) - stats.coordinates) ** 2
-    per_set = np.add.reduceat(sq, np.concatenate([[0], np.cumsum(stats._basis.dims)[:-1]]).astype(int)) \
-        if sq.size else np.zeros(0)
-    out = np.zeros(len(workload.tables))
+def table_set_matrix(stats: ResidualStatistics, workload):
+    """The sparse ``tables × measured sets`` matrix of ``prod_{i∉S} n_i`` where the set is ``a ⊆ S``
+    (the weight of a set's squared coordinate error in each table's error)."""
+    import scipy.sparse as sp
+
+    rows, cols, vals = [], [], []
     for k, t in enumerate(workload.tables):
         for a, outside in _table_sets(workload, t):
             i = stats.index(a)
             if i is not None:
-                out[k] += outside * float(per_set[i])
-    return out
+                rows.append(k)
+                cols.append(i)
+                vals.append(outside)
+    return sp.csr_matrix((vals, (rows, cols)), shape=(len(workload.tables), len(stats.sets)))
+
+
+def _per_set(stats: ResidualStatistics, squares: np.ndarray) -> np.ndarray:
+    starts = np.concatenate([[0], np.cumsum(stats._basis.dims)[:-1]]).astype(int)
+    return np.add.reduceat(squares, starts) if squares.size else np.zeros(len(stats.sets))
+
+
+def table_gaps(stats: ResidualStatistics, workload, fitted: np.ndarray, matrix=None) -> np.ndarray:
+    """Per workload table, ``Σ_{a ⊆ S} prod_{i∉S} n_i ‖ĉ_a − û_a‖²`` over the measured sets: the
+    fitted table's squared distance from the noisy answers, the first term of every risk estimate
+    here (:func:`table_risks`; for one identity measurement ``‖T x̂ − T y‖²`` of
+    :func:`identity_l2_risks`, ``û`` being the coordinates of ``y``). ``matrix``: a precomputed
+    :func:`table_set_matrix`."""
+    matrix = table_set_matrix(stats, workload) if matrix is None else matrix
+    return matrix @ _per_set(stats, (np.asarray(fitted, dtype=np.float64) - stats.coordinates) ** 2)
 
 
 def blend_risks(stats: ResidualStatistics, workload, first: np.ndarray, second: np.ndarray,
-                risks_first: np.ndarray, risks_second: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                risks_first: np.ndarray, risks_second: np.ndarray, matrix=None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The risk estimate of every convex combination ``(1 − α) x̂¹ + α x̂²`` of two fits, per table, as
     a quadratic in ``α``: returns ``(q0, q1, q2)`` with ``R_T(α) = q0_T + q1_T α + q2_T α²``.
 
@@ -130,14 +145,14 @@ def blend_risks(stats: ResidualStatistics, workload, first: np.ndarray, second: 
     combination is the combination of the Jacobians, so ``D`` is linear in ``α``; the gap is the
     quadratic ``‖(1 − α) g¹ + α g²‖²`` of the two gaps ``g = ĉ − û``. ``D`` of each fit is read back
     from its risk (``D = R − gap``), so the combination is scored by the same estimate as the fits.
+    ``matrix``: a precomputed :func:`table_set_matrix`.
     """
+    matrix = table_set_matrix(stats, workload) if matrix is None else matrix
     g1 = np.asarray(first, dtype=np.float64) - stats.coordinates
     g2 = np.asarray(second, dtype=np.float64) - stats.coordinates
-    a = table_gaps(stats, workload, first)
-    c = table_gaps(stats, workload, second)
-    # <g1, g2> per table, by the polarisation identity on the same per-set weights.
-    mid = table_gaps(stats, workload, stats.coordinates + 0.5 * (g1 + g2))  # ‖(g1 + g2)/2‖²
-    b = 2.0 * mid - 0.5 * (a + c)
+    a = matrix @ _per_set(stats, g1 * g1)
+    c = matrix @ _per_set(stats, g2 * g2)
+    b = matrix @ _per_set(stats, g1 * g2)  # <g1, g2> per table
     d1 = np.asarray(risks_first, dtype=np.float64) - a
     d2 = np.asarray(risks_second, dtype=np.float64) - c
     return a + d1, -2.0 * a + 2.0 * b + d2 - d1, a - 2.0 * b + c

@@ -50,7 +50,7 @@ import pandas as pd
 from dpopt.errors import DpoptError
 from dpopt.estimate.choice.jacobian import EqualityRows, projection_jacobian, smooth_jacobian
 from dpopt.estimate.choice.risk import (TableRisk, blend_risks, difference_spread, identity_l2_risks, risk_spread,
-                                        table_risks, unbiased_risks)
+                                        table_risks, table_set_matrix, unbiased_risks)
 from dpopt.estimate.choice.statistics import ResidualStatistics, residual_statistics
 from dpopt.estimate.engines.smooth import default_smoothing
 from dpopt.estimate.status import Status
@@ -475,9 +475,11 @@ def _blend_or_positive(best: Evidence, pool: list[Evidence], stats: ResidualStat
         return best, ""
     weights = np.array([t.weight for t in workload.tables], dtype=np.float64)
     own = np.array([r.risk for r in best.tables])
+    matrix = table_set_matrix(stats, workload)
     blends = []
     for e in partners:
-        q0, q1, q2 = blend_risks(stats, workload, best.fitted, e.fitted, own, np.array([r.risk for r in e.tables]))
+        q0, q1, q2 = blend_risks(stats, workload, best.fitted, e.fitted, own, np.array([r.risk for r in e.tables]),
+                                 matrix)
         c0, c1, c2 = float(weights @ q0), float(weights @ q1), float(weights @ q2)
         alpha = min(max(-c1 / (2.0 * c2), 0.0), 1.0) if c2 > 0 else (1.0 if c1 < 0 else 0.0)
         risk = c0 + c1 * alpha + c2 * alpha**2
