@@ -225,6 +225,8 @@ def census(people_list=(30_000, 1_000_000), runs: int = 3) -> None:
     auto_raw = load_spec("quickstart_auto").raw
     sets = load_spec("quickstart_auto").algorithm.params.workload.sets
     labels_by_set = {frozenset(a): " x ".join(a) for a in sets}  # the quickstart's labels, in its order
+    print("before data: least over marginal plans (the workload's sets and their sub-marginals, any weights) of the "
+          f"largest table's expected error / the quickstart's hand split's: {hand_split_frontier():.3f}")
     for people in people_list:
         print(f"\ncensus example, {people:,} persons, pure epsilon = 1, {runs} seeded runs (NOT private)")
         errs = defaultdict(list)
@@ -269,6 +271,47 @@ def census(people_list=(30_000, 1_000_000), runs: int = 3) -> None:
             print(f"  {label:48s} {nq:18.3f} {l2:8.3f} {sm:8.3f} {au:8.3f} {an:10.3f}  {'yes' if ok else 'NO'}")
         print(f"  CPU s per release: l2 {np.mean(errs[('l2', 'cpu')]):.1f}, smooth {np.mean(errs[('smooth', 'cpu')]):.1f}, "
               f"auto {np.mean(errs[('auto', 'cpu')]):.1f}; auto's fits: {sorted(set(errs[('auto', 'estimator')]))}")
+
+
+def hand_split_frontier(shares=(0.35, 0.25, 0.3, 0.1), starts: int = 4) -> float:
+    """Before any data: the least, over every weighting of the workload's marginals and of all
+    their sub-marginals (HDMM's OPT_M family under Laplace noise, the budget's L1 sensitivity), of
+    the largest ratio of a table's expected least-squares error to its error under the quickstart's
+    hand-set ``shares``. A figure of 1 says the hand split is Pareto-optimal: no data-independent
+    plan of marginals expects to beat it on every table at once."""
+    from scipy.optimize import minimize
+
+    from dpopt.model.queries.residual import residual_dimension
+    from dpopt.release.plan import plan
+    from dpopt.spec import load_spec
+    from dpopt.strategy.candidates import _from_variances, _incidence
+
+    W = plan(load_spec("quickstart_auto").raw).algorithm_plan.details.workload
+    closure = W.closure()
+    dims = np.array([residual_dimension(W.domain, a) for a in closure], dtype=np.float64)
+
+    def errors(sets, theta):
+        mu = (_incidence(W, sets, closure) @ (theta * theta)) / dims
+        variance = 2.0 * float(theta.sum()) ** 2  # Laplace, epsilon 1, L1 sensitivity sum(theta)
+        return np.array(_from_variances(W, {a: variance / m if m > 0 else np.inf for a, m in zip(closure, mu)}))
+
+    target = errors(W.marginal_sets(), np.array(shares, dtype=np.float64))
+    sets = [a for a in closure if a]
+    hand = np.array([dict(zip(W.marginal_sets(), shares)).get(a, 0.0) for a in sets])
+    best = 1.0  # the hand split itself
+    for k in range(starts + 1):
+        # optimiser starts: the hand split itself, then random weights (a benchmark); minimise t
+        # subject to every table's error ratio <= t (SLSQP), the weights normalised to sum 1
+        x0 = hand if k == 0 else np.random.default_rng(k).uniform(0.1, 1.0, len(sets))
+        x0 = x0 / x0.sum()
+        z0 = np.append(x0, float((errors(sets, x0 + 1e-12) / target).max()))
+        cons = [{"type": "ineq", "fun": lambda z: z[-1] - errors(sets, np.abs(z[:-1]) + 1e-12) / target},
+                {"type": "eq", "fun": lambda z: float(np.sum(np.abs(z[:-1]))) - 1.0}]
+        r = minimize(lambda z: z[-1], z0, method="SLSQP", constraints=cons,
+                     bounds=[(0, 1)] * len(sets) + [(0, None)], options={"maxiter": 300})
+        found = float((errors(sets, np.abs(r.x[:-1]) + 1e-12) / target).max())
+        best = min(best, found)
+    return best
 
 
 def _auto_noisy_tables(release, truth) -> dict:
