@@ -54,7 +54,7 @@ from dpopt.estimate.choice.risk import (TableRisk, blend_risks, difference_sprea
 from dpopt.estimate.choice.statistics import ResidualStatistics, residual_statistics
 from dpopt.estimate.engines.smooth import default_smoothing
 from dpopt.estimate.status import Status
-from dpopt.model.constraints import ConstraintSet, Invariant, NonNegativity
+from dpopt.model.constraints import ConstraintSet, Integrality, Invariant, NonNegativity
 from dpopt.model.measurement import Measurement
 from dpopt.model.queries import Identity, Marginal, Stack, Total, Weighted
 
@@ -488,6 +488,8 @@ def _blend_or_positive(best: Evidence, pool: list[Evidence], stats: ResidualStat
     if blends:
         risk, alpha, other, tables = min(blends, key=lambda b: b[0])
         ev = _blend(best, other, alpha, risk, tables, stats, workload, cs)
+        if ev is None:
+            return best, "; a blend was checked and broke a constraint its fits keep, so it was not taken"
         return ev, (f"; the least-risk convex combination of the least-risk fit ({best.candidate.name}, "
                     f"{best.risk:.6g}) with another{' positive' if zeros else ''} fit is taken: {1 - alpha:.3g} x that "
                     f"fit + {alpha:.3g} x {other.candidate.name} (estimated risk {risk:.6g})")
@@ -507,9 +509,10 @@ def _blend_or_positive(best: Evidence, pool: list[Evidence], stats: ResidualStat
 
 
 def _blend(first: Evidence, second: Evidence, alpha: float, risk: float, tables: np.ndarray,
-           stats: ResidualStatistics, workload, cs: ConstraintSet) -> Evidence:
+           stats: ResidualStatistics, workload, cs: ConstraintSet) -> Evidence | None:
     """The evidence of ``(1 − α) x̂¹ + α x̂²``: its table, result (constraints re-checked at the
-    combination) and per-table risks."""
+    combination) and per-table risks; None when the combination breaks a constraint by more than
+    both fits do (linear constraints cannot, but the check is the release's, not an argument's)."""
     from dpopt.estimate.result import Result
 
     x = (1.0 - alpha) * first.result.x + alpha * second.result.x
@@ -524,6 +527,16 @@ def _blend(first: Evidence, second: Evidence, alpha: float, risk: float, tables:
     rows = [r for r in cs.residuals(x) if r["constraint"] in kept]
     result.constraint_residuals = pd.DataFrame(rows, columns=["constraint", "max_violation", "satisfied"])
     result.max_violation = float(result.constraint_residuals["max_violation"].max()) if rows else 0.0
+    parents = [dict(zip(e.result.constraint_residuals["constraint"], e.result.constraint_residuals["max_violation"]))
+               for e in (first, second)]
+    scale = max(1.0, float(np.abs(x).max(initial=0.0)))
+    rounding = {c.key for c in cs.constraints if isinstance(c, Integrality)}  # a fractional fit's, by design
+    for r in rows:
+        if r["constraint"] in rounding:
+            continue
+        allowed = max(p.get(r["constraint"], 0.0) for p in parents)
+        if r["max_violation"] > allowed + 1e-9 * scale:
+            return None
     cand = EstimatorCandidate("blend", first.candidate.family, alpha, first.candidate.held,
                               label=f"blend: {first.candidate.name} + {alpha:.2g} x {second.candidate.name}")
     risks = [TableRisk(t.label, float(r), a.complete and b.complete)
