@@ -13,8 +13,9 @@ constraints, and nothing about measurements or objectives. ``auto`` then
    the draw);
 3. **chooses how to fit from the noisy answers alone** (:mod:`dpopt.estimate.choice`): least
    squares or the smooth estimate, on all the residuals measured or only the workload's (lower)
-   ones, scored by Stein's unbiased risk estimate of the workload error with exact Jacobians;
-   non-negativity on, the total held at its estimate when no invariant fixes it. The estimation
+   ones, scored by Stein's unbiased risk estimate of the workload error with exact Jacobians, the
+   release being the least-risk fit or its least-risk blend with another (positive when the fit
+   has exact zeros); non-negativity on, the total held at its estimate when no invariant fixes it. The estimation
    is one call, :meth:`Auto.fit` (a subclass or :attr:`AutoParams.fitter` can replace it, e.g.
    with a marginal-space estimator for domains too large for a dense table);
 4. **rounds** to integers when the constraints ask, by controlled rounding that keeps every
