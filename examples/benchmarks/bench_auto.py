@@ -367,6 +367,17 @@ def rounding(people_list=(10_000, 30_000), runs: int = 3) -> None:
                   f"release {cpu:.1f} CPU s")
 
 
+def _simulation_case(name: str, eps: float):
+    """``(data, histogram, all 3-way Workload, its MarginalWorkload, Laplace scale b, s.d. √2 b)``."""
+    from dpopt.strategy.tables import Workload
+
+    data = load_binary(name)
+    W = Workload.all_k_way(data.domain, 3)
+    b = 1.0 / eps
+    return (data, data.histogram().astype(float), W, MarginalWorkload(data.domain, [t.attrs for t in W.tables]), b,
+            math.sqrt(2) * b)
+
+
 # ---- the risk estimate's bias --------------------------------------------------------------------------
 def sure_bias(runs: int = 200) -> None:
     """Mean risk estimate against mean true error of each fit, identity measurement, all 3-way
@@ -375,25 +386,19 @@ def sure_bias(runs: int = 200) -> None:
     from dpopt.estimate.choice.rule import EstimatorCandidate, choose_fit
     from dpopt.model.constraints import ConstraintSet
     from dpopt.model.measurement import Measurement
-    from dpopt.strategy.tables import Workload
 
     cands = [EstimatorCandidate(o, f, c) for o, f, c in (("l2", "all", 1), ("smooth", "all", 1),
                                                           ("smooth", "workload", 1), ("smooth", "lower", 1),
                                                           ("smooth", "workload", 16), ("smooth", "lower", 16))]
     for name, eps in (("czech", 1.0), ("czech", 0.1), ("rochdale", 0.5), ("mildew", 1.0), ("mildew", 0.1)):
-        data = load_binary(name)
-        x = data.histogram().astype(float)
-        W = Workload.all_k_way(data.domain, 3)
-        three = MarginalWorkload(data.domain, [t.attrs for t in W.tables])
-        b = 1.0 / eps
-        sd = math.sqrt(2) * b
+        data, x, W, three, b, sd = _simulation_case(name, eps)
         for noise in ("gaussian", "laplace"):
             gen = np.random.default_rng(0)  # simulation noise: a benchmark
             res = defaultdict(list)
             for _ in range(runs):
                 z = gen.normal(0, sd, x.size) if noise == "gaussian" else gen.laplace(0, b, x.size)
                 m = Measurement(Identity(data.domain), x + z, noise, sd, sd**2)
-                fc = choose_fit([m], ConstraintSet(data.domain), W, candidates=cands)
+                fc = choose_fit([m], ConstraintSet(data.domain), W, candidates=cands, blend=False)
                 for e in fc.evidence:
                     if e.result is not None and e.result.x is not None:
                         res[e.candidate.name].append((e.risk, np.sum((three.matvec(e.result.x) - three.matvec(x)) ** 2)))
@@ -412,15 +417,9 @@ def blends(runs: int = 40) -> None:
     from dpopt.estimate.choice.rule import choose_fit
     from dpopt.model.constraints import ConstraintSet
     from dpopt.model.measurement import Measurement
-    from dpopt.strategy.tables import Workload
 
     for name, eps in (("mildew", 1.0), ("mildew", 0.1), ("czech", 1.0), ("czech", 0.1), ("rochdale", 0.5)):
-        data = load_binary(name)
-        x = data.histogram().astype(float)
-        W = Workload.all_k_way(data.domain, 3)
-        three = MarginalWorkload(data.domain, [t.attrs for t in W.tables])
-        b = 1.0 / eps
-        sd = math.sqrt(2) * b
+        data, x, W, three, b, sd = _simulation_case(name, eps)
         gen = np.random.default_rng(123)  # simulation noise: a benchmark
         res = defaultdict(list)
         for _ in range(runs):
