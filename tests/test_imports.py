@@ -127,3 +127,57 @@ def test_the_python_api_release_without_plots_never_imports_matplotlib(tmp_path)
     """
     assert imported_after(code, ("cvxpy", "matplotlib", "pyspark", "scipy.stats", "tqdm")) == []
     assert not (tmp_path / "release" / "plots").exists()
+
+
+def test_a_release_imports_only_its_own_algorithm(tmp_path):
+    """Registry laziness (#30): the quickstart's spec is parsed and run with measure_reconstruct's
+    module (and mwem's and dualquery's, which the package imports for their function names) only."""
+    lazy = ("dpopt.algorithms.auto", "dpopt.algorithms.barak", "dpopt.algorithms.marginal_space",
+            "dpopt.algorithms.matrix_mechanism", "dpopt.algorithms.mwem_factored", "dpopt.algorithms.polynomial",
+            "dpopt.algorithms.topdown", "dpopt.strategy.candidates")
+    code = """
+        import warnings
+        from dpopt.release import run
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert run("quickstart", seed=1).report["constraints_all_hold"]
+    """
+    assert imported_after(code, lazy) == []
+
+
+def test_the_lazy_registry_still_lists_every_algorithm():
+    code = """
+        import json
+        from dpopt.algorithms.base import BUILTIN_ALIASES, BUILTIN_MODULES, REGISTRY, _ALIASES, registered_names
+        names = registered_names()
+        print(json.dumps([names, {n: REGISTRY[n].__module__ for n in names}, _ALIASES, BUILTIN_ALIASES,
+                          BUILTIN_MODULES]))
+    """
+    env = dict(os.environ, PYTHONPATH=str(REPO), OPENBLAS_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, cwd=REPO,
+                          env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    names, modules, aliases, builtin_aliases, builtin = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert names == list(builtin) and len(names) == 10
+    for name, module in modules.items():  # each name's module is the one the lazy table imports
+        assert module == builtin[name] or module.startswith(builtin[name] + "."), (name, module)
+    assert aliases == builtin_aliases  # the static alias table is the classes' own
+
+
+def test_unknown_algorithms_and_foreign_tables_still_get_the_full_error(tmp_path):
+    """The lazy spec parser falls back to every algorithm's sections for the error messages."""
+    from dpopt.errors import SpecError
+    from dpopt.spec import load_spec
+
+    import pytest
+
+    spec = (REPO / "models" / "quickstart.toml").read_text()
+    with pytest.raises(SpecError, match=r"\[mwem\] applies only to algorithm = 'mwem'"):
+        load_spec(_write(tmp_path / "a.toml", spec + '\n[mwem]\nrounds = 3\n'))
+    with pytest.raises(SpecError, match="algorithm"):
+        load_spec(_write(tmp_path / "b.toml", 'algorithm = "mwen"\n' + spec))
+
+
+def _write(path, text):
+    path.write_text(text)
+    return path
