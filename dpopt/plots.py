@@ -95,6 +95,7 @@ def scatter_released(
     ax.set_title(title)
     ax.legend(fontsize="x-small", loc="upper left")
     fig.tight_layout()
+    fig.set_layout_engine(None)  # the layout is done: savefig then draws once, not twice (issue #30)
     path = Path(path)
     fig.savefig(path)
     return path
@@ -127,6 +128,7 @@ def bar_by_query(
     if len(values) > 1:
         ax.legend(fontsize="small")
     fig.tight_layout()
+    fig.set_layout_engine(None)  # the layout is done: savefig then draws once, not twice (issue #30)
     path = Path(path)
     fig.savefig(path)
     return path
