@@ -131,7 +131,7 @@ def check_solution(form: ProgramForm, out: SolveOutcome, tol: float = 1e-6) -> N
 
 # ---- agreement between backends -----------------------------------------------------------------
 def test_registry_lists_every_backend():
-    assert set(available_backends()) == {"highs", "scipy", "cvxpy", "pulp"}
+    assert set(available_backends()) == {"highs", "scipy", "clarabel", "cvxpy", "pulp"}
     assert set(INSTALLED) <= set(available_backends())
     assert "highs" in INSTALLED and "scipy" in INSTALLED
 
@@ -139,7 +139,8 @@ def test_registry_lists_every_backend():
 def test_default_backend_by_kind():
     assert default_backend(random_lp()).name == "highs"
     assert default_backend(random_milp()).name == "highs"
-    assert default_backend(random_qp()).name == ("cvxpy" if "cvxpy" in INSTALLED else "highs")
+    qp_default = next((name for name in ("clarabel", "cvxpy") if name in INSTALLED), "highs")
+    assert default_backend(random_qp()).name == qp_default
     lsq = LeastSquaresForm(M=np.eye(2), y=np.ones(2))
     assert default_backend(lsq).name == "scipy"
     miqp = ProgramForm(c=[1.0], A=np.ones((1, 1)), row_lower=[0], row_upper=[1], row_names=["r"], P=np.eye(1),
@@ -484,6 +485,27 @@ def test_options_reach_the_solver():
         # An iteration cap of 1 stops CLARABEL early: ITERATION_LIMIT, not success.
         out = get_backend("cvxpy").solve(form, solver_options={"max_iter": 1})
         assert out.status is Status.ITERATION_LIMIT and not out.success
+    if "clarabel" in INSTALLED:
+        out = get_backend("clarabel").solve(form, tolerance=1e-10, solver_options={"max_iter": 200})
+        assert out.success and rel_close(out.objective, ref, 1e-8)
+        out = get_backend("clarabel").solve(form, solver_options={"max_iter": 1})
+        assert out.status is Status.ITERATION_LIMIT and not out.success
+        with pytest.raises(SolverError, match="unknown solver option 'no_such_setting'"):
+            get_backend("clarabel").solve(form, solver_options={"no_such_setting": 1})
+
+
+@pytest.mark.skipif(not {"clarabel", "cvxpy"} <= set(INSTALLED), reason="needs clarabel and cvxpy")
+@pytest.mark.parametrize("make", [random_lp, random_qp])
+def test_clarabel_direct_is_cvxpy_clarabel(make):
+    """The direct adapter hands Clarabel the problem cvxpy's canonicalisation would: the same
+    point, duals and iteration count as ``cvxpy`` with ``solver="CLARABEL"`` (to rounding)."""
+    form = make()
+    direct = get_backend("clarabel").solve(form)
+    through = get_backend("cvxpy").solve(form, solver="CLARABEL")
+    assert direct.success and through.success
+    assert direct.iterations == through.iterations
+    np.testing.assert_allclose(direct.x, through.x, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(direct.row_duals, through.row_duals, rtol=1e-10, atol=1e-10)
 
 
 def test_unsupported_kind_is_an_error():

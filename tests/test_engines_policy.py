@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_objective_backends_come_from_the_one_preference_table():
     assert set(BACKENDS_FOR) == set(OBJECTIVES)
     assert BACKENDS_FOR["l1"] == BACKENDS_FOR["linf"] == PREFERRED["LP"]
-    assert BACKENDS_FOR["l2"][0] == PREFERRED["QP"][0] == "cvxpy"
+    assert BACKENDS_FOR["l2"][0] == PREFERRED["QP"][0] == "clarabel"
     assert set(BACKENDS_FOR["l2"]) == set(PREFERRED["QP"]) | set(PREFERRED["LSQ"])
     assert BACKENDS_FOR["entropy"] == OWN_METHODS["entropy"] == ("exact", "mw")
     for objective in OBJECTIVES:
@@ -57,9 +57,9 @@ def test_engines_follow_the_table(monkeypatch):
                       "gaussian", 1.0, 1.0, label=a) for a in dom.attrs]
     cs = ConstraintSet(dom, [NonNegativity()])
     assert reconstruct(ms, cs, "l1").backend == "highs"
-    assert reconstruct(ms, cs, "l2").backend == "cvxpy"
+    assert reconstruct(ms, cs, "l2").backend == "clarabel"
     monkeypatch.setitem(PREFERRED, "LP", ("scipy", "highs"))
-    monkeypatch.setitem(PREFERRED, "QP", ("highs", "cvxpy"))
+    monkeypatch.setitem(PREFERRED, "QP", ("highs", "clarabel", "cvxpy"))
     assert reconstruct(ms, cs, "l1").backend == "scipy"
     assert reconstruct(ms, cs, "l2").backend == "highs"
     assert choose_backend("LP").name == "scipy"

@@ -57,8 +57,15 @@ def _release(truth, rng, queries, sigmas, constraints):
                            rounding=None), fit
 
 
+@pytest.mark.parametrize("solve", ["direct", "cg"])
 @pytest.mark.parametrize("sparse_truth", [False, True])
-def test_error_bars_match_the_dense_active_set_covariance(rng, sparse_truth):
+def test_error_bars_match_the_dense_active_set_covariance(rng, sparse_truth, solve, monkeypatch):
+    """Both solves of the error bars (eigendecomposition of G Gᵀ up to DIRECT_ROWS rows, conjugate
+    gradients above) against the dense active-set covariance."""
+    import dpopt.release.accuracy as accuracy
+
+    if solve == "cg":
+        monkeypatch.setattr(accuracy, "DIRECT_ROWS", 0)
     truth = (rng.poisson(0.4, DOM.size) if sparse_truth else rng.integers(20, 40, DOM.size)).astype(float)
     queries = [Identity(DOM), Marginal(DOM, ["a", "b"]), Marginal(DOM, ["c"])]
     sigmas = [3.0, 2.0, 1.0]
@@ -76,6 +83,27 @@ def test_error_bars_match_the_dense_active_set_covariance(rng, sparse_truth):
         else:  # Rademacher probes: within 4 of the estimate's own standard errors
             assert abs(row["rmse"] - exact) <= 4 * row["rmse_se"] + 1e-9
             assert row["rmse_se"] < 0.2 * exact
+
+
+def test_direct_and_cg_error_bars_agree_on_the_quickstart(quickstart_release, monkeypatch):
+    """The eigendecomposition and the conjugate gradients give the same figures on the quickstart's
+    fit (684 rows, the state totals, many cells at 0), to far below the printed digits."""
+    import dpopt.release.accuracy as accuracy
+
+    calls = []
+    original = accuracy._direct_solver
+    monkeypatch.setattr(accuracy, "_direct_solver", lambda system: calls.append(original(system)) or calls[-1])
+    release, _ = quickstart_release
+    direct, _ = fitted_error_bars(release)
+    assert len(calls) == 1 and calls[0] is not None  # the spectrum has a clean gap: the direct solve ran
+    assert all(row["converged"] for row in direct)
+    monkeypatch.setattr(accuracy, "DIRECT_ROWS", 0)
+    cg, _ = fitted_error_bars(release)
+    assert len(calls) == 1
+    for a, b in zip(direct, cg):
+        assert a["table"] == b["table"] and b["converged"]
+        assert a["rmse"] == pytest.approx(b["rmse"], rel=1e-6)
+        assert a["rmse_se"] == pytest.approx(b["rmse_se"], rel=1e-4, abs=1e-12)
 
 
 def test_error_bars_refuse_other_objectives_with_the_reason(rng):

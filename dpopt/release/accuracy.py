@@ -19,7 +19,10 @@ covariance is the equality-constrained GLS covariance ``N (NᵀHN)⁺ Nᵀ`` ove
 :func:`fitted_error_bars` computes each table's root mean squared standard error per cell from
 it without forming the covariance: ``tr(A Cov Aᵀ) = Σ_j z_jᵀ A Cov Aᵀ z_j`` over probe vectors,
 each term one conjugate-gradient solve with ``P H P`` (``P`` the projection onto the invariants'
-null space). Tables of at most :data:`EXACT_PROBE_CELLS` cells use the unit vectors as probes
+null space). With at most :data:`DIRECT_ROWS` measured rows the same terms come from one
+eigendecomposition instead: with ``G = W Q P`` (``W`` the weights ``1/σ``), ``P H P = GᵀG`` and
+``bᵀ(GᵀG)⁺b = ‖(GGᵀ)⁺ G b‖²``, where ``GGᵀ`` is only rows × rows (on the quickstart 684 × 684,
+4 times faster than the conjugate gradients and equal to 1e-12). Tables of at most :data:`EXACT_PROBE_CELLS` cells use the unit vectors as probes
 (exact, every cell's standard error); larger ones use :data:`PROBES` Rademacher probes
 (Hutchinson 1990), whose spread gives the estimate's own standard error, printed beside it.
 The probes are numerical, not privacy randomness: they come from a fixed seed, so a report is
@@ -50,6 +53,14 @@ MIN_PROBES = 8
 MAX_BLOCK_ENTRIES = 20_000_000
 #: Tables with at most this many cells get exact per-cell standard errors (unit-vector probes).
 EXACT_PROBE_CELLS = 64
+#: Up to this many measured rows the error bars come from an eigendecomposition of ``G Gᵀ``
+#: (module notes); above it, or when its spectrum has no clean gap, from conjugate gradients.
+DIRECT_ROWS = 2000
+#: Eigenvalues of ``G Gᵀ`` below this (relative to the largest) are its null space ...
+DIRECT_RANK_TOL = 1e-10
+#: ... and the direct solve is used only when none lies within this factor of that cut-off on
+#: either side (a clean gap: marginal systems have their zeros at 1e-16, the rest above 1e-3).
+DIRECT_GAP = 1e3
 #: Relative residual at which a conjugate-gradient column counts as solved.
 CG_TOLERANCE = 1e-7
 #: Work bounds of the error-bar solve (every run ends): iterations and seconds.
@@ -210,8 +221,13 @@ def fitted_error_bars(release) -> tuple[list[dict], str | None]:
     converged = np.zeros(V.shape[1], dtype=bool)
     chunk = max(1, int(MAX_BLOCK_ENTRIES // max(free.size, 1)))
     deadline = time.monotonic() + ERRORBAR_TIME_LIMIT
+    direct = _direct_solver(system) if Qw.shape[0] <= DIRECT_ROWS else None
     for start in range(0, V.shape[1], chunk):  # memory-bounded blocks under one deadline
         block = system.project(V[:, start:start + chunk])
+        if direct is not None:
+            quad[start:start + chunk] = direct(block)
+            converged[start:start + chunk] = True
+            continue
         U, done = _block_cg(system, block, deadline)
         quad[start:start + chunk] = np.einsum("ij,ij->j", block, U)
         converged[start:start + chunk] = done
@@ -228,6 +244,32 @@ def fitted_error_bars(release) -> tuple[list[dict], str | None]:
                     "rmse_se": se / (2 * rmse) if rmse > 0 else 0.0,  # delta method for the square root
                     "exact": exact[i], "converged": bool(converged[owners == i].all())})
     return out, None
+
+
+def _direct_solver(system: _System):
+    """``B ↦ (bᵀ (P H P)⁺ b)`` per column of ``B`` (projected probes) from the eigendecomposition
+    of ``G Gᵀ = W Q P Qᵀ W`` (module notes), or None when its spectrum has no clean gap at
+    :data:`DIRECT_RANK_TOL` (the conjugate gradients then decide)."""
+    Qw = system.Qw
+    M = (Qw @ Qw.T).toarray()
+    if system.C is not None:
+        QC = np.asarray((Qw @ system.C.T).todense())
+        M -= QC @ system.CCt_pinv @ QC.T
+    lam, vectors = np.linalg.eigh((M + M.T) / 2)
+    top = float(lam.max(initial=0.0))
+    if not top > 0:
+        return None
+    rel = lam / top
+    if np.any((rel > DIRECT_RANK_TOL / DIRECT_GAP) & (rel < DIRECT_RANK_TOL * DIRECT_GAP)):
+        return None
+    keep = rel >= DIRECT_RANK_TOL
+    basis, inverse = vectors[:, keep], 1.0 / lam[keep]
+
+    def quadratic_forms(B: np.ndarray) -> np.ndarray:
+        Y = (basis.T @ (Qw @ B)) * inverse[:, None]
+        return np.einsum("ij,ij->j", Y, Y)
+
+    return quadratic_forms
 
 
 def _block_cg(system: _System, B: np.ndarray, deadline: float) -> tuple[np.ndarray, np.ndarray]:

@@ -39,6 +39,8 @@ GLOSSARY: tuple[tuple[str, str], ...] = (
     (r"\bcvxpy\b", "cvxpy: a modelling layer for convex optimisation that hands the problem to a solver "
      "(e.g. CLARABEL, an interior-point solver)."),
     (r"\bCLARABEL\b", "CLARABEL: an interior-point solver for conic problems, used through cvxpy."),
+    (r"\bclarabel\b", "clarabel: Clarabel, an interior-point solver for conic and quadratic problems, called "
+     "directly (the solver cvxpy would call, without cvxpy)."),
     (r"\bhighs\b|\bHiGHS\b", "HiGHS: an open-source solver for linear, quadratic and mixed-integer programs."),
     (r"\bscipy\b|\bnnls\b", "scipy: SciPy's solvers (e.g. nnls, non-negative least squares), used for "
      "least-squares fits without inequality rows."),

@@ -365,7 +365,7 @@ def _engine(p, rc, measured) -> str:
         FULL_LP_CELLS, FULL_LP_NNZ = 20_000, 2_000_000
     nnz = sum(m.nnz + m.rows for m in measured)
     if rc.objective == "l2":
-        if _general(p) or rc.backend in ("cvxpy", "highs") or (rc.backend is None and nnz <= MATRIX_FREE_NNZ):
+        if _general(p) or rc.backend in ("clarabel", "cvxpy", "highs") or (rc.backend is None and nnz <= MATRIX_FREE_NNZ):
             return "interior point"
         return "least squares" if nnz <= MATRIX_FREE_NNZ else "working set"
     if rc.objective == "entropy":

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
-from dpopt.errors import ParameterError, SpecError
+from dpopt.errors import DpoptError, ParameterError, SpecError
 from dpopt.spec.model import ReleaseSpec
 from dpopt.spec.sections import (
     COMMON_KEYS,
@@ -131,11 +131,13 @@ def parse_spec_text(text: str, source: Path | None = None) -> ReleaseSpec:
 def parse_spec(raw: dict, *, source: Path | None = None, base_dir: Path | None = None,
                lines: Mapping[tuple, int] | None = None) -> ReleaseSpec:
     """Validate the structure of a spec given as a dict (what ``tomllib`` returns)."""
-    from dpopt.algorithms.base import _ALIASES, REGISTRY, get_algorithm
+    from dpopt.algorithms.base import REGISTRY, algorithm_names, get_algorithm
 
     ctx = SpecContext(source, dict(lines or {}), base_dir or Path.cwd())
-    keys = all_section_keys()
-    top = SpecTable(ctx, raw, (), keys[""], "")
+    own = _own_sections(raw)
+    # A spec whose every table is common or its algorithm's needs only that algorithm's module;
+    # any other table is judged against every algorithm's (all imported: issue #30).
+    top = SpecTable(ctx, raw, (), COMMON_KEYS[""] + own if own is not None else all_section_keys()[""], "")
     name = top.str("name", default=source.stem if source is not None else "release")
     if not name.strip() or any(c in name for c in "/\\"):
         raise ctx.error(("name",), f"must be a non-empty name without slashes, got {name!r}")
@@ -143,7 +145,7 @@ def parse_spec(raw: dict, *, source: Path | None = None, base_dir: Path | None =
     domain = parse_domain(top.table("domain", COMMON_KEYS["domain"], required=True))
     data = parse_data(top.table("data", COMMON_KEYS["data"]), domain)
     privacy = parse_privacy(top.table("privacy", COMMON_KEYS["privacy"], required=True))
-    alg_name = top.str("algorithm", default=default_algorithm(raw), choices=list(REGISTRY) + list(_ALIASES))
+    alg_name = top.str("algorithm", default=default_algorithm(raw), choices=algorithm_names())
     cls = get_algorithm(alg_name)
     _check_sections(top, cls, alg_name, REGISTRY)
     try:
@@ -170,6 +172,21 @@ def parse_spec(raw: dict, *, source: Path | None = None, base_dir: Path | None =
         constraints=constraints, output=output, raw=raw, algorithm=algorithm, source=source,
         base_dir=ctx.base_dir, lines=ctx.lines,
     )
+
+
+def _own_sections(raw: Mapping) -> tuple[str, ...] | None:
+    """The sections of the spec's algorithm when every table of ``raw`` is a common one or one of
+    them (found by importing that algorithm's module only), else None."""
+    from dpopt.algorithms.base import get_algorithm
+
+    name = raw.get("algorithm", default_algorithm(raw))
+    if not isinstance(name, str):
+        return None
+    try:
+        sections = tuple(get_algorithm(name).sections)
+    except DpoptError:
+        return None
+    return sections if all(key in COMMON_KEYS[""] or key in sections for key in raw) else None
 
 
 def _check_sections(top: SpecTable, cls, alg_name: str, registry) -> None:

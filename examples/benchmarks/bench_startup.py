@@ -11,6 +11,12 @@ Each figure is a fresh ``dpopt`` process (the installed script beside this inter
 ``check SPEC``
     until its first line of output (target 1 s) and until it exits, for every built-in spec
     (none needs its data: the real-data specs are checked without it).
+``run models/quickstart.toml --out DIR``
+    the whole process (issue #30: target 2 s wall on an idle 2-core machine), with its plots and
+    without them (``plots = false``), ``--run-repeat`` times each, alternated: median and fastest
+    wall seconds and the median CPU seconds. Python's bytecode caches matter here (compiling
+    dpopt's sources costs 0.3-0.5 s a run): the script says whether ``PYTHONDONTWRITEBYTECODE``
+    is set.
 
 Timings depend on the machine's load: set OPENBLAS_NUM_THREADS=1 and say how busy it was.
 """
@@ -24,6 +30,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -70,10 +77,28 @@ def time_first_line(args: list[str]) -> tuple[float, float, float, str]:
     return first_at, first_cpu, time.perf_counter() - start, first.strip()
 
 
+def time_quickstart(cmd: list[str], repeat: int) -> list[tuple[str, list[float], list[float]]]:
+    """``dpopt run models/quickstart.toml --out DIR`` with and without plots, alternated."""
+    spec = (REPO / "models" / "quickstart.toml").read_text()
+    with tempfile.TemporaryDirectory(prefix="bench_startup_") as tmp:
+        no_plots = Path(tmp) / "quickstart_no_plots.toml"
+        no_plots.write_text(spec.replace("plots = true", "plots = false"))
+        variants = {"with plots": REPO / "models" / "quickstart.toml", "plots = false": no_plots}
+        times: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in variants}
+        time_exit(cmd + ["run", str(variants["with plots"]), "--out", str(Path(tmp) / "warm")])  # file cache
+        for i in range(repeat):
+            for label, path in variants.items():
+                wall, cpu = time_exit(cmd + ["run", str(path), "--out", str(Path(tmp) / f"{label}-{i}")])
+                times[label][0].append(wall)
+                times[label][1].append(cpu)
+    return [(label, walls, cpus) for label, (walls, cpus) in times.items()]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--specs", help="comma-separated built-in spec names (default: all)")
+    parser.add_argument("--run-repeat", type=int, default=5, help="runs of the quickstart release per variant")
     args = parser.parse_args()
     cmd = dpopt_command()
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -89,6 +114,10 @@ def main() -> None:
     for name in names:
         first, cpu, total, line = time_first_line(cmd + ["check", str(REPO / "models" / f"{name}.toml")])
         print(f"{name:<28}{first:>13.2f}{cpu:>9.2f}{total:>9.2f}  {line[:50]}")
+    print(f"\n{'dpopt run quickstart':<28}{'median s':>10}{'fastest s':>11}{'CPU s (median)':>16}"
+          f"   (PYTHONDONTWRITEBYTECODE={os.environ.get('PYTHONDONTWRITEBYTECODE', 'unset')})")
+    for label, walls, cpus in time_quickstart(cmd, args.run_repeat):
+        print(f"{label:<28}{statistics.median(walls):>10.2f}{min(walls):>11.2f}{statistics.median(cpus):>16.2f}")
     if shutil.which("hyperfine") is None:
         print("\n(hyperfine is not installed: these are plain subprocess timings)")
 

@@ -1,6 +1,6 @@
 """Solver adapters for the canonical forms of :mod:`dpopt.estimate.form`.
 
-One module per solver (HiGHS, cvxpy, PuLP/CBC, scipy), a common :class:`Backend`
+One module per solver (HiGHS, Clarabel, cvxpy, PuLP/CBC, scipy), a common :class:`Backend`
 interface with a status map each, a registry, and the conflict finder for infeasible
 forms::
 
@@ -11,6 +11,7 @@ forms::
 """
 
 from dpopt.estimate.backends.base import CONFLICT_ROW_LIMIT, DEFAULT_MIP_GAP, Backend, SolveSettings
+from dpopt.estimate.backends.clarabel_backend import ClarabelBackend
 from dpopt.estimate.backends.conflicts import BOUNDS_GROUP, find_conflicting_rows
 from dpopt.estimate.backends.cvxpy_backend import CvxpyBackend
 from dpopt.estimate.backends.highs import HighsBackend
@@ -28,7 +29,7 @@ from dpopt.estimate.backends.scipy_backend import ScipyBackend
 
 __all__ = [
     "Backend", "SolveSettings", "CONFLICT_ROW_LIMIT", "DEFAULT_MIP_GAP",
-    "HighsBackend", "CvxpyBackend", "PulpBackend", "ScipyBackend",
+    "HighsBackend", "ClarabelBackend", "CvxpyBackend", "PulpBackend", "ScipyBackend",
     "BACKENDS", "PREFERRED", "get_backend", "installed_backends", "available_backends", "default_backend",
     "find_conflicting_rows", "BOUNDS_GROUP", "LSQ_METHODS", "solve_least_squares",
 ]

@@ -37,6 +37,15 @@ PREFERRED_SOLVERS: dict[str, tuple[str, ...]] = {
     "MIQP": ("SCIP", "GUROBI", "CPLEX", "MOSEK", "XPRESS", "COPT"),
 }
 
+#: The Python module of each solver cvxpy can call: :meth:`CvxpyBackend.supports` (choosing a
+#: backend) looks them up with ``find_spec`` instead of importing cvxpy (~1 s, issue #30); the solve
+#: itself asks cvxpy (``cvxpy.installed_solvers()``).
+SOLVER_MODULES: dict[str, str] = {
+    "CLARABEL": "clarabel", "HIGHS": "highspy", "SCIPY": "scipy", "ECOS": "ecos", "SCS": "scs", "OSQP": "osqp",
+    "PIQP": "piqp", "SCIP": "pyscipopt", "GLPK_MI": "cvxopt", "CBC": "cylp", "GUROBI": "gurobipy", "CPLEX": "cplex",
+    "MOSEK": "mosek", "XPRESS": "xpress", "COPT": "coptpy",
+}
+
 # Per-solver option names (cvxpy passes solver options through verbatim).
 _TIME_LIMIT = {"CLARABEL": "time_limit", "HIGHS": "time_limit", "OSQP": "time_limit", "SCS": "time_limit_secs"}
 _TOLERANCE = {
@@ -95,10 +104,16 @@ class CvxpyBackend(Backend):
         installed = set(self.installed_solvers())
         return next((s for s in PREFERRED_SOLVERS.get(kind, ()) if s in installed), None)
 
+    @staticmethod
+    def findable_solver(kind: str) -> str | None:
+        """The first solver preferred for ``kind`` whose module is installed, found without importing
+        cvxpy or the solver (:data:`SOLVER_MODULES`), or None."""
+        return next((s for s in PREFERRED_SOLVERS.get(kind, ()) if importable(SOLVER_MODULES[s])), None)
+
     def supports(self, form) -> bool:
         if isinstance(form, ProgramForm):
-            return self.is_installed() and self.default_solver(form.kind) is not None
-        return super().supports(form) and self.default_solver("QP") is not None
+            return self.is_installed() and self.findable_solver(form.kind) is not None
+        return super().supports(form) and self.findable_solver("QP") is not None
 
     def _check_options(self, form, settings: SolveSettings) -> None:
         super()._check_options(form, settings)
@@ -149,6 +164,9 @@ class CvxpyBackend(Backend):
         import cvxpy as cp
 
         solver = settings.option("solver") or self.default_solver(form.kind)
+        if solver is None:
+            raise SolverError(f"backend 'cvxpy': no installed cvxpy solver for {form.kind} forms (tried "
+                              f"{list(PREFERRED_SOLVERS.get(form.kind, ()))}; installed: {self.installed_solvers()})")
         n = form.num_vars
         # Integer and continuous variables are separate cvxpy variables (cvxpy's per-index
         # integrality is unreliable for vectors); v = S_c v_c + S_i v_i.

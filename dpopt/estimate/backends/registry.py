@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dpopt.errors import SolverError
 from dpopt.estimate.backends.base import Backend
+from dpopt.estimate.backends.clarabel_backend import ClarabelBackend
 from dpopt.estimate.backends.cvxpy_backend import CvxpyBackend
 from dpopt.estimate.backends.highs import HighsBackend
 from dpopt.estimate.backends.pulp_backend import PulpBackend
@@ -14,7 +15,7 @@ __all__ = ["BACKENDS", "PREFERRED", "get_backend", "installed_backends", "availa
 
 #: Every known backend class by registry name, in order of preference.
 BACKENDS: dict[str, type[Backend]] = {
-    cls.name: cls for cls in (HighsBackend, ScipyBackend, CvxpyBackend, PulpBackend)
+    cls.name: cls for cls in (HighsBackend, ScipyBackend, ClarabelBackend, CvxpyBackend, PulpBackend)
 }
 
 
@@ -52,11 +53,13 @@ def get_backend(name: str) -> Backend:
 
 #: Backends tried in order by :func:`default_backend` for each kind. HiGHS's QP solver is an
 #: active-set method that slows down sharply with the null-space size (a 2500-cell
-#: least-squares QP took 41 s, against 0.1 s for CLARABEL), so QPs go to cvxpy first.
+#: least-squares QP took 41 s, against 0.1 s for CLARABEL), so QPs go to Clarabel first: called
+#: directly (the same solve as cvxpy's CLARABEL, without cvxpy's 1 s import: issue #30), then
+#: through cvxpy.
 PREFERRED: dict[str, tuple[str, ...]] = {
-    "LP": ("highs", "scipy", "cvxpy", "pulp"),
+    "LP": ("highs", "scipy", "cvxpy", "pulp", "clarabel"),
     "MILP": ("highs", "scipy", "cvxpy", "pulp"),
-    "QP": ("cvxpy", "highs"),
+    "QP": ("clarabel", "cvxpy", "highs"),
     "MIQP": ("cvxpy",),
     "LSQ": ("scipy", "cvxpy", "highs"),
 }

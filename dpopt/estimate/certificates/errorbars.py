@@ -224,7 +224,7 @@ def bootstrap_replicates(result_or_problem, draws: np.ndarray, *, x: np.ndarray 
                          f"got shape {draws.shape}")
     if backend is None:
         backend = getattr(result_or_problem, "backend", None)
-        backend = backend if backend in ("cvxpy", "scipy", "highs", "pulp", "exact", "mw") else None
+        backend = backend if backend in ("clarabel", "cvxpy", "scipy", "highs", "pulp", "exact", "mw") else None
     fitted = [m.query.matvec(x) for m in problem.noisy]
     splits = np.cumsum([m.query.num_rows for m in problem.noisy])[:-1]
     out = np.empty((draws.shape[0], problem.num_cells))
