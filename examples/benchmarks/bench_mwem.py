@@ -306,8 +306,8 @@ def profile(args) -> None:
         return
 
     frame = pd.read_csv(shared_file("nltcs.csv"))
-    targets = [("preprocessing (transformer, histograms)", sn.MWEMSynthesizer, "_get_train_data"),
-               ("  histograms", sn.MWEMSynthesizer, "_histogram_from_data_attributes"),
+    targets = [("preprocessing: its table transformer", sn.MWEMSynthesizer, "_get_train_data"),
+               ("preprocessing: its histograms", sn.MWEMSynthesizer, "_histogram_from_data_attributes"),
                ("selection", sn.MWEMSynthesizer, "_exponential_mechanism"),
                ("Laplace noise", sn.MWEMSynthesizer, "_laplace"),
                ("multiplicative weights", sn.MWEMSynthesizer, "_multiplicative_weights")]
