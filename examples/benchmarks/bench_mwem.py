@@ -380,12 +380,12 @@ def halves(args) -> None:
 
         def fit_halves():
             tables = []
-            for names, cuboids in zip(splits, smartnoise_cuboids(synth)):
+            for h, (names, cuboids) in enumerate(zip(splits, smartnoise_cuboids(synth))):
                 domain = Domain(tuple(names), (2,) * len(names))
                 part = Dataset.from_frame(frame[names], domain)
                 blocks = [Marginal(domain, [names[i] for i in c]) for c in cuboids]
                 tables.append(mwem(part, blocks, Fraction(1, 2), rounds=40, select="block", repeat_passes=20,
-                                   rng=make_random(200 + seed)).x)
+                                   rng=make_random(200 + 2 * seed + h)).x)  # a seed per half
             return np.multiply.outer(tables[0], tables[1]).reshape(-1) / float(tables[0].sum())
 
         dp_table, dp = cpu_seconds(fit_halves)
