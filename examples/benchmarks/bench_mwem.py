@@ -18,6 +18,13 @@
    * with ``--dpopt-reference`` also dpopt with the reference loop's options (``REFERENCE``).
 
    Accuracy: mean absolute error per 3-way marginal cell.
+   ``profile`` prints where each method's fit CPU goes (dpopt: selection's answers and exact draw,
+   measurement, the MW passes and their loss, and the cost of one update's gather, sums and
+   multiplication; smartnoise: its data preprocessing, selection, noise and updates).
+   ``halves`` gives dpopt smartnoise's own problem: the same two 8-attribute halves, each at
+   epsilon / 2 with T = 40, whole-marginal selection over the very cuboids smartnoise sampled,
+   20 plain passes per round (its ``mult_weights_iterations``); the error is that of the
+   product of the halves for both.
 2. figure4: nltcs, all 2-way / all 3-way marginal cells, T = 20, 30, 40, mean absolute
    error per cell over ``--runs`` runs (the paper: 10), epsilon = 1.
 3. figure3: relative entropy KL(data || estimate) vs epsilon on mildew, rochdale, czech,
@@ -33,6 +40,7 @@
 Seeded sources (a benchmark, not a release). Plots (PNG) go to ``--plots DIR`` if given.
 
 Run:  OPENBLAS_NUM_THREADS=1 python examples/benchmarks/bench_mwem.py speed --speed-seeds 3
+      OPENBLAS_NUM_THREADS=1 python examples/benchmarks/bench_mwem.py profile halves --speed-seeds 3
       python examples/benchmarks/bench_mwem.py speed figure4 figure3 --runs 10 --plots /tmp/mwem-plots
 """
 
@@ -198,6 +206,197 @@ def speed(args) -> None:
                   + ", ".join(f"{x:.1f}" for x in ratios) + ")")
 
 
+class _CpuPhases:
+    """CPU seconds spent in named functions (wrapped in place, restored on exit): a profile
+    without the profiler's per-call overhead, which would swamp thousands of small updates."""
+
+    def __init__(self, targets):
+        self.targets, self.seconds, self._saved = targets, {}, []
+
+    def __enter__(self):
+        for label, owner, name in self.targets:
+            original = getattr(owner, name)
+            self._saved.append((owner, name, original))
+            setattr(owner, name, self._timed(label, original))
+        return self
+
+    def _timed(self, label, original):
+        def call(*args, **kwargs):
+            start = time.process_time()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self.seconds[label] = self.seconds.get(label, 0.0) + time.process_time() - start
+        return call
+
+    def __exit__(self, *exc):
+        for owner, name, original in reversed(self._saved):
+            setattr(owner, name, original)
+
+
+def _per_call_us(call, repeats: int = 200) -> float:
+    """Best of five: CPU microseconds per ``call()``."""
+    best = float("inf")
+    for _ in range(5):
+        start = time.process_time()
+        for _ in range(repeats):
+            call()
+        best = min(best, (time.process_time() - start) / repeats)
+    return 1e6 * best
+
+
+def profile(args) -> None:
+    """Where the fit CPU goes, dpopt and smartnoise (``speed``'s problem and options)."""
+    import sys
+    import warnings
+
+    import pandas as pd
+
+    import dpopt.estimate.engines.mw_step as mw_step
+    from _common import shared_file
+
+    module = sys.modules["dpopt.algorithms.mwem"]
+    data = load_binary("nltcs")
+    W = all_marginals(data.domain, 3)
+    targets = [("selection: answers of all cells", module.WorkloadEvaluator, "answers"),
+               ("selection: exact exponential draw", module, "exponential_mechanism"),
+               ("measurement (exact noise)", module, "measure_round"),
+               ("MW passes (updates and loss)", mw_step.MWState, "passes"),
+               ("  of which the loss after each pass", mw_step.MWState, "loss")]
+    print(f"\nprofile: dpopt, nltcs, {len(W)} 3-way marginals, eps = 1, T = 40, {OPTIMISED}; "
+          f"CPU seconds per fit, mean of {args.speed_seeds}")
+    mwem(data, W, 1, rounds=40, rng=make_random(99), **OPTIMISED)  # warm the caches of the first call
+    total, updates = 0.0, 0
+    with _CpuPhases(targets) as phases:
+        for seed in range(args.speed_seeds):
+            res, cpu = cpu_seconds(lambda: mwem(data, W, 1, rounds=40, rng=make_random(100 + seed), **OPTIMISED))
+            total, updates = total + cpu, updates + res.info["updates"]
+    k = args.speed_seeds
+    print(f"  fit {total / k:.3f} CPU-s, {updates / k:.0f} updates of the {data.domain.size:,}-cell table")
+    for label, *_ in targets:
+        seconds = phases.seconds.get(label, 0.0)
+        print(f"  {label:38s} {seconds / k:.3f}  ({100 * seconds / total:.0f}%)")
+    # One update's parts on this table, over a pass of the last run's marginals in their order:
+    # the move into each marginal's layout (a gather), the contiguous sums, the multiplication in
+    # place, and the arithmetic on the marginal's cells.
+    state = mw_step.MWState(data.domain, float(data.total))
+    indices = [state._index_for(W[b]) for b in dict.fromkeys(b for b, _ in res.selected)]
+    layouts, table = state._layouts, state.x
+
+    def moves():
+        t, at = table, None
+        for index in indices:
+            t, at = layouts.move(t, at, index), index
+
+    rows = table.reshape(indices[0].size, -1)
+    factor = np.full(indices[0].size, 1.0)
+    parts = {"gather into the marginal's layout": (moves, len(indices)),
+             "contiguous sums per marginal cell": (lambda: rows.sum(axis=1), 1),
+             "multiplication in place": (lambda: rows.__imul__(factor[:, None]), 1),
+             "the factors (exp, dot, scale)": (lambda: np.exp(0.1 * (factor - factor * factor)) @ factor, 1)}
+    print(f"  one update's parts, CPU microseconds (best of 5; gathers: mean over a pass of the last run's "
+          f"{len(indices)} marginals):")
+    for label, (call, per) in parts.items():
+        print(f"    {label:36s} {_per_call_us(call, 200 // per) / per:7.1f}")
+
+    try:
+        import snsynth.mwem as sn
+    except ImportError:
+        print("\nprofile: smartnoise-synth is not installed")
+        return
+
+    frame = pd.read_csv(shared_file("nltcs.csv"))
+    targets = [("preprocessing: its table transformer", sn.MWEMSynthesizer, "_get_train_data"),
+               ("preprocessing: its histograms", sn.MWEMSynthesizer, "_histogram_from_data_attributes"),
+               ("selection", sn.MWEMSynthesizer, "_exponential_mechanism"),
+               ("Laplace noise", sn.MWEMSynthesizer, "_laplace"),
+               ("multiplicative weights", sn.MWEMSynthesizer, "_multiplicative_weights")]
+    total = 0.0
+    with _CpuPhases(targets) as phases, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for seed in range(k):
+            _, cpu = cpu_seconds(lambda: smartnoise_fit(frame, 1.0, 40, seed))
+            total += cpu
+    print(f"\nprofile: smartnoise-synth MWEM (two 8-attribute halves, T = 40 each), CPU seconds per fit")
+    print(f"  fit {total / k:.3f} CPU-s")
+    for label, *_ in targets:
+        seconds = phases.seconds.get(label, 0.0)
+        print(f"  {label:38s} {seconds / k:.3f}  ({100 * seconds / total:.0f}%)")
+
+
+def smartnoise_cuboids(synth) -> list[list[list[int]]]:
+    """The columns of every cuboid smartnoise sampled, per half (its queries index the
+    histogram's transpose, so position ``i`` of a query is column ``d - 1 - i``)."""
+    out = []
+    for h in synth.histograms:
+        cuboids = []
+        for cuboid in h.queries:
+            first = cuboid.queries[0].query
+            cuboids.append(sorted(len(first) - 1 - i for i, v in enumerate(first) if not isinstance(v, slice)))
+        out.append(cuboids)
+    return out
+
+
+def halves(args) -> None:
+    """smartnoise's problem given to dpopt: the same halves, budget, T, cuboids and passes."""
+    import random
+    import warnings
+
+    import pandas as pd
+
+    from _common import shared_file
+    from dpopt.model.data import Dataset
+    from dpopt.model.domain import Domain
+    from dpopt.model.queries import Marginal
+
+    try:
+        from snsynth.mwem import MWEMSynthesizer
+    except ImportError:
+        print("\nhalves: smartnoise-synth is not installed")
+        return
+    data = load_binary("nltcs")
+    W = all_marginals(data.domain, 3)
+    ev = WorkloadEvaluator(data.domain, W)
+    truth = ev.answers(data.histogram())
+    frame = pd.read_csv(shared_file("nltcs.csv"))
+    columns = list(frame.columns)
+    half = len(columns) // 2
+    splits = [columns[:half], columns[half:]]
+    print("\nhalves: smartnoise's own problem for both: nltcs as two independent 8-attribute halves, "
+          "eps = 1/2 and T = 40 each,\n  whole-marginal selection over the 1- to 3-way cuboids smartnoise "
+          "sampled, 20 plain passes per round; fit CPU seconds (dpopt's includes building its tables), "
+          "mean |error| per 3-way cell of the product of the halves")
+    rows = []
+    for seed in range(args.speed_seeds):
+        np.random.seed(seed)
+        random.seed(seed)
+        synth = MWEMSynthesizer(epsilon=1.0, iterations=40, marginal_width=3,
+                                splits=[list(range(half)), list(range(half, len(columns)))])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _, sn = cpu_seconds(lambda: synth.fit(frame.copy(), categorical_columns=columns))
+        (first, *_), (second, *_) = synth.synthetic_histograms
+        sn_table = np.multiply.outer(first, second).reshape(-1) / float(np.sum(first))
+
+        def fit_halves():
+            tables = []
+            for h, (names, cuboids) in enumerate(zip(splits, smartnoise_cuboids(synth))):
+                domain = Domain(tuple(names), (2,) * len(names))
+                part = Dataset.from_frame(frame[names], domain)
+                blocks = [Marginal(domain, [names[i] for i in c]) for c in cuboids]
+                tables.append(mwem(part, blocks, Fraction(1, 2), rounds=40, select="block", repeat_passes=20,
+                                   rng=make_random(200 + 2 * seed + h)).x)  # a seed per half
+            return np.multiply.outer(tables[0], tables[1]).reshape(-1) / float(tables[0].sum())
+
+        dp_table, dp = cpu_seconds(fit_halves)
+        rows.append((sn, dp))
+        print(f"  seed {seed}: smartnoise {sn:.3f} CPU-s (error {mean_cell_error(ev, sn_table, truth):.1f}), "
+              f"dpopt {dp:.3f} CPU-s (error {mean_cell_error(ev, dp_table, truth):.1f}): {sn / dp:.1f}x", flush=True)
+    ratios = [sn / dp for sn, dp in rows]
+    print(f"  median: smartnoise {np.median([r[0] for r in rows]):.3f}, dpopt {np.median([r[1] for r in rows]):.3f} "
+          f"CPU-s; smartnoise / dpopt {np.median(ratios):.1f}x")
+
+
 def figure4(args) -> None:
     data = load_binary("nltcs")
     rows = {}
@@ -272,7 +471,8 @@ def figure3(args) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("parts", nargs="*", default=["speed"], choices=["speed", "figure4", "figure3"])
+    parser.add_argument("parts", nargs="*", default=["speed"],
+                        choices=["speed", "profile", "halves", "figure4", "figure3"])
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--speed-seeds", type=int, default=3)
     parser.add_argument("--no-reference", action="store_true", help="skip the numpy transcription of Fig. 8 (~15 s)")
@@ -283,7 +483,7 @@ def main() -> None:
     if args.plots:
         Path(args.plots).mkdir(parents=True, exist_ok=True)
     for part in args.parts:
-        {"speed": speed, "figure4": figure4, "figure3": figure3}[part](args)
+        {"speed": speed, "profile": profile, "halves": halves, "figure4": figure4, "figure3": figure3}[part](args)
 
 
 if __name__ == "__main__":
