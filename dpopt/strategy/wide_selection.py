@@ -116,6 +116,26 @@ class WideSelectionPlan:
     measure_cost: PrivacyCost
     select_epsilon: Fraction = field(default=Fraction(0))
 
+    def steps(self) -> list:
+        """The plan's privacy-spending steps (:class:`~dpopt.algorithms.base.PlannedMeasure`), shares exact:
+        the one-way marginals, the probe, then either every workload marginal or the rounds (the
+        probe decides, so the last step's query is chosen during the run)."""
+        from dpopt.algorithms.base import PlannedMeasure
+
+        total = self.one_way.epsilon + self.probe.epsilon + self.rest.epsilon if self.accounting != "zcdp" \
+            else self.one_way.rho + self.probe.rho + self.rest.rho
+        part = (lambda c: c.rho / total) if self.accounting == "zcdp" else (lambda c: c.epsilon / total)  # noqa: E731
+        law = _law_of_share(self.domain, [(a,) for a in self.domain.attrs], self.one_way, self.mechanism)
+        ones = _stack(self.domain, [(a,) for a in self.domain.attrs])
+        return [PlannedMeasure("one-way marginals", ones, self.mechanism, part(self.one_way), self.one_way, law,
+                               what=f"{len(self.domain.attrs)} one-way marginals", answers=ones.num_rows),
+                PlannedMeasure("wide selection: deviation probe", None, self.mechanism, part(self.probe), self.probe,
+                               what="mean L1 deviation of the candidates from the one-way model (sensitivity 1)",
+                               answers=1),
+                PlannedMeasure("workload marginals or selected rounds", None, self.mechanism, part(self.rest),
+                               self.rest, what=f"every workload marginal ({len(self.workload)}), or {self.rounds} "
+                               "exponential-mechanism choices and their measurements")]
+
     def lines(self) -> list[str]:
         return [f"wide selection (MST/AIM style): one-way marginals with {self.one_way}, a deviation probe with "
                 f"{self.probe}; then every workload marginal ({len(self.workload)}) with {self.rest} if its expected "
@@ -265,6 +285,19 @@ class WideSelection:
     chosen: list
     total: float
 
+    def info(self) -> dict:
+        """For ``release.info``: the decision and its evidence (noisy, hence releasable), the chosen sets."""
+        return {"mode": self.mode, "deviation": self.deviation, "expected_noise_all": self.expected_noise_all,
+                "chosen": [list(c) for c in self.chosen]}
+
+    def describe(self) -> str:
+        if self.mode == "all":
+            return (f"every workload marginal measured (expected L1 noise {self.expected_noise_all:.3g} per marginal, "
+                    f"at most the one-way model's noisy mean deviation {self.deviation:.3g})")
+        return (f"{len(self.chosen)} marginals chosen by the exponential mechanism (measuring every workload "
+                f"marginal would cost {self.expected_noise_all:.3g} L1 noise per marginal, above the one-way "
+                f"model's noisy mean deviation {self.deviation:.3g})")
+
 
 def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng) -> WideSelection:
     """Measure as the module notes say; every cost is charged before its draw.
@@ -340,13 +373,18 @@ def _mean_abs(law) -> float:
     return float(law.scale) if law.mechanism == "laplace" else math.sqrt(2 / math.pi) * float(law.scale)
 
 
-def _law_of_share(domain, sets, cost, mechanism):
+def _stack(domain, sets):
     from dpopt.model.queries.combine import Stack
     from dpopt.model.queries.marginal import Marginal
-    from dpopt.privacy.mechanisms import calibrate
 
     parts = [Marginal(domain, s) for s in sets]
-    return calibrate(parts[0] if len(parts) == 1 else Stack(parts), cost, mechanism)
+    return parts[0] if len(parts) == 1 else Stack(parts)
+
+
+def _law_of_share(domain, sets, cost, mechanism):
+    from dpopt.privacy.mechanisms import calibrate
+
+    return calibrate(_stack(domain, sets), cost, mechanism)
 
 
 def _measure_stack(sets, data, cost, mechanism, accountant, rng, label) -> list:
