@@ -69,7 +69,8 @@ from dpopt.privacy.accountant import PrivacyCost
 if TYPE_CHECKING:  # pragma: no cover
     from dpopt.model.measurement import Measurement
 
-__all__ = ["WideSelectionPlan", "plan_wide_selection", "run_wide_selection", "selection_scores",
+__all__ = ["WideSelectionPlan", "WideSelection", "plan_wide_selection", "run_wide_selection", "selection_scores",
+           "selection_probabilities",
            "ONE_WAY_SHARE", "PROBE_SHARE", "SELECT_SHARE"]
 
 #: Share of the budget for the one-way marginals (MST spends a third; AIM about a tenth per round).
@@ -144,7 +145,8 @@ class WideSelectionPlan:
                 f"its measurement ({self.measure_cost})"]
 
 
-def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int | None = None) -> WideSelectionPlan:
+def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int | None = None,
+                        one_way_share: Fraction = ONE_WAY_SHARE) -> WideSelectionPlan:
     """The plan of the module notes, before any data.
 
     Parameters
@@ -157,6 +159,8 @@ def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int
     mechanism : {"laplace", "gaussian"}
     rounds : int, optional
         ``T`` (default: the number of attributes, ``d``).
+    one_way_share : Fraction
+        Step 1's share of the budget (default ``ONE_WAY_SHARE``).
     """
     sets = tuple(dict.fromkeys(tuple(domain.canonical(s)) for s in workload))
     if not sets:
@@ -169,8 +173,11 @@ def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int
     candidates = tuple(sorted({s for s in sets if len(s) >= 2} | pairs,
                               key=lambda s: (len(s), tuple(domain.attrs.index(a) for a in s))))
     total = budget.total
-    one_way, probe = budget.share(ONE_WAY_SHARE), budget.share(PROBE_SHARE)
-    rest = budget.share(1 - ONE_WAY_SHARE - PROBE_SHARE)
+    one_way_share = Fraction(one_way_share)
+    if not 0 < one_way_share < 1 - PROBE_SHARE:
+        raise ParameterError(f"one_way_share must lie in (0, {1 - PROBE_SHARE}), got {one_way_share}")
+    one_way, probe = budget.share(one_way_share), budget.share(PROBE_SHARE)
+    rest = budget.share(1 - one_way_share - PROBE_SHARE)
     per_round = _scale(rest, Fraction(1, rounds))
     accounting = budget.accounting
     if accounting == "zcdp":
@@ -269,8 +276,21 @@ def _outer(tables, owners, attrs, shared=None, shared_law=None) -> np.ndarray:
 
 
 def selection_scores(true: list, model: list, penalty: np.ndarray) -> np.ndarray:
-    """AIM's scores (module notes, step 3): ``||M_C(x) - m_C||_1 - penalty_C`` per candidate."""
-    return np.array([np.abs(t - m).sum() for t, m in zip(true, model)]) - penalty
+    """AIM's scores (module notes, step 3): ``||M_C(x) - m_C||_1 - penalty_C`` per candidate.
+
+    L1 sensitivity 1 in the data (add or remove one record) when ``model`` and ``penalty`` were
+    computed from noisy answers and public values only, as :func:`run_wide_selection` does. The
+    exponential mechanism then picks ``C`` with probability
+    ``exp(epsilon q_C / 2) / sum_C' exp(epsilon q_C' / 2)`` (:func:`selection_probabilities`).
+    """
+    return np.array([np.abs(t - m).sum() for t, m in zip(true, model)]) - np.asarray(penalty, dtype=np.float64)
+
+
+def selection_probabilities(scores, epsilon) -> np.ndarray:
+    """The exponential mechanism's law over candidates of ``scores`` (sensitivity 1), in closed form."""
+    q = np.asarray(scores, dtype=np.float64)
+    w = np.exp(float(epsilon) * (q - q.max()) / 2)
+    return w / w.sum()
 
 
 # ---- run -------------------------------------------------------------------------------------------
@@ -299,12 +319,28 @@ class WideSelection:
                 f"model's noisy mean deviation {self.deviation:.3g})")
 
 
-def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng) -> WideSelection:
+def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: str = "auto") -> WideSelection:
     """Measure as the module notes say; every cost is charged before its draw.
 
-    Returns the measurements (one per marginal: the one-way marginals, then the workload's or
-    the chosen ones) for :func:`~dpopt.estimate.marginal_space.estimate_marginals`.
+    Parameters
+    ----------
+    plan : WideSelectionPlan
+    data : Dataset
+    accountant : Accountant
+        Must afford the whole plan (checked before the first charge).
+    rng : RandomSource
+    mode : {"auto", "all", "select"}
+        ``"auto"``: the probe decides (step 2); the others force a path (benchmarks, tests): the
+        probe is still charged and drawn, so the ledger is the same.
+
+    Returns
+    -------
+    WideSelection
+        The measurements (one per marginal: the one-way marginals, then the workload's or the
+        chosen ones) for :func:`~dpopt.estimate.marginal_space.estimate_marginals`.
     """
+    if mode not in ("auto", "all", "select"):
+        raise ParameterError(f"mode must be 'auto', 'all' or 'select', got {mode!r}")
     from dpopt.model.queries.marginal import Marginal
     from dpopt.privacy.mechanisms import exponential_mechanism
 
@@ -325,7 +361,7 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng) -> WideSe
     law_all = _law_of_share(domain, plan.workload, plan.rest, plan.mechanism)
     cells = np.array([domain.project(list(s)).size for s in plan.workload], dtype=np.float64)
     expected_all = float(np.mean(cells) * _mean_abs(law_all))
-    if expected_all <= deviation or not candidates:
+    if mode == "all" or (mode == "auto" and expected_all <= deviation) or not candidates:
         rest = _measure_stack(list(plan.workload), data, plan.rest, plan.mechanism, accountant, rng,
                               "workload marginals")
         return WideSelection(measured + rest, "all", deviation, expected_all, [], total)
@@ -339,10 +375,10 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng) -> WideSe
     for t in range(plan.rounds):
         if not open_.any():
             break
-        scores = selection_scores([true[i] for i in np.flatnonzero(open_)],
-                                  [modelled[i] for i in np.flatnonzero(open_)], penalty[open_])
-        pick = int(np.flatnonzero(open_)[exponential_mechanism(
-            scores, plan.select_epsilon, accountant, rng, sensitivity=1.0, label=f"wide selection round {t + 1}")])
+        here = np.flatnonzero(open_)
+        scores = selection_scores([true[i] for i in here], [modelled[i] for i in here], penalty[open_])
+        pick = int(here[exponential_mechanism(scores, plan.select_epsilon, accountant, rng, sensitivity=1.0,
+                                              label=f"wide selection round {t + 1}")])
         attrs = candidates[pick]
         q = Marginal(domain, attrs)
         from dpopt.privacy.mechanisms import measure
