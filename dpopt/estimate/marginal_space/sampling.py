@@ -57,6 +57,10 @@ __all__ = ["NetworkModel", "fit_network", "synthetic_records", "uniforms_needed"
 
 #: Largest table (cells) of one family's conditional probabilities.
 MAX_FAMILY_CELLS = 2**22
+#: Largest number of triples completed from pairs by maximum entropy (step 1).
+MAX_COMPLETED_TRIPLES = 200_000
+#: Sweeps of iterative proportional fitting for a completed triple.
+IPF_SWEEPS = 30
 #: Roots the structure search starts from (step 1; the best network by total mutual information is kept).
 RESTARTS = 8
 
@@ -142,6 +146,7 @@ def fit_network(estimate, *, max_parents: int | None = None, restarts: int = RES
     sizes = np.asarray(domain.sizes, dtype=np.int64)
     d = len(domain)
     largest = max((len(c) for c in estimate.cliques), default=1)
+    max_parents_given = max_parents
     max_parents = largest - 1 if max_parents is None else int(max_parents)
     if max_parents < 0:
         raise ParameterError(f"max_parents must be >= 0, got {max_parents}")
@@ -159,6 +164,14 @@ def fit_network(estimate, *, max_parents: int | None = None, restarts: int = RES
             for j in range(len(g.sizes)):
                 child_of.append(g.axes[:, j])
                 parents_of.append(np.delete(g.axes, j, axis=1))
+                score_of.append(_mutual_information(probs, j))
+    completed: dict[tuple, np.ndarray] = {}
+    if largest == 2 and (max_parents_given is None or max_parents_given >= 2):
+        completed = _completed_triples(estimate, index, sizes)
+        for axes, probs in _batches(completed, sizes):
+            for j in range(3):
+                child_of.append(axes[:, j])
+                parents_of.append(np.delete(axes, j, axis=1))
                 score_of.append(_mutual_information(probs, j))
     # Flatten the candidates (padded parent arrays, -1 for "none") for vectorised filtering.
     if child_of:
@@ -181,7 +194,8 @@ def fit_network(estimate, *, max_parents: int | None = None, restarts: int = RES
     conditionals = {}
     for c in order:
         family = tuple(sorted((c,) + parents[c]))
-        table = np.maximum(estimate.marginal([domain.attrs[a] for a in family]), 0.0)
+        table = completed[family] if family in completed else \
+            np.maximum(estimate.marginal([domain.attrs[a] for a in family]), 0.0)
         table = table.reshape([int(sizes[a]) for a in family])
         table = np.moveaxis(table, family.index(c), -1).reshape(-1, int(sizes[c]))
         mass = table.sum(axis=1, keepdims=True)
@@ -189,6 +203,63 @@ def fit_network(estimate, *, max_parents: int | None = None, restarts: int = RES
         own = own / own.sum() if own.sum() > 0 else np.full(own.size, 1.0 / own.size)
         conditionals[c] = np.where(mass > 0, table / np.where(mass > 0, mass, 1.0), own[None, :])
     return NetworkModel(domain, order, parents, conditionals, scores)
+
+
+def _completed_triples(estimate, index, sizes) -> dict:
+    """Module notes, step 1 for an estimate of pairs: the maximum-entropy table of every triple
+    whose three pairs are estimated (iterative proportional fitting of the three pair marginals,
+    Deming and Stephan 1940; Darroch and Ratcliff 1972), as probabilities, keyed by sorted axes.
+    None beyond ``MAX_COMPLETED_TRIPLES`` triples or ``MAX_FAMILY_CELLS`` cells."""
+    pairs = {tuple(a) for a in index.set_axes if len(a) == 2}
+    d = len(sizes)
+    linked = np.zeros((d, d), dtype=bool)
+    for a, b in pairs:
+        linked[a, b] = linked[b, a] = True
+    i, j, k = np.nonzero(np.triu(linked)[:, :, None] & np.triu(linked)[:, None, :] & np.triu(linked)[None, :, :])
+    keep = (i < j) & (j < k)
+    triples = np.stack([i[keep], j[keep], k[keep]], axis=1)
+    triples = triples[np.prod(sizes[triples], axis=1) <= MAX_FAMILY_CELLS]
+    if not len(triples) or len(triples) > MAX_COMPLETED_TRIPLES:
+        return {}
+    names = estimate.domain.attrs
+    wanted = sorted(pairs)
+    tables = estimate.marginals([[names[a], names[b]] for a, b in wanted])
+    pair_law = {}
+    for (a, b), t in zip(wanted, tables.values()):
+        t = np.maximum(np.asarray(t, dtype=np.float64), 0.0).reshape(int(sizes[a]), int(sizes[b]))
+        pair_law[(a, b)] = t / t.sum() if t.sum() > 0 else np.full(t.shape, 1.0 / t.size)
+    out = {}
+    shapes = sizes[triples]
+    for shape in np.unique(shapes, axis=0):
+        rows = triples[(shapes == shape).all(axis=1)]
+        ab = np.stack([pair_law[(a, b)] for a, b, _ in rows])
+        ac = np.stack([pair_law[(a, c)] for a, _, c in rows])
+        bc = np.stack([pair_law[(b, c)] for _, b, c in rows])
+        p = np.full((len(rows),) + tuple(int(x) for x in shape), 1.0 / np.prod(shape))
+        for _ in range(IPF_SWEEPS):
+            p *= _ratio(ab, p.sum(axis=3))[:, :, :, None]
+            p *= _ratio(ac, p.sum(axis=2))[:, :, None, :]
+            p *= _ratio(bc, p.sum(axis=1))[:, None, :, :]
+        for r, t in zip(rows, p):
+            out[tuple(int(x) for x in r)] = t
+    return out
+
+
+def _ratio(target, current):
+    return np.divide(target, current, out=np.zeros_like(target), where=current > 0)
+
+
+def _batches(tables: dict, sizes):
+    """``(axes (M, 3), probabilities (M, n1, n2, n3))`` of the completed triples, by shape."""
+    keys = list(tables)
+    if not keys:
+        return []
+    shapes = [tables[k].shape for k in keys]
+    out = []
+    for shape in dict.fromkeys(shapes):
+        members = [k for k, s in zip(keys, shapes) if s == shape]
+        out.append((np.asarray(members, dtype=np.int64), np.stack([tables[k] for k in members])))
+    return out
 
 
 def _greedy(root, child, pad, score, d):
