@@ -42,7 +42,10 @@ def _ledger_sum(accountant, component):
     return sum(accountant.ledger_frame()[component], Fraction(0))
 
 
-@pytest.mark.parametrize("budget", [Budget.pure(Fraction(1, 2)), Budget.zcdp(Fraction(1, 8))], ids=["pure", "zcdp"])
+@pytest.mark.parametrize("budget", [Budget.pure(Fraction(1, 2)), Budget.zcdp(Fraction(1, 8)),
+                                    Budget.approx(Fraction(1, 2), Fraction(1, 10**6)),
+                                    Budget.zcdp_from_approx(1, Fraction(1, 10**6))],
+                         ids=["pure", "zcdp", "approx", "zcdp-from-approx"])
 @pytest.mark.parametrize("mode", ["all", "select"])
 def test_the_ledger_sums_exactly_to_the_budget(small, budget, mode):
     data, workload = small
@@ -54,6 +57,8 @@ def test_the_ledger_sums_exactly_to_the_budget(small, budget, mode):
     accountant = budget.accountant()
     out = run_wide_selection(p, data, accountant, make_random(3), mode=mode)
     assert _ledger_sum(accountant, component) == getattr(budget.total, component)  # exact, as Fractions
+    if budget.accounting == "approx":
+        assert _ledger_sum(accountant, "delta") == budget.total.delta
     labels = list(accountant.ledger_frame()["label"])
     assert labels[:2] == ["one-way marginals", "wide selection: deviation probe"]
     if mode == "select":
@@ -61,7 +66,7 @@ def test_the_ledger_sums_exactly_to_the_budget(small, budget, mode):
         assert labels[2:] == [x for t in range(1, 6) for x in (f"wide selection round {t}",
                                                                 f"selected {', '.join(out.chosen[t - 1])}")]
         select = accountant.ledger_frame()[component][2::2]
-        expected = p.select_epsilon if budget.accounting == "pure" else p.select_epsilon ** 2 / 2
+        expected = p.select_epsilon if budget.accounting != "zcdp" else p.select_epsilon ** 2 / 2
         assert all(c == expected for c in select)   # zCDP: the exponential mechanism's eps^2 / 2
         assert all(any(set(c) <= set(w) for w in workload) for c in out.chosen)
     else:

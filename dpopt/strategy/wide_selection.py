@@ -79,8 +79,8 @@ ONE_WAY_SHARE = Fraction(1, 10)
 PROBE_SHARE = Fraction(1, 100)
 #: Share of each selection round's part spent on the exponential mechanism (the rest measures).
 SELECT_SHARE = Fraction(1, 4)
-#: Largest denominator of the rational epsilon used for a zCDP selection.
-_EPS_DENOMINATOR = 10**9
+#: Denominator of the rational epsilon used for a zCDP selection.
+_EPS_DENOMINATOR = 2**30
 
 
 @dataclass(frozen=True, eq=False)
@@ -182,9 +182,9 @@ def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int
     accounting = budget.accounting
     if accounting == "zcdp":
         rho_select = per_round.rho * SELECT_SHARE
-        eps = Fraction(math.sqrt(2 * rho_select)).limit_denominator(_EPS_DENOMINATOR)
-        while eps * eps / 2 > rho_select:  # the charge must stay within the share
-            eps -= Fraction(1, _EPS_DENOMINATOR)
+        # A dyadic epsilon (small denominator: the exact sampler's arithmetic stays in int64).
+        numerator = math.isqrt(math.floor(2 * rho_select * _EPS_DENOMINATOR ** 2))
+        eps = Fraction(numerator, _EPS_DENOMINATOR)  # eps^2 / 2 <= rho_select: the charge stays within the share
         select_cost = PrivacyCost.pure(eps)
         measure_cost = PrivacyCost.zcdp(per_round.rho - eps * eps / 2)
     else:
