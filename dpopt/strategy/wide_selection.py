@@ -138,11 +138,13 @@ class WideSelectionPlan:
                                "exponential-mechanism choices and their measurements")]
 
     def lines(self) -> list[str]:
-        return [f"wide selection (MST/AIM style): one-way marginals with {self.one_way}, a deviation probe with "
-                f"{self.probe}; then every workload marginal ({len(self.workload)}) with {self.rest} if its expected "
-                f"noise is below the probe's mean deviation from independence, else {self.rounds} rounds, each an "
-                f"exponential-mechanism choice among {len(self.candidates)} candidates ({self.select_cost}) and "
-                f"its measurement ({self.measure_cost})"]
+        f = _amount
+        return [f"what to measure (dpopt.strategy.wide_selection, after MST and AIM): the one-way marginals "
+                f"({f(self.one_way)}) and a probe of their model's mean deviation ({f(self.probe)}); then every "
+                f"workload marginal ({len(self.workload)}, {f(self.rest)} in all) if its expected noise is at most "
+                f"that deviation, else {self.rounds} rounds, each an exponential-mechanism choice among "
+                f"{len(self.candidates)} candidates ({f(self.select_cost)}) and its measurement "
+                f"({f(self.measure_cost)})"]
 
 
 def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int | None = None,
@@ -172,7 +174,6 @@ def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int
     pairs = {p for s in sets if len(s) >= 2 for p in combinations(s, 2)}
     candidates = tuple(sorted({s for s in sets if len(s) >= 2} | pairs,
                               key=lambda s: (len(s), tuple(domain.attrs.index(a) for a in s))))
-    total = budget.total
     one_way_share = Fraction(one_way_share)
     if not 0 < one_way_share < 1 - PROBE_SHARE:
         raise ParameterError(f"one_way_share must lie in (0, {1 - PROBE_SHARE}), got {one_way_share}")
@@ -192,9 +193,16 @@ def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int
         select_cost = PrivacyCost.pure(eps)
         measure_cost = _scale(per_round, 1 - SELECT_SHARE) if accounting == "pure" else \
             PrivacyCost.approx(per_round.epsilon - eps, per_round.delta)
-    del total
     return WideSelectionPlan(domain, sets, candidates, accounting, mechanism, one_way, probe, rest, rounds,
                              select_cost, measure_cost, eps)
+
+
+def _amount(cost: PrivacyCost) -> str:
+    """``epsilon = 1/10``, ``rho = 1/20`` or both with delta: for the plan's lines."""
+    parts = [f"rho = {cost.rho}"] if cost.rho is not None and not cost.epsilon else []
+    if cost.epsilon:
+        parts.append(f"epsilon = {cost.epsilon}" + (f", delta = {cost.delta}" if cost.delta else ""))
+    return ", ".join(parts)
 
 
 def _scale(cost: PrivacyCost, f: Fraction) -> PrivacyCost:
