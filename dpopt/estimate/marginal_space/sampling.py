@@ -221,11 +221,17 @@ def _completed_triples(estimate, index, sizes) -> dict:
     linked = np.zeros((d, d), dtype=bool)
     for a, b in pairs:
         linked[a, b] = linked[b, a] = True
-    i, j, k = np.nonzero(np.triu(linked)[:, :, None] & np.triu(linked)[:, None, :] & np.triu(linked)[None, :, :])
-    keep = (i < j) & (j < k)
-    triples = np.stack([i[keep], j[keep], k[keep]], axis=1)
+    upper = np.triu(linked, 1)
+    found, count = [], 0
+    for i in range(d):  # one attribute at a time (a d x d slice), stopping past the cap
+        j, k = np.nonzero(upper[i][:, None] & upper[i][None, :] & upper)
+        count += j.size
+        if count > MAX_COMPLETED_TRIPLES:
+            return {}
+        found.append(np.stack([np.full(j.size, i), j, k], axis=1))
+    triples = np.concatenate(found) if found else np.zeros((0, 3), dtype=np.int64)
     triples = triples[np.prod(sizes[triples], axis=1) <= MAX_FAMILY_CELLS]
-    if not len(triples) or len(triples) > MAX_COMPLETED_TRIPLES:
+    if not len(triples):
         return {}
     names = estimate.domain.attrs
     wanted = sorted(pairs)
