@@ -3,7 +3,6 @@ exactly to the budget on both paths and under pure eps and zCDP, the selection's
 exponential mechanism match their closed forms on a tiny case, and ``auto`` under pure eps on 30
 attributes selects, runs from a spec and never allocates the table."""
 
-import tracemalloc
 from fractions import Fraction
 from itertools import combinations
 
@@ -18,7 +17,7 @@ from dpopt.model.domain import Domain
 from dpopt.privacy.budget import Budget
 from dpopt.privacy.mechanisms import exponential_mechanism
 from dpopt.privacy.randomness import make_random
-from dpopt.release import plan, run
+from dpopt.release import plan
 from dpopt.strategy.wide_selection import (
     _Model,
     plan_wide_selection,
@@ -27,8 +26,9 @@ from dpopt.strategy.wide_selection import (
     selection_scores,
 )
 
+from .test_wide_specs import PEAK_BYTES, run_measuring_memory
+
 D = 30
-PEAK_BYTES = 200 * 2**20  # the table of 30 binary attributes would take 8 GiB as float64
 
 
 @pytest.fixture(scope="module")
@@ -132,12 +132,7 @@ def test_pure_epsilon_auto_selects_on_30_attributes_without_the_table():
             "workload": {"marginals": "all 2-way"}}
     p = plan(spec, data=data)
     assert "exponential-mechanism" in p.describe()
-    tracemalloc.start()
-    try:
-        release = run(spec, data=data, seed=1)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    release, peak = run_measuring_memory(spec, data)
     assert peak < PEAK_BYTES, f"peak {peak / 2**20:.0f} MiB"
     info = release.info["wide_selection"]
     assert release.success and info["mode"] == "select" and len(info["chosen"]) == D
