@@ -350,14 +350,16 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
     if mode not in ("auto", "all", "select"):
         raise ParameterError(f"mode must be 'auto', 'all' or 'select', got {mode!r}")
     from dpopt.model.queries.marginal import Marginal
-    from dpopt.privacy.mechanisms import exponential_mechanism
+    from dpopt.privacy.mechanisms import calibrate, exponential_mechanism, measure
 
     domain = plan.domain
     if not accountant.can_afford(_sum_costs(plan)):
-        raise ParameterError(f"the wide selection plan needs {plan.one_way} + {plan.probe} + {plan.rest}; "
+        raise ParameterError(f"the wide selection plan needs {_amount(_sum_costs(plan))}; "
                              f"the accountant has {accountant.remaining} left")
     ones = [(a,) for a in domain.attrs]
-    measured = _measure_stack(ones, data, plan.one_way, plan.mechanism, accountant, rng, "one-way marginals")
+    ones_query = _stack(domain, ones)
+    measured = _measure_stack(ones_query, calibrate(ones_query, plan.one_way, plan.mechanism), data, accountant, rng,
+                              "one-way marginals")
     one_way = {m.query.attrs: m.values for m in measured}
     total = float(np.mean([v.sum() for v in one_way.values()]))
     model = _Model(domain, one_way, total)
@@ -366,15 +368,14 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
     modelled = [model.counts(c) for c in candidates]
     deviation = _probe(true, modelled, plan, accountant, rng)
     # Expected L1 noise of a workload marginal measured with an equal share of `rest`.
-    law_all = _law_of_share(domain, plan.workload, plan.rest, plan.mechanism)
+    query_all = _stack(domain, plan.workload)
+    law_all = calibrate(query_all, plan.rest, plan.mechanism)
     cells = np.array([domain.project(list(s)).size for s in plan.workload], dtype=np.float64)
     expected_all = float(np.mean(cells) * _mean_abs(law_all))
     if mode == "all" or (mode == "auto" and expected_all <= deviation) or not candidates:
-        rest = _measure_stack(list(plan.workload), data, plan.rest, plan.mechanism, accountant, rng,
-                              "workload marginals")
+        rest = _measure_stack(query_all, law_all, data, accountant, rng, "workload marginals",
+                              dict(zip(candidates, true)))
         return WideSelection(measured + rest, "all", deviation, expected_all, [], total)
-    from dpopt.privacy.mechanisms import calibrate
-
     chosen: list[tuple] = []
     open_ = np.ones(len(candidates), dtype=bool)
     sizes = np.array([domain.project(list(c)).size for c in candidates], dtype=np.float64)
@@ -389,8 +390,6 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
                                               label=f"wide selection round {t + 1}")])
         attrs = candidates[pick]
         q = Marginal(domain, attrs)
-        from dpopt.privacy.mechanisms import measure
-
         m = measure(q, data, calibrate(q, plan.measure_cost, plan.mechanism), accountant, rng,
                     label=f"selected {', '.join(attrs)}", answers=true[pick])
         measured.append(m)
@@ -431,17 +430,17 @@ def _law_of_share(domain, sets, cost, mechanism):
     return calibrate(_stack(domain, sets), cost, mechanism)
 
 
-def _measure_stack(sets, data, cost, mechanism, accountant, rng, label) -> list:
-    """Every marginal of ``sets`` in one stacked measurement at ``cost``, split per marginal."""
+def _measure_stack(query, law, data, accountant, rng, label, known=None) -> list:
+    """Every marginal of the stack ``query`` in one measurement of law ``law``, split per marginal
+    (``known``: true answers already read, by attribute set)."""
     from dpopt.model.measurement import Measurement
-    from dpopt.model.queries.combine import Stack
-    from dpopt.model.queries.marginal import Marginal
-    from dpopt.privacy.mechanisms import calibrate, measure
+    from dpopt.privacy.mechanisms import measure
 
-    parts = [Marginal(data.domain, s) for s in sets]
-    query = parts[0] if len(parts) == 1 else Stack(parts)
-    answers = np.concatenate([data.marginal(list(q.attrs)) for q in parts]).astype(np.float64)
-    stacked = measure(query, data, calibrate(query, cost, mechanism), accountant, rng, label=label, answers=answers)
+    parts = list(getattr(query, "parts", [query]))
+    known = known or {}
+    answers = np.concatenate([known[q.attrs] if q.attrs in known else data.marginal(list(q.attrs))
+                              for q in parts]).astype(np.float64)
+    stacked = measure(query, data, law, accountant, rng, label=label, answers=answers)
     ends = np.cumsum([q.num_rows for q in parts])[:-1]
     return [Measurement(q, v, stacked.noise, stacked.scale, stacked.variance, None, ", ".join(q.attrs))
             for q, v in zip(parts, np.split(stacked.values, ends))]
