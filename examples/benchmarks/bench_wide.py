@@ -17,9 +17,9 @@ Cases (``--cases``):
   with ``shrink=True`` (empirical-Bayes shrinkage towards independence); ``auto wide`` is ``auto``'s
   plan on wide data (:mod:`dpopt.strategy.wide_selection`: one-way marginals, then every workload
   marginal or d marginals chosen by the exponential mechanism, same budget; its time covers
-  selection and estimation) and ``auto wide records`` its synthetic records; ``mwem`` is factored MWEM at its documented
-  defaults (rounds by the rule, block selection, 5 group passes, 10 final passes) on the same
-  budget; ``independent`` is the product of the *exact* 1-way marginals (not private, a
+  measurement, selection and estimation) and ``auto wide records`` its synthetic records;
+  ``mwem`` is factored MWEM at its documented defaults (rounds by the rule, block selection,
+  5 group passes, 10 final passes) on the same budget; ``independent`` is the product of the *exact* 1-way marginals (not private, a
   baseline); ``records`` the marginals of the synthetic records drawn from the estimate.
   Errors against the data's marginals and against the network's exact (population) marginals.
 
@@ -154,8 +154,8 @@ def adult_rows(case, eps, accounting, seed, pgm, time_limit) -> list[dict]:
 
 def selected_rows(data, sets, budget, seed, truths, population, n, time_limit) -> list[dict]:
     """``auto``'s wide plan (:mod:`dpopt.strategy.wide_selection`): one-way marginals, the probe, then
-    every workload marginal or the exponentially-chosen ones; selection and estimation timed
-    together (CPU seconds beside wall), then its records."""
+    every workload marginal or the exponentially-chosen ones; measurement, selection and
+    estimation timed together (CPU seconds beside wall), then its records."""
     from dpopt.privacy.randomness import make_random
     from dpopt.strategy.wide_selection import plan_wide_selection, run_wide_selection
 
