@@ -19,8 +19,8 @@ Cases (``--cases``):
   marginal or d marginals chosen by the exponential mechanism, same budget; its time covers
   measurement, selection and estimation) and ``auto wide records`` its synthetic records;
   ``mwem`` is factored MWEM at its documented defaults (rounds by the rule, block selection,
-  5 group passes, 10 final passes) on the same budget; ``independent`` is the product of the *exact* 1-way marginals (not private, a
-  baseline); ``records`` the marginals of the synthetic records drawn from the estimate.
+  5 group passes, 10 final passes) on the same budget; ``independent`` is the product of the
+  *exact* 1-way marginals (not private, a baseline); ``records`` the marginals of the synthetic records drawn from the estimate.
   Errors against the data's marginals and against the network's exact (population) marginals.
 
 Budgets: ``--eps`` (default 0.1 and 1). Under ``pure`` the marginals get discrete Laplace noise
