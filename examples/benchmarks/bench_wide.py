@@ -20,7 +20,8 @@ Cases (``--cases``):
   measurement, selection and estimation) and ``auto wide records`` its synthetic records;
   ``mwem`` is factored MWEM at its documented defaults (rounds by the rule, block selection,
   5 group passes, 10 final passes) on the same budget; ``independent`` is the product of the
-  *exact* 1-way marginals (not private, a baseline); ``records`` the marginals of the synthetic records drawn from the estimate.
+  *exact* 1-way marginals (not private, a baseline); ``records`` the marginals of the synthetic
+  records drawn from the estimate.
   Errors against the data's marginals and against the network's exact (population) marginals.
 
 Budgets: ``--eps`` (default 0.1 and 1). Under ``pure`` the marginals get discrete Laplace noise
