@@ -138,8 +138,11 @@ def test_auto_answers_a_workload_on_30_attributes_in_marginal_space(wide):
     assert peak < PEAK_BYTES, f"peak {peak / 2**20:.0f} MiB"
     assert release.success and release.counts is None and release.info["marginal_space"]
     assert len(release.answers) == D * (D - 1) // 2
+    assert release.info["wide_selection"]["mode"] == "all"  # zCDP: every workload marginal (wide_selection's rule)
+    workload = [m for m in release.measurements if len(m.query.attrs) == 2]  # the one-way marginals besides
+    assert len(workload) == D * (D - 1) // 2
     fitted_err, noisy_err = [], []
-    for m in release.measurements:
+    for m in workload:
         frame = release.answers[m.label]
         truth = data.marginal(list(m.query.attrs))
         assert frame["count"].dtype.kind == "i" and (frame["fitted"] >= -1e-9).all()

@@ -25,8 +25,9 @@ The release's notes give the choice of strategy and of estimate with their evide
 directly measured workload table whose estimated error is above its noisy answers'.
 
 **Beyond the dense table.** On a domain of more than ``EXACT_CELLS`` (2^20) cells no table is
-formed: every workload marginal is measured once, with equal weight and the whole budget, and
-the consistent non-negative marginals are estimated in marginal space
+formed: what to measure is :mod:`dpopt.strategy.wide_selection`'s rule (one-way marginals, then
+every workload marginal or, when that would be mostly noise, a few chosen by the exponential
+mechanism as in MST/AIM), and the consistent non-negative marginals are estimated in marginal space
 (:func:`dpopt.estimate.marginal_space.estimate_marginals`: residual least squares, then the
 certified projection over the local polytope; issue #27); integer output is the marginals of
 synthetic records drawn from that estimate. Ranges need the table and are refused there.
@@ -187,6 +188,7 @@ class AutoWidePlan:
     mechanism: str
     sets: tuple
     cells: int
+    selection: object = None  # dpopt.strategy.wide_selection.WideSelectionPlan
 
 
 @register
@@ -302,8 +304,7 @@ class Auto(Algorithm):
         from dpopt.algorithms.marginal_space import clique_cells
         from dpopt.errors import DomainError
         from dpopt.estimate.marginal_space import EXACT_CELLS, MAX_CLIQUE_CELLS
-        from dpopt.model.queries.combine import Stack
-        from dpopt.privacy.mechanisms import calibrate
+        from dpopt.strategy.wide_selection import plan_wide_selection
 
         if not workload.is_marginal:
             raise ParameterError(f"workload: the domain has {domain.size:.3g} cells, beyond the dense table "
@@ -317,39 +318,28 @@ class Auto(Algorithm):
         if cells > MAX_CLIQUE_CELLS:
             raise DomainError(f"workload: its marginals hold {cells:,} cells, above the marginal-space limit of "
                               f"{MAX_CLIQUE_CELLS:,}; name fewer or smaller marginals")
-        parts = [t.query(domain) for t in workload.tables]
-        query = parts[0] if len(parts) == 1 else Stack(parts)
-        cost = budget.shares({"workload marginals": 1})["workload marginals"]
-        law = calibrate(query, cost, mechanism)
-        step = PlannedMeasure("workload marginals", query, mechanism, Fraction(1), cost, law,
-                              what=f"{len(parts)} workload marginals, once each", answers=query.num_rows)
-        lines = [f"the domain has {domain.size:.3g} cells, beyond the dense table ({EXACT_CELLS:,} cells): every "
-                 f"workload marginal measured once, equal weights (noise s.d. {float(np.sqrt(law.variance)):.3g} "
-                 "per answer)",
+        selection = plan_wide_selection(domain, sets, budget, mechanism)  # what to measure: that module's rule
+        lines = [f"the domain has {domain.size:.3g} cells, beyond the dense table ({EXACT_CELLS:,} cells)",
+                 *selection.lines(),
                  f"how to fit: estimated in marginal space, {cells:,} marginal cells (residual least squares, then "
                  "the certified non-negative consistent projection; the full table is never formed)"
                  + ("; integer marginals from synthetic records" if constraints.integral else "")]
-        details = AutoWidePlan(workload, mechanism, tuple(sets), cells)
-        return self.new_plan(domain, constraints, budget, steps=[step], details=details, lines=lines)
+        details = AutoWidePlan(workload, mechanism, tuple(sets), cells, selection)
+        return self.new_plan(domain, constraints, budget, steps=selection.steps(), details=details, lines=lines)
 
     def _run_marginal_space(self, plan, data, accountant, rng) -> Release:
         from dpopt.algorithms.marginal_space import marginal_release_answers
         from dpopt.estimate.marginal_space import estimate_marginals
         from dpopt.model.data import decode_codes
+        from dpopt.strategy.wide_selection import run_wide_selection
 
         details: AutoWidePlan = plan.details
-        step = plan.steps[0]
-        parts = list(getattr(step.query, "parts", [step.query]))
-        # The stack's true answers part by part (a marginal reads the records, never the full table).
-        answers = np.concatenate([q.answer(data) for q in parts])
-        stacked = measure(step.query, data, step.law, accountant, rng, label=step.label, answers=answers)
-        ends = np.cumsum([q.num_rows for q in parts])[:-1]
-        # One noisy answer per row of the stack: each marginal is its slice, with the stack's noise.
-        measurements = [Measurement(q, v, stacked.noise, stacked.scale, stacked.variance, None, t.label)
-                        for q, v, t in zip(parts, np.split(stacked.values, ends), details.workload.tables)]
+        selection = run_wide_selection(details.selection, data, accountant, rng)
+        measurements = selection.measurements
         estimate = estimate_marginals(measurements, list(details.sets), plan.constraints,
                                       nonnegative=self.params.nonnegative, time_limit=self.params.time_limit)
-        info = {"marginal_space": True, "marginals": len(details.sets), "cells": details.cells}
+        info = {"marginal_space": True, "marginals": len(details.sets), "cells": details.cells,
+                "wide_selection": selection.info()}
         if not estimate.success:
             return make_release(self, plan, accountant, status=estimate.status, measurements=measurements,
                                 reconstruction=estimate, info=info,
@@ -357,8 +347,8 @@ class Auto(Algorithm):
                                         f"{estimate.message}")
         integral = plan.constraints.integral
         records = estimate.records(rng=rng) if integral else None
-        notes = [f"the domain has {plan.domain.size:.3g} cells: every workload marginal measured once and estimated "
-                 f"in marginal space ({estimate.info['polytope']} polytope); no table was formed"]
+        notes = [f"the domain has {plan.domain.size:.3g} cells: {selection.describe()}; estimated in marginal space "
+                 f"({estimate.info['polytope']} polytope); no table was formed"]
         if integral:
             notes.append("integer marginals: those of synthetic records drawn from the estimate (whole persons, "
                          "consistent); the estimate's fractional counts are in the 'fitted' column")

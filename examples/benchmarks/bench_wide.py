@@ -14,10 +14,14 @@ Cases (``--cases``):
 * ``bn``     — binary data from a known sparse Bayesian network (``dpopt.datasets.bayes_net``,
   parents within 3 places, seed 1), n = 50,000, d = 27, 50, 100: every 2-way marginal (and every
   3-way at d = 27). ``space`` measures the workload; ``space (shrink)`` is the same estimate
-  with ``shrink=True`` (empirical-Bayes shrinkage towards independence); ``mwem`` is factored MWEM at its documented
-  defaults (rounds by the rule, block selection, 5 group passes, 10 final passes) on the same
-  budget; ``independent`` is the product of the *exact* 1-way marginals (not private, a
-  baseline); ``records`` the marginals of the synthetic records drawn from the estimate.
+  with ``shrink=True`` (empirical-Bayes shrinkage towards independence); ``auto wide`` is ``auto``'s
+  plan on wide data (:mod:`dpopt.strategy.wide_selection`: one-way marginals, then every workload
+  marginal or d marginals chosen by the exponential mechanism, same budget; its time covers
+  measurement, selection and estimation) and ``auto wide records`` its synthetic records;
+  ``mwem`` is factored MWEM at its documented defaults (rounds by the rule, block selection,
+  5 group passes, 10 final passes) on the same budget; ``independent`` is the product of the
+  *exact* 1-way marginals (not private, a baseline); ``records`` the marginals of the synthetic
+  records drawn from the estimate.
   Errors against the data's marginals and against the network's exact (population) marginals.
 
 Budgets: ``--eps`` (default 0.1 and 1). Under ``pure`` the marginals get discrete Laplace noise
@@ -35,6 +39,7 @@ Run::
     OPENBLAS_NUM_THREADS=1 nice -n 10 python examples/benchmarks/bench_wide.py --cases bn --eps 1
     OPENBLAS_NUM_THREADS=1 nice -n 10 python examples/benchmarks/bench_wide.py --cases nltcs adult --pgm
     python examples/benchmarks/bench_wide.py --cases bn --eps 1 --plot wide.png   # error and time against d
+    python examples/benchmarks/bench_wide.py --cases bn --eps 1 --no-mwem          # without MWEM's minutes
 """
 
 from __future__ import annotations
@@ -55,7 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import load_adult_pgm, load_binary, peak_memory_mb  # noqa: E402
 
 BN_SIZES = (27, 50, 100)
-COLORS = {"space": "tab:blue", "mwem": "tab:orange", "independent (exact 1-way)": "tab:gray"}
+COLORS = {"space": "tab:blue", "auto wide": "tab:green", "mwem": "tab:orange", "independent (exact 1-way)": "tab:gray"}
 RECORDS = 50_000
 
 
@@ -84,12 +89,13 @@ def errors(estimates: dict, truths: dict, n: float) -> float:
 
 
 # ---- the cases ------------------------------------------------------------------------------------------
-def case_rows(case: str, eps: float, accounting: str, seed: int, pgm: bool, time_limit: float | None) -> list[dict]:
+def case_rows(case: str, eps: float, accounting: str, seed: int, pgm: bool, time_limit: float | None,
+              mwem: bool = True) -> list[dict]:
     if case == "nltcs":
         return nltcs_rows(eps, accounting, seed, pgm)
     if case.startswith("adult"):
         return adult_rows(case, eps, accounting, seed, pgm, time_limit)
-    return bn_rows(int(case[2:].split("k")[0]), int(case.split("k")[1]), eps, accounting, seed, time_limit)
+    return bn_rows(int(case[2:].split("k")[0]), int(case.split("k")[1]), eps, accounting, seed, time_limit, mwem)
 
 
 def space_row(label, ms, workload, truths, n, time_limit=None, **options) -> tuple[dict, object]:
@@ -147,7 +153,29 @@ def adult_rows(case, eps, accounting, seed, pgm, time_limit) -> list[dict]:
     return rows
 
 
-def bn_rows(d, k, eps, accounting, seed, time_limit) -> list[dict]:
+def selected_rows(data, sets, budget, seed, truths, population, n, time_limit) -> list[dict]:
+    """``auto``'s wide plan (:mod:`dpopt.strategy.wide_selection`): one-way marginals, the probe, then
+    every workload marginal or the exponentially-chosen ones; measurement, selection and
+    estimation timed together (CPU seconds beside wall), then its records."""
+    from dpopt.privacy.randomness import make_random
+    from dpopt.strategy.wide_selection import plan_wide_selection, run_wide_selection
+
+    tick, cpu = time.perf_counter(), time.process_time()
+    plan = plan_wide_selection(data.domain, sets, budget, budget.noise(None))
+    chosen = run_wide_selection(plan, data, budget.accountant(), make_random(seed))
+    row, est = space_row(f"auto wide ({chosen.mode}, {len(chosen.chosen) or len(sets)} measured)",
+                         chosen.measurements, sets, truths, n, time_limit=time_limit)
+    row["seconds"], row["cpu_seconds"] = time.perf_counter() - tick, time.process_time() - cpu
+    rows = [row]
+    if est.success:
+        row["error_vs_network"] = errors(est.marginals(sets), population, n)
+        records = records_row(est, data, sets, truths, n, population)
+        records["method"] = "auto wide records"
+        rows.append(records)
+    return rows
+
+
+def bn_rows(d, k, eps, accounting, seed, time_limit, mwem=True) -> list[dict]:
     from dpopt.algorithms.mwem_factored import factored_mwem
     from dpopt.datasets.bayes_net import random_sparse_network
     from dpopt.estimate.engines.factored import BinaryMarginalCells
@@ -174,13 +202,16 @@ def bn_rows(d, k, eps, accounting, seed, time_limit) -> list[dict]:
     if est.success:
         row["error_vs_network"] = errors(est.marginals(sets), population, n)
     rows.append(row)
-    tick = time.perf_counter()
-    amount = {"epsilon": eps} if accounting == "pure" else {"rho": eps * eps / 2}
-    res = factored_mwem(data, k, rng=make_random(seed + 1), **amount)
-    cells = BinaryMarginalCells(res.table, k).cells * n
-    fitted = {s: cells[i] for i, s in enumerate(sets)}
-    rows.append({"method": f"mwem (T={res.rounds})", "seconds": time.perf_counter() - tick, "status": "COMPLETED",
-                 "error": errors(fitted, truths, n), "error_vs_network": errors(fitted, population, n)})
+    rows.extend(selected_rows(data, sets, budget, seed, truths, population, n, time_limit))
+    if mwem:
+        tick = time.perf_counter()
+        amount = {"epsilon": eps} if accounting == "pure" else {"rho": eps * eps / 2}
+        res = factored_mwem(data, k, rng=make_random(seed + 1), **amount)
+        cells = BinaryMarginalCells(res.table, k).cells * n
+        fitted = {s: cells[i] for i, s in enumerate(sets)}
+        rows.append({"method": f"mwem (T={res.rounds})", "seconds": time.perf_counter() - tick,
+                     "status": "COMPLETED", "error": errors(fitted, truths, n),
+                     "error_vs_network": errors(fitted, population, n)})
     one = data.binary_marginal_counts(1)[:, 1] / n
     independent = {}
     for s, c in zip(sets, combos):
@@ -234,7 +265,8 @@ def pgm_row(data, ms, sets, truths, n, iters: int = 1000) -> dict:
 
 # ---- driver -----------------------------------------------------------------------------------------------
 def run_one(args) -> None:
-    rows = case_rows(args.one, args.eps[0], args.accounting[0], args.seed, args.pgm, args.time_limit)
+    rows = case_rows(args.one, args.eps[0], args.accounting[0], args.seed, args.pgm, args.time_limit,
+                     not args.no_mwem)
     print(json.dumps({"rows": rows, "peak_mb": peak_memory_mb()}))
 
 
@@ -247,6 +279,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--pgm", action="store_true", help="also Private-PGM (pip install mbi)")
     parser.add_argument("--time-limit", type=float, default=None, help="seconds for each estimation")
+    parser.add_argument("--no-mwem", action="store_true", help="bn: skip factored MWEM (minutes per case)")
     parser.add_argument("--plot", type=Path, default=None, help="write error and time against d to this PNG")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -265,7 +298,8 @@ def main() -> None:
             for eps in args.eps:
                 cmd = [sys.executable, __file__, "--one", case, "--eps", str(eps), "--accounting", accounting,
                        "--seed", str(args.seed)] + (["--pgm"] if args.pgm else []) + \
-                    (["--time-limit", str(args.time_limit)] if args.time_limit else [])
+                    (["--time-limit", str(args.time_limit)] if args.time_limit else []) + \
+                    (["--no-mwem"] if args.no_mwem else [])
                 out = subprocess.run(cmd, capture_output=True, text=True)
                 if out.returncode:
                     print(f"{case} {accounting} eps={eps}: FAILED\n{out.stderr[-2000:]}", flush=True)
@@ -291,7 +325,7 @@ def plot(results, path: Path) -> None:
 
     fig, (ax_err, ax_time) = plt.subplots(1, 2, figsize=(10, 4))
     for accounting in ("zcdp", "pure"):
-        for method in ("space", "mwem", "independent (exact 1-way)"):
+        for method in ("space", "auto wide (", "mwem", "independent (exact 1-way)"):
             points = []
             for r in results:
                 if not r["case"].startswith("bn") or not r["case"].endswith("k2") or r["accounting"] != accounting:
@@ -302,8 +336,9 @@ def plot(results, path: Path) -> None:
             if not points or (method.startswith("independent") and accounting == "pure"):
                 continue
             points.sort()
-            label = method if method.startswith("independent") else f"{method} ({accounting})"
-            style = {"color": COLORS[method], "linestyle": "-" if accounting == "zcdp" else "--", "marker": "o"}
+            label = method if method.startswith("independent") else f"{method.rstrip(' (')} ({accounting})"
+            style = {"color": COLORS[method.rstrip(" (")], "linestyle": "-" if accounting == "zcdp" else "--",
+                     "marker": "o"}
             ax_err.plot([p[0] for p in points], [p[1] for p in points], label=label, **style)
             if points[0][2] is not None:
                 ax_time.plot([p[0] for p in points], [p[2] for p in points], label=label, **style)

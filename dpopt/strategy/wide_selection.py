@@ -1,0 +1,468 @@
+"""What to measure on a wide domain: every workload marginal, or a privately selected few.
+
+On a domain too large for the dense table, ``auto`` answers a workload of marginals in marginal
+space (:func:`dpopt.estimate.marginal_space.estimate_marginals`). Measuring every workload marginal
+splits the budget ``M`` ways. Under zCDP the noise grows like ``sqrt(M)`` and that is the best plan
+on the benchmarks of issue 27; under pure ε it grows like ``M`` and thousands of marginals are
+pure noise (d = 27, all 2,925 triples at ε = 1: mean L1 error 0.17, worse than independence).
+This module plans and runs the choice, in the manner of MST (McKenna, Miklau, Sheldon, "Winning
+the NIST contest: a scalable and general approach to differentially private synthetic data",
+JPC 2021) and AIM (McKenna, Mullins, Sheldon, Miklau, "AIM: an adaptive and iterative mechanism
+for differentially private synthetic data", VLDB 2022):
+
+1. **One-way marginals** (share ``ONE_WAY_SHARE`` of the budget): every attribute's marginal, one
+   stacked measurement (Laplace under pure ε, L1 sensitivity ``d``; discrete Gaussian under zCDP,
+   squared L2 sensitivity ``d``). They give the noisy total ``n^`` and the *selection model*
+   ``m_C`` of every candidate set ``C``: the product of the noisy one-way marginals (negative
+   noisy counts set to zero, then normalised — an internal model, never released).
+2. **The decision** (share ``PROBE_SHARE``): the mean deviation of the candidates from the model,
+   ``D = (1/|C|) sum_C ||M_C(x) - m_C||_1``, is released once with noise (sensitivity 1: each term
+   moves by at most one when one record is added or removed, and the model reads only step 1's
+   noisy output; rounded to an integer, which keeps sensitivity 1). Every workload marginal is
+   measured (``mode = "all"``, the rest of the budget in equal shares) when the expected L1 noise
+   of a marginal measured that way, ``E_all`` (the mean over the workload of
+   ``cells x E|noise|``), is at most ``D^``: AIM's criterion (measure a marginal when its expected
+   noise error is below its expected bias, here on average over the workload). Otherwise
+   ``mode = "select"``.
+3. **Selection** (``mode = "select"``): ``T`` rounds (default ``T = d``: as many marginals as
+   MST's spanning tree has edges, plus one). Each round spends ``SELECT_SHARE`` of its
+   part on the exponential mechanism (McSherry and Talwar 2007) over the candidates not yet
+   measured — the workload's sets and their pairs — with AIM's quality score (its candidate
+   score with weight one: deviation from the model minus the expected noise of measuring)::
+
+       q_C  =  ||M_C(x) - m_C||_1  -  sqrt(2/pi) sigma_C |C cells|      (Gaussian; b_C |C cells| for Laplace)
+
+   (L1 sensitivity 1 for the same reason; the penalty is public), then measures the chosen
+   marginal with the rest of its part. The model ``m_C`` of a candidate meeting measured sets is
+   updated from the noisy answers (AIM refits a graphical model; here the closed forms of the
+   estimator's independence prior, :mod:`~dpopt.estimate.marginal_space.prior`: a set whose
+   attributes are linked by one measured set or by a chain of two takes the product of the noisy
+   measured marginals over their common attribute, e.g. ``m_abc = M_ab M_bc / M_b``; unlinked
+   groups multiply), so the next round looks for what the measured marginals do not yet explain.
+4. The caller fits every workload marginal from all these measurements
+   (:func:`~dpopt.estimate.marginal_space.estimate_marginals`); the prior completes the unmeasured.
+
+Privacy. Every step is charged to the accountant before its draw (the measurements through
+:func:`~dpopt.privacy.mechanisms.measure`, the selections through
+:func:`~dpopt.privacy.mechanisms.exponential_mechanism`, the probe here); the plan's shares are
+exact fractions summing to the budget, so the ledger sums exactly to it. Under zCDP the
+exponential mechanism at ``epsilon`` is charged ``epsilon^2 / 2`` (Bun and Steinke 2016, Prop. 1.4;
+the bounded-range bound ``epsilon^2 / 8`` of Cesar and Rogers 2021 would be tighter), with
+``epsilon`` the largest multiple of ``2^-30`` at or below ``sqrt(2 rho_select)`` (so the
+measurement's share is what is left, exactly). Selection runs in marginal space: scores read
+candidate marginals (at most a few thousand cells each), never the full table.
+
+Measured (``examples/benchmarks/bench_wide.py --cases bn --eps 1``, n = 50,000, mean L1/n): pure
+ε, d = 27, all 2,925 triples: 0.167 when every triple is measured, 0.0285 with the 27 chosen
+(factored MWEM at its defaults: 0.0311); d = 50 / 100, all pairs: 0.054 / 0.197 -> 0.0157 /
+0.0178 (MWEM 0.0131 / 0.0170). Under zCDP the rule measures everything (d = 27 triples 0.0027).
+The one-way share is not tuned per case: at d = 100, 1/4 gave 0.0131 and 1/3 0.0140 (one seed),
+at d = 27 triples 1/10 was best (mean of five seeds 0.0290, against 0.0311 for 1/3).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+from itertools import combinations
+
+import numpy as np
+
+from dpopt.errors import ParameterError
+from dpopt.privacy.accountant import PrivacyCost
+
+__all__ = ["WideSelectionPlan", "WideSelection", "plan_wide_selection", "run_wide_selection", "selection_scores",
+           "selection_probabilities",
+           "ONE_WAY_SHARE", "PROBE_SHARE", "SELECT_SHARE"]
+
+#: Share of the budget for the one-way marginals (MST spends a third; AIM about a tenth per round).
+ONE_WAY_SHARE = Fraction(1, 10)
+#: Share of the budget for the mean-deviation probe that decides between measuring all and selecting.
+PROBE_SHARE = Fraction(1, 100)
+#: Share of each selection round's part spent on the exponential mechanism (the rest measures).
+SELECT_SHARE = Fraction(1, 4)
+#: Denominator of the rational epsilon used for a zCDP selection.
+_EPS_DENOMINATOR = 2**30
+
+
+@dataclass(frozen=True, eq=False)
+class WideSelectionPlan:
+    """The data-independent part of the plan (module notes): shares, candidates, rounds.
+
+    Attributes
+    ----------
+    domain : Domain
+    workload : tuple of tuple of str
+        The workload's marginal sets (domain order).
+    candidates : tuple of tuple of str
+        What selection chooses from: the workload's sets of two or more attributes and their pairs.
+    accounting : {"pure", "approx", "zcdp"}
+    mechanism : {"laplace", "gaussian"}
+    one_way, probe, rest : PrivacyCost
+        Step 1's, step 2's and what is left for step 3 (the three sum exactly to the budget).
+    rounds : int
+        ``T`` for ``mode = "select"``.
+    select_cost, measure_cost : PrivacyCost
+        One round's exponential mechanism and measurement (``rounds`` of each sum to ``rest``).
+    """
+
+    domain: object
+    workload: tuple
+    candidates: tuple
+    accounting: str
+    mechanism: str
+    one_way: PrivacyCost
+    probe: PrivacyCost
+    rest: PrivacyCost
+    rounds: int
+    select_cost: PrivacyCost
+    measure_cost: PrivacyCost
+    select_epsilon: Fraction = field(default=Fraction(0))
+
+    def steps(self) -> list:
+        """The plan's privacy-spending steps (:class:`~dpopt.algorithms.base.PlannedMeasure`), shares exact:
+        the one-way marginals, the probe, then either every workload marginal or the rounds (the
+        probe decides, so the last step's query is chosen during the run)."""
+        from dpopt.algorithms.base import PlannedMeasure
+
+        total = self.one_way.epsilon + self.probe.epsilon + self.rest.epsilon if self.accounting != "zcdp" \
+            else self.one_way.rho + self.probe.rho + self.rest.rho
+        part = (lambda c: c.rho / total) if self.accounting == "zcdp" else (lambda c: c.epsilon / total)  # noqa: E731
+        law = _law_of_share(self.domain, [(a,) for a in self.domain.attrs], self.one_way, self.mechanism)
+        ones = _stack(self.domain, [(a,) for a in self.domain.attrs])
+        return [PlannedMeasure("one-way marginals", ones, self.mechanism, part(self.one_way), self.one_way, law,
+                               what=f"{len(self.domain.attrs)} one-way marginals", answers=ones.num_rows),
+                PlannedMeasure("wide selection: deviation probe", None, self.mechanism, part(self.probe), self.probe,
+                               what="mean L1 deviation of the candidates from the one-way model (sensitivity 1)",
+                               answers=1),
+                PlannedMeasure("workload marginals or selected rounds", None, self.mechanism, part(self.rest),
+                               self.rest, what=f"every workload marginal ({len(self.workload)}), or {self.rounds} "
+                               "exponential-mechanism choices and their measurements")]
+
+    def lines(self) -> list[str]:
+        f = _amount
+        return [f"what to measure (dpopt.strategy.wide_selection, after MST and AIM): the one-way marginals "
+                f"({f(self.one_way)}) and a probe of their model's mean deviation ({f(self.probe)}); then every "
+                f"workload marginal ({len(self.workload)}, {f(self.rest)} in all) if its expected noise is at most "
+                f"that deviation, else {self.rounds} rounds, each an exponential-mechanism choice among "
+                f"{len(self.candidates)} candidates ({f(self.select_cost)}) and its measurement "
+                f"({f(self.measure_cost)})"]
+
+
+def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int | None = None,
+                        one_way_share: Fraction = ONE_WAY_SHARE) -> WideSelectionPlan:
+    """The plan of the module notes, before any data.
+
+    Parameters
+    ----------
+    domain : Domain
+    workload : iterable of attribute sequences
+        The marginals to answer.
+    budget : Budget
+        The whole budget of the release.
+    mechanism : {"laplace", "gaussian"}
+    rounds : int, optional
+        ``T`` (default: the number of attributes, ``d``).
+    one_way_share : Fraction
+        Step 1's share of the budget (default ``ONE_WAY_SHARE``).
+    """
+    sets = tuple(dict.fromkeys(tuple(domain.canonical(s)) for s in workload))
+    if not sets:
+        raise ParameterError("workload: no marginals to answer")
+    d = len(domain.attrs)
+    rounds = d if rounds is None else int(rounds)
+    if rounds < 1:
+        raise ParameterError(f"rounds must be >= 1, got {rounds}")
+    pairs = {p for s in sets if len(s) >= 2 for p in combinations(s, 2)}
+    candidates = tuple(sorted({s for s in sets if len(s) >= 2} | pairs,
+                              key=lambda s: (len(s), tuple(domain.attrs.index(a) for a in s))))
+    one_way_share = Fraction(one_way_share)
+    if not 0 < one_way_share < 1 - PROBE_SHARE:
+        raise ParameterError(f"one_way_share must lie in (0, {1 - PROBE_SHARE}), got {one_way_share}")
+    one_way, probe = budget.share(one_way_share), budget.share(PROBE_SHARE)
+    rest = budget.share(1 - one_way_share - PROBE_SHARE)
+    per_round = _scale(rest, Fraction(1, rounds))
+    accounting = budget.accounting
+    if accounting == "zcdp":
+        rho_select = per_round.rho * SELECT_SHARE
+        # A dyadic epsilon (small denominator: the exact sampler's arithmetic stays in int64).
+        numerator = math.isqrt(math.floor(2 * rho_select * _EPS_DENOMINATOR ** 2))
+        eps = Fraction(numerator, _EPS_DENOMINATOR)  # eps^2 / 2 <= rho_select: the charge stays within the share
+        select_cost = PrivacyCost.pure(eps)
+        measure_cost = PrivacyCost.zcdp(per_round.rho - eps * eps / 2)
+    else:
+        eps = per_round.epsilon * SELECT_SHARE
+        select_cost = PrivacyCost.pure(eps)
+        measure_cost = _scale(per_round, 1 - SELECT_SHARE) if accounting == "pure" else \
+            PrivacyCost.approx(per_round.epsilon - eps, per_round.delta)
+    return WideSelectionPlan(domain, sets, candidates, accounting, mechanism, one_way, probe, rest, rounds,
+                             select_cost, measure_cost, eps)
+
+
+def _amount(cost: PrivacyCost) -> str:
+    """``epsilon = 1/10``, ``rho = 1/20`` or both with delta: for the plan's lines."""
+    parts = [f"rho = {cost.rho}"] if cost.rho is not None and not cost.epsilon else []
+    if cost.epsilon:
+        parts.append(f"epsilon = {cost.epsilon}" + (f", delta = {cost.delta}" if cost.delta else ""))
+    return ", ".join(parts)
+
+
+def _scale(cost: PrivacyCost, f: Fraction) -> PrivacyCost:
+    return PrivacyCost(epsilon=cost.epsilon * f, delta=cost.delta * f, rho=None if cost.rho is None else cost.rho * f)
+
+
+# ---- selection model ---------------------------------------------------------------------------------
+class _Model:
+    """Noisy marginals measured so far, normalised (internal to selection; never released)."""
+
+    def __init__(self, domain, one_way: dict, total: float) -> None:
+        self.domain = domain
+        self.total = max(float(total), 1.0)
+        self.tables: dict[tuple, np.ndarray] = {}
+        self.measured: set[tuple] = set()
+        for attrs, values in one_way.items():
+            self.tables[tuple(attrs)] = _normalised(values, domain.project(list(attrs)).sizes)
+
+    def add(self, attrs: tuple, values: np.ndarray) -> None:
+        """A measured marginal, and its projections on every subset of two or more attributes not
+        measured itself (so a candidate meeting it in a pair sees that pair)."""
+        law = _normalised(values, self.domain.project(list(attrs)).sizes)
+        self.tables[attrs] = law
+        self.measured.add(attrs)
+        for k in range(2, len(attrs)):
+            for sub in combinations(range(len(attrs)), k):
+                key = tuple(attrs[i] for i in sub)
+                if key not in self.measured:
+                    drop = tuple(i for i in range(len(attrs)) if i not in sub)
+                    self.tables[key] = law.sum(axis=drop)
+
+    def counts(self, attrs: tuple) -> np.ndarray:
+        """``n^ x`` the model's law of ``attrs`` (flat, domain order): module notes, step 3."""
+        return self.total * self._law(attrs).ravel()
+
+    def _law(self, attrs: tuple) -> np.ndarray:
+        attrs = tuple(attrs)
+        if attrs in self.tables:
+            return self.tables[attrs]
+        # A measured set inside attrs, largest first; then what it leaves.
+        inside = [s for s in self.tables if len(s) >= 2 and set(s) < set(attrs)]
+        if not inside:
+            return _outer([self.tables[(a,)] for a in attrs], [(a,) for a in attrs], attrs)
+        inside.sort(key=lambda s: -len(s))
+        first = inside[0]
+        left = tuple(a for a in attrs if a not in first)
+        # A second measured set joining one attribute of `first` to the attributes left (a chain).
+        for s in inside[1:]:
+            common = [a for a in s if a in first]
+            if len(common) == 1 and set(s) - set(first) == set(left):
+                joint = _outer([self.tables[first], self.tables[s]], [first, s], attrs, shared=common[0],
+                               shared_law=self.tables[(common[0],)])
+                return joint
+        return _outer([self.tables[first]] + [self.tables[(a,)] for a in left], [first] + [(a,) for a in left],
+                      attrs)
+
+
+def _normalised(values, shape) -> np.ndarray:
+    p = np.maximum(np.asarray(values, dtype=np.float64), 0.0)
+    s = p.sum()
+    p = p / s if s > 0 else np.full(p.size, 1.0 / p.size)
+    return p.reshape(tuple(int(x) for x in shape))
+
+
+def _outer(tables, owners, attrs, shared=None, shared_law=None) -> np.ndarray:
+    """The product of laws over attribute groups, on ``attrs`` in order; with ``shared``, the two
+    tables share that attribute and the product is divided by its law (a chain)."""
+    letters = {a: chr(97 + i) for i, a in enumerate(attrs)}
+    operands, subscripts = [], []
+    for t, o in zip(tables, owners):
+        operands.append(t)
+        subscripts.append("".join(letters[a] for a in o))
+    if shared is not None:
+        law = np.asarray(shared_law, dtype=np.float64)
+        operands.append(np.divide(1.0, law, out=np.zeros_like(law), where=law > 0))
+        subscripts.append(letters[shared])
+    out = "".join(letters[a] for a in attrs)
+    return np.einsum(",".join(subscripts) + "->" + out, *operands)
+
+
+def selection_scores(true: list, model: list, penalty: np.ndarray) -> np.ndarray:
+    """AIM's scores (module notes, step 3): ``||M_C(x) - m_C||_1 - penalty_C`` per candidate.
+
+    L1 sensitivity 1 in the data (add or remove one record) when ``model`` and ``penalty`` were
+    computed from noisy answers and public values only, as :func:`run_wide_selection` does. The
+    exponential mechanism then picks ``C`` with probability
+    ``exp(epsilon q_C / 2) / sum_C' exp(epsilon q_C' / 2)`` (:func:`selection_probabilities`).
+    """
+    return np.array([np.abs(t - m).sum() for t, m in zip(true, model)]) - np.asarray(penalty, dtype=np.float64)
+
+
+def selection_probabilities(scores, epsilon) -> np.ndarray:
+    """The exponential mechanism's law over candidates of ``scores`` (sensitivity 1), in closed form."""
+    q = np.asarray(scores, dtype=np.float64)
+    w = np.exp(float(epsilon) * (q - q.max()) / 2)
+    return w / w.sum()
+
+
+# ---- run -------------------------------------------------------------------------------------------
+@dataclass
+class WideSelection:
+    """What :func:`run_wide_selection` measured and why."""
+
+    measurements: list
+    mode: str
+    deviation: float
+    expected_noise_all: float
+    chosen: list
+    total: float
+
+    def info(self) -> dict:
+        """For ``release.info``: the decision and its evidence (noisy, hence releasable), the chosen sets."""
+        return {"mode": self.mode, "deviation": self.deviation, "expected_noise_all": self.expected_noise_all,
+                "chosen": [list(c) for c in self.chosen]}
+
+    def describe(self) -> str:
+        if self.mode == "all":
+            return (f"every workload marginal measured (expected L1 noise {self.expected_noise_all:.3g} per marginal, "
+                    f"at most the one-way model's noisy mean deviation {self.deviation:.3g})")
+        return (f"{len(self.chosen)} marginals chosen by the exponential mechanism (measuring every workload "
+                f"marginal would cost {self.expected_noise_all:.3g} L1 noise per marginal, above the one-way "
+                f"model's noisy mean deviation {self.deviation:.3g})")
+
+
+def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: str = "auto") -> WideSelection:
+    """Measure as the module notes say; every cost is charged before its draw.
+
+    Parameters
+    ----------
+    plan : WideSelectionPlan
+    data : Dataset
+    accountant : Accountant
+        Must afford the whole plan (checked before the first charge).
+    rng : RandomSource
+    mode : {"auto", "all", "select"}
+        ``"auto"``: the probe decides (step 2); the others force a path (benchmarks, tests): the
+        probe is still charged and drawn, so the ledger is the same.
+
+    Returns
+    -------
+    WideSelection
+        The measurements (one per marginal: the one-way marginals, then the workload's or the
+        chosen ones) for :func:`~dpopt.estimate.marginal_space.estimate_marginals`.
+    """
+    if mode not in ("auto", "all", "select"):
+        raise ParameterError(f"mode must be 'auto', 'all' or 'select', got {mode!r}")
+    from dpopt.model.queries.marginal import Marginal
+    from dpopt.privacy.mechanisms import calibrate, exponential_mechanism, measure
+
+    domain = plan.domain
+    if not accountant.can_afford(_sum_costs(plan)):
+        raise ParameterError(f"the wide selection plan needs {_amount(_sum_costs(plan))}; "
+                             f"the accountant has {accountant.remaining} left")
+    ones = [(a,) for a in domain.attrs]
+    ones_query = _stack(domain, ones)
+    measured = _measure_stack(ones_query, calibrate(ones_query, plan.one_way, plan.mechanism), data, accountant, rng,
+                              "one-way marginals")
+    one_way = {m.query.attrs: m.values for m in measured}
+    total = float(np.mean([v.sum() for v in one_way.values()]))
+    model = _Model(domain, one_way, total)
+    candidates = list(plan.candidates)
+    true = [data.marginal(list(c)) for c in candidates]
+    modelled = [model.counts(c) for c in candidates]
+    deviation = _probe(true, modelled, plan, accountant, rng)
+    # Expected L1 noise of a workload marginal measured with an equal share of `rest`.
+    query_all = _stack(domain, plan.workload)
+    law_all = calibrate(query_all, plan.rest, plan.mechanism)
+    cells = np.array([domain.project(list(s)).size for s in plan.workload], dtype=np.float64)
+    expected_all = float(np.mean(cells) * _mean_abs(law_all))
+    if mode == "all" or (mode == "auto" and expected_all <= deviation) or not candidates:
+        rest = _measure_stack(query_all, law_all, data, accountant, rng, "workload marginals",
+                              dict(zip(candidates, true)))
+        return WideSelection(measured + rest, "all", deviation, expected_all, [], total)
+    chosen: list[tuple] = []
+    open_ = np.ones(len(candidates), dtype=bool)
+    sizes = np.array([domain.project(list(c)).size for c in candidates], dtype=np.float64)
+    law = calibrate(Marginal(domain, candidates[0]), plan.measure_cost, plan.mechanism)  # any marginal: sens. 1
+    penalty = sizes * _mean_abs(law)
+    for t in range(plan.rounds):
+        if not open_.any():
+            break
+        here = np.flatnonzero(open_)
+        scores = selection_scores([true[i] for i in here], [modelled[i] for i in here], penalty[open_])
+        pick = int(here[exponential_mechanism(scores, plan.select_epsilon, accountant, rng, sensitivity=1.0,
+                                              label=f"wide selection round {t + 1}")])
+        attrs = candidates[pick]
+        q = Marginal(domain, attrs)
+        m = measure(q, data, calibrate(q, plan.measure_cost, plan.mechanism), accountant, rng,
+                    label=f"selected {', '.join(attrs)}", answers=true[pick])
+        measured.append(m)
+        chosen.append(attrs)
+        model.add(attrs, m.values)
+        open_[pick] = False
+        # Candidates meeting the new set in two attributes or more change their model.
+        touched = [i for i in np.flatnonzero(open_) if len(set(candidates[i]) & set(attrs)) >= 2]
+        for i in touched:
+            modelled[i] = model.counts(candidates[i])
+            if set(candidates[i]) <= set(attrs):
+                open_[i] = False  # a subset of a measured set: known
+    return WideSelection(measured, "select", deviation, expected_all, chosen, total)
+
+
+def _sum_costs(plan: WideSelectionPlan) -> PrivacyCost:
+    a, b, c = plan.one_way, plan.probe, plan.rest
+    return PrivacyCost(epsilon=a.epsilon + b.epsilon + c.epsilon, delta=a.delta + b.delta + c.delta,
+                       rho=None if a.rho is None else a.rho + b.rho + c.rho)
+
+
+def _mean_abs(law) -> float:
+    """``E|noise|`` of one answer: Laplace ``~ b``, Gaussian ``sqrt(2/pi) sigma`` (continuous values)."""
+    return float(law.scale) if law.mechanism == "laplace" else math.sqrt(2 / math.pi) * float(law.scale)
+
+
+def _stack(domain, sets):
+    from dpopt.model.queries.combine import Stack
+    from dpopt.model.queries.marginal import Marginal
+
+    parts = [Marginal(domain, s) for s in sets]
+    return parts[0] if len(parts) == 1 else Stack(parts)
+
+
+def _law_of_share(domain, sets, cost, mechanism):
+    from dpopt.privacy.mechanisms import calibrate
+
+    return calibrate(_stack(domain, sets), cost, mechanism)
+
+
+def _measure_stack(query, law, data, accountant, rng, label, known=None) -> list:
+    """Every marginal of the stack ``query`` in one measurement of law ``law``, split per marginal
+    (``known``: true answers already read, by attribute set)."""
+    from dpopt.model.measurement import Measurement
+    from dpopt.privacy.mechanisms import measure
+
+    parts = list(getattr(query, "parts", [query]))
+    known = known or {}
+    answers = np.concatenate([known[q.attrs] if q.attrs in known else data.marginal(list(q.attrs))
+                              for q in parts]).astype(np.float64)
+    stacked = measure(query, data, law, accountant, rng, label=label, answers=answers)
+    ends = np.cumsum([q.num_rows for q in parts])[:-1]
+    return [Measurement(q, v, stacked.noise, stacked.scale, stacked.variance, None, ", ".join(q.attrs))
+            for q, v in zip(parts, np.split(stacked.values, ends))]
+
+
+def _probe(true, modelled, plan, accountant, rng) -> float:
+    """Step 2: the mean deviation from the model, released with sensitivity-1 noise (module notes)."""
+    from dpopt.privacy.samplers import discrete_gaussian, discrete_laplace
+
+    if not true:
+        return 0.0
+    value = round(float(np.mean([np.abs(t - m).sum() for t, m in zip(true, modelled)])))
+    cost = plan.probe
+    if plan.accounting == "zcdp":
+        accountant.charge(cost, "wide selection: deviation probe", detail="discrete Gaussian, sensitivity 1")
+        noise = discrete_gaussian(1 / (2 * cost.rho), 1, rng)[0]
+    else:
+        cost = PrivacyCost.pure(cost.epsilon) if plan.accounting == "pure" else \
+            PrivacyCost.approx(cost.epsilon, cost.delta)
+        accountant.charge(cost, "wide selection: deviation probe", detail="discrete Laplace, sensitivity 1")
+        noise = discrete_laplace(1 / cost.epsilon, 1, rng)[0]
+    return float(value + noise)
