@@ -177,18 +177,15 @@ def limit_pairs(pairs: list[Pair], max_pairs: int, seed: int) -> tuple[list[Pair
 
 
 def covering_pairs(pairs: list[Pair]) -> list[Pair]:
-    """Pairs that together change every cell some pair changes: the adversarial pairs, then for
-    each cell in order the first pair that changes it and no earlier chosen pair did."""
-    chosen = [p for p in pairs if p.why.startswith("adversarial")]
-    covered = set()
-    for p in chosen:
-        covered.update(_changed(p))
+    """Pairs that together change every cell some pair changes: in order (the adversarial pairs
+    come first in the harness's lists), each pair that changes a cell no earlier chosen pair did."""
+    chosen, covered = [], set()
     for p in pairs:
         changed = _changed(p)
         if not changed <= covered:
             chosen.append(p)
             covered |= changed
-    return list(dict.fromkeys(chosen))
+    return chosen
 
 
 def _changed(p: Pair) -> set:
