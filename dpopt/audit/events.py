@@ -43,7 +43,6 @@ most the runs could have detected, not the nothing of a rare event.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np

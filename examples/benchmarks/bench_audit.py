@@ -157,19 +157,26 @@ def checkpoint(args, section: str, rows: list[dict]) -> None:
           f"{r.get('seconds', float('nan')):.0f} s wall, load {r['load_average']:.1f}", flush=True)
     if args.json:
         PARTIAL[section] = rows
+        PARTIAL["errors"] = ERRORS
         tmp = Path(args.json + ".tmp")
         tmp.write_text(json.dumps(PARTIAL, indent=2, default=str))
         tmp.replace(args.json)
 
 
-#: Rows of every section so far (``checkpoint``).
+#: Rows of every section so far (``checkpoint``), and the audits that failed.
 PARTIAL: dict = {}
+ERRORS: list = []
 
 
 def specs(args) -> list[dict]:
     rows = []
     for path in list_models():
-        report, s = timed_spec(path, runs=args.spec_runs, workers=args.workers)
+        try:
+            report, s = timed_spec(path, runs=args.spec_runs, workers=args.workers)
+        except Exception as exc:  # noqa: BLE001 -- a benchmark row, not a release: record it and go on
+            print(f"  [specs] {path.stem}: FAILED: {type(exc).__name__}: {exc}", flush=True)
+            ERRORS.append({"section": "specs", "target": path.stem, "error": f"{type(exc).__name__}: {exc}"})
+            continue
         rows.append(spec_row(path.stem, report, s))
         checkpoint(args, "specs", rows)
         if args.plots:
@@ -281,7 +288,13 @@ def planted(args) -> list[dict]:
             if not mutant.applies:
                 rows.append({"algorithm": algorithm, "spec": name, "bug": bug, "caught": None})
                 continue
-            report, s = timed_audit(mutant, runs=args.planted_runs, workers=args.workers)
+            try:
+                report, s = timed_audit(mutant, runs=args.planted_runs, workers=args.workers)
+            except Exception as exc:  # noqa: BLE001 -- record it and go on (a benchmark row)
+                print(f"  [planted] {algorithm} {bug}: FAILED: {type(exc).__name__}: {exc}", flush=True)
+                ERRORS.append({"section": "planted", "target": f"{algorithm} {bug}",
+                               "error": f"{type(exc).__name__}: {exc}"})
+                continue
             # an exact count is the bug's doing unless the release declares the count public (the
             # papers' n): then the conditional audit's verdict is the one that catches or misses it
             final = report.conditional if report.conditional is not None and report.count_declared_public else report
