@@ -337,7 +337,9 @@ def _audit(plan: _Plan, relation: str, claim: Claim) -> AuditReport:
 def _sweep(plan: _Plan, pairs, relation, ledger, runs_done) -> list:
     """The disclosure sweep (module notes): the pairs that disclose exactly on its few runs, in
     covering order. A candidate only: the event search's runs confirm it (a discrete statistic
-    can keep one value on a few runs by chance)."""
+    can keep one value on a few runs by chance). The record count and whether the run released
+    do not count here: a pair of different counts is the screening's, and the count's disclosure
+    has its own conditional audit."""
     budget = 2 * plan.s["keep_pairs"] * plan.search  # runs: no more than the event search's
     chosen, datasets = [], {}
     for p in covering_pairs(pairs):
@@ -352,9 +354,10 @@ def _sweep(plan: _Plan, pairs, relation, ledger, runs_done) -> list:
     results = plan.sampler.sample_many([(h, SWEEP_RUNS, "sweep", relation) for h in keys])
     samples = {h: ledger.take(r) for h, r in zip(keys, results)}
     runs_done["sweep"] += SWEEP_RUNS * len(keys)
-    found = []
+    count = set(plan.target.count_statistics) | {"released"}  # the record count's: the harness audits those
+    found = []                                                   # already (conditionally, when declared public)
     for p in chosen:
-        if exact_disclosures(samples[p.a], samples[p.b], plan.target.names):
+        if set(exact_disclosures(samples[p.a], samples[p.b], plan.target.names)) - count:
             found.append(p)
     return found
 
