@@ -128,3 +128,20 @@ def test_the_disclosure_sweep_finds_an_exact_answer_outside_the_screened_pairs()
     assert report.outcome == EXACT_DISCLOSURE and "count[11]" in report.exact_disclosures
     assert "11" in report.pair_text and report.runs["sweep"] > 0
     assert "disclosure sweep" in report.pairs_considered
+
+
+def test_a_halved_noise_scale_planted_in_a_real_algorithm_is_flagged():
+    """measure_reconstruct on a 2 x 2 domain at ε = 1 with every draw at half its scale (a 2ε release):
+    400 runs per dataset flag it (ε >= 1.25 against the claimed 1 with this seed)."""
+    from dpopt.algorithms import REGISTRY
+    from dpopt.audit import AlgorithmTarget
+    from dpopt.audit.mutants import Planted
+    from dpopt.audit.report import VIOLATION
+    from dpopt.privacy.budget import Budget
+
+    domain = Domain.from_dict({"a": 2, "b": 2})
+    cls = REGISTRY["measure_reconstruct"]
+    target = AlgorithmTarget(cls(cls.example(domain)), domain, Budget.pure(Fraction(1)))
+    report = audit(Planted(target, "halved_scale"), runs=400, max_records=1, workers=1, screen_runs=0,
+                   keep_pairs=1, seed=0)
+    assert report.outcome == VIOLATION and report.epsilon_lower_bound > 1.0 and report.ledger_ok
