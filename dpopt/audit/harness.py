@@ -214,7 +214,7 @@ class _Plan:
         w = self.sampler.workers
         head = f"  about {{:,}} runs at {1e3 * self.per_run * w:.1f} ms each on {w} worker{'s' if w > 1 else ''}"
         if self.auto:
-            total = screening + 2 * keep * self.search
+            total = screening + 2 * 2 * keep * self.search  # the sweep costs at most the search's runs
             least = (total + 2 * MIN_TEST_RUNS) * self.per_run
             over = (f"; even with the fewest test runs ({MIN_TEST_RUNS} per dataset) it takes about {_minutes(least)}, "
                     "more than the budget: it runs anyway" if least > s["time_budget"] else "")
@@ -222,7 +222,7 @@ class _Plan:
                       f"the runs that detect an excess of {s['excess']:g} x epsilon, within "
                       f"{_minutes(s['time_budget'])} in all{over}")
         else:
-            total = screening + 2 * s["keep_pairs"] * self.search + 2 * (s["runs"] - self.search)
+            total = screening + 2 * 2 * s["keep_pairs"] * self.search + 2 * (s["runs"] - self.search)  # sweep: <= search
             self.echo(head.format(total) + f": roughly {_minutes(total * self.per_run)} (use --runs to trade power "
                       "for time, or --runs auto)")
         sys.stdout.flush()
