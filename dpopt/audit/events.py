@@ -49,7 +49,8 @@ import numpy as np
 
 from dpopt.audit.stats import epsilon_lower_bound
 
-__all__ = ["Event", "Candidate", "rank", "search_events", "exact_disclosures", "linear_disclosures", "projected_bound", "GRID_BITS"]
+__all__ = ["Event", "Candidate", "rank", "search_events", "exact_disclosures", "linear_disclosures", "projected_bound",
+           "scored", "GRID_BITS"]
 
 #: Exponents ``k`` of the exact-value events ``x · 2^k ∈ Z``.
 GRID_BITS = (0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 50, 51, 52, 53, 54, 56, 58, 60)
