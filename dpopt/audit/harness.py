@@ -222,7 +222,7 @@ class _Plan:
                       f"the runs that detect an excess of {s['excess']:g} x epsilon, within "
                       f"{_minutes(s['time_budget'])} in all{over}")
         else:
-            total = screening + 2 * 2 * s["keep_pairs"] * self.search + 2 * (s["runs"] - self.search)  # sweep: <= search
+            total = screening + 2 * 2 * s["keep_pairs"] * self.search + 2 * (s["runs"] - self.search)  # sweep too
             self.echo(head.format(total) + f": roughly {_minutes(total * self.per_run)} (use --runs to trade power "
                       "for time, or --runs auto)")
         sys.stdout.flush()

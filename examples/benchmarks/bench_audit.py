@@ -153,7 +153,8 @@ def checkpoint(args, section: str, rows: list[dict]) -> None:
     rows[-1]["load_average"] = os.getloadavg()[0]
     r = rows[-1]
     print(f"  [{section}] {r.get('target') or r.get('algorithm', '')} {r.get('bug', '')}: "
-          f"{r.get('outcome', '')} caught={r.get('caught', '-')} eps >= {r.get('epsilon_lower_bound', float('nan')):.3f} "
+          f"{r.get('outcome', '')} caught={r.get('caught', '-')} "
+          f"eps >= {r.get('epsilon_lower_bound', float('nan')):.3f} "
           f"{r.get('seconds', float('nan')):.0f} s wall, load {r['load_average']:.1f}", flush=True)
     if args.json:
         PARTIAL[section] = rows
