@@ -17,21 +17,40 @@ of runs and tested on fresh ones:
   least significant bits (Mironov, CCS 2012); exact integer noise leaves none;
 * thresholds on a linear score ``w · x`` that weighs the statistics by how much their means
   differ (a linear discriminant: the classifier-based attack of DP-Sniper, Bichsel et al.,
-  S&P 2021, in its simplest form).
+  S&P 2021, in its simplest form): the log-likelihood ratio of Gaussian noise;
+* thresholds on a *clipped* score ``Σ_j sign(d_j) clip(x_j - c_j, -|d_j|/2, |d_j|/2) / s_j``
+  (``d_j`` the difference of the means, ``c_j`` their midpoint, ``s_j`` the standard
+  deviation): the log-likelihood ratio of Laplace noise, whose privacy loss on one answer is
+  ``(|x - μ_b| - |x - μ_a|) / b``, a clipped linear function (Dwork and Roth, 2014, Thm 3.6's
+  proof). Its tail is the event where every changed answer leans the same way, the event that
+  attains the loss of a composition; a linear score on Laplace answers is dominated by the
+  single largest draw instead. Statistics the neighbours do not change get a clip width near 0
+  and drop out.
 
 Each event is tried in both directions (``a`` more likely than ``b`` and the reverse).
+
+**Choice by power, not by point estimate.** A candidate's *merit* is the lower bound its
+frequencies would certify on the test's runs (:func:`projected_bound`: the search frequencies
+scaled to ``n_test`` runs per dataset), not the bound on the search's own runs: a frequent event
+with a moderate ratio beats a rare one with a large ratio when the test could not confirm the
+rare one. Ties (typically every merit 0: no evidence at the test's size, the census case) go
+to the event whose test would detect the smallest excess over the claim
+(:func:`dpopt.audit.stats.detectable_excess`, computed by the harness for the finalists; here
+its monotone proxy, the favoured dataset's frequency, among events seen more often on the
+favoured side), then to the larger observed ratio: a verdict of "no violation" then states the
+most the runs could have detected, not the nothing of a rare event.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from dpopt.audit.stats import epsilon_lower_bound
 
-__all__ = ["Event", "Candidate", "rank", "search_events", "exact_disclosures", "GRID_BITS"]
+__all__ = ["Event", "Candidate", "rank", "search_events", "exact_disclosures", "linear_disclosures", "projected_bound",
+           "scored", "GRID_BITS"]
 
 #: Exponents ``k`` of the exact-value events ``x · 2^k ∈ Z``.
 GRID_BITS = (0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 50, 51, 52, 53, 54, 56, 58, 60)
@@ -50,7 +69,7 @@ class Event:
     kind : str
         ``"ge"``, ``"le"`` (threshold), ``"eq"`` (point), ``"in"`` (set of values),
         ``"grid"``/``"offgrid"`` (exact value on / off the grid ``2^-k``), ``"score_ge"``,
-        ``"score_le"`` (threshold on the linear score).
+        ``"score_le"`` (threshold on the linear or, with ``clip``, the clipped score).
     feature : int
         Column of the statistic (-1 for the score).
     value : float
@@ -58,7 +77,8 @@ class Event:
     values : tuple
         The set of an ``"in"`` event.
     weights : tuple or None
-        ``(center, weights)`` of the linear score.
+        ``(center, weights)`` of the linear score, or ``(center, weights, half_widths)`` of the
+        clipped score ``Σ_j w_j clip(x_j - c_j, -h_j, h_j)`` (module notes).
     label : str
         What it is, in words (names the statistic).
     """
@@ -75,8 +95,11 @@ class Event:
         X = np.asarray(X, dtype=np.float64)
         if self.feature >= 0:
             return X[:, self.feature]
-        center, w = (np.asarray(v) for v in self.weights)
-        return (X - center) @ w
+        center, w, *clip = (np.asarray(v) for v in self.weights)
+        shifted = X - center
+        if clip:
+            shifted = np.clip(shifted, -clip[0], clip[0])
+        return shifted @ w
 
     def hits(self, X: np.ndarray) -> np.ndarray:
         """Boolean: which rows (runs) fall in the event."""
@@ -114,6 +137,7 @@ class Candidate:
     n_a: int
     n_b: int
     bound: float
+    merit: tuple = ()
 
     def describe(self) -> str:
         fa, fb = self.k_a / self.n_a, self.k_b / self.n_b
@@ -142,11 +166,42 @@ def _threshold_counts(sorted_a, sorted_b, t):
     return (ge_a, ge_b), (le_a, le_b)
 
 
-class _Collector:
-    """Keeps the best candidates: counts are scored in both directions, vectorised."""
+def projected_bound(k_hi, n_hi, k_lo, n_lo, n_test, delta: float = 0.0, alpha: float = 0.05):
+    """The lower bound the frequencies ``k_hi / n_hi`` and ``k_lo / n_lo`` would certify on
+    ``n_test`` runs per dataset (:func:`~dpopt.audit.stats.epsilon_lower_bound` at the scaled
+    counts, the Clopper–Pearson bounds read at real-valued counts): what a test of that size
+    would show if the search's frequencies held. Vectorised."""
+    k_hi = np.asarray(k_hi, dtype=np.float64) * (n_test / n_hi)
+    k_lo = np.asarray(k_lo, dtype=np.float64) * (n_test / n_lo)
+    return epsilon_lower_bound(k_hi, n_test, k_lo, n_test, delta, alpha)
 
-    def __init__(self, n_a, n_b, delta, alpha, keep):
+
+def _merits(k_hi, n_hi, k_lo, n_lo, n_test, delta, alpha):
+    """``(projected bound at n_test, power proxy, smoothed log ratio)`` for each candidate (module
+    notes); the proxy is the favoured frequency where it exceeds the other's, else -1."""
+    k_hi, k_lo = np.atleast_1d(np.asarray(k_hi, dtype=np.float64)), np.atleast_1d(np.asarray(k_lo, dtype=np.float64))
+    near = np.atleast_1d(projected_bound(k_hi, n_hi, k_lo, n_lo, n_test, delta, alpha))
+    power = np.where(k_hi / n_hi > k_lo / n_lo, k_hi / n_hi, -1.0)
+    ratio = np.log((k_hi + 0.5) / (n_hi + 1)) - np.log((k_lo + 0.5) / (n_lo + 1))
+    return near, power, ratio
+
+
+def scored(event: Event, larger: str, k_a: int, k_b: int, n_a: int, n_b: int, n_test: int, delta: float,
+           alpha: float) -> Candidate:
+    """A candidate with its bound on these counts and its merit for a test of ``n_test`` runs."""
+    hi, lo, n_hi, n_lo = (k_a, k_b, n_a, n_b) if larger == "a" else (k_b, k_a, n_b, n_a)
+    bound = float(epsilon_lower_bound(hi, n_hi, lo, n_lo, delta, alpha))
+    near, power, ratio = _merits(hi, n_hi, lo, n_lo, n_test, delta, alpha)
+    return Candidate(event, larger, int(k_a), int(k_b), n_a, n_b, bound, (float(near[0]), float(power[0]),
+                                                                         float(ratio[0])))
+
+
+class _Collector:
+    """Keeps the best candidates by merit (module notes): scored in both directions, vectorised."""
+
+    def __init__(self, n_a, n_b, delta, alpha, keep, n_test):
         self.n_a, self.n_b, self.delta, self.alpha, self.keep = n_a, n_b, delta, alpha, keep
+        self.n_test = n_test
         self.items: list[Candidate] = []
 
     def add(self, make_event, k_a, k_b):
@@ -154,37 +209,40 @@ class _Collector:
         k_b = np.atleast_1d(np.asarray(k_b, dtype=np.int64))
         if k_a.size == 0:
             return
-        ab = np.atleast_1d(epsilon_lower_bound(k_a, self.n_a, k_b, self.n_b, self.delta, self.alpha))
-        ba = np.atleast_1d(epsilon_lower_bound(k_b, self.n_b, k_a, self.n_a, self.delta, self.alpha))
-        ratio = np.log((k_a + 0.5) / (self.n_a + 1)) - np.log((k_b + 0.5) / (self.n_b + 1))
-        for scores, tie, larger in ((ab, ratio, "a"), (ba, -ratio, "b")):
-            best = np.lexsort((-tie, -scores))[: self.keep]  # by bound, ties (e.g. all 0) by observed ratio
-            for i in best:
+        for hi, lo, n_hi, n_lo, larger in ((k_a, k_b, self.n_a, self.n_b, "a"), (k_b, k_a, self.n_b, self.n_a, "b")):
+            near, power, ratio = _merits(hi, n_hi, lo, n_lo, self.n_test, self.delta, self.alpha)
+            best = np.lexsort((-ratio, -power, -near))[: self.keep]
+            bounds = np.atleast_1d(epsilon_lower_bound(hi[best], n_hi, lo[best], n_lo, self.delta, self.alpha))
+            for i, bound in zip(best, bounds):
                 self.items.append(Candidate(make_event(int(i)), larger, int(k_a[i]), int(k_b[i]), self.n_a,
-                                            self.n_b, float(scores[i])))
+                                            self.n_b, float(bound), (float(near[i]), float(power[i]), float(ratio[i]))))
         self.items.sort(key=rank)
         del self.items[self.keep:]
 
 
 def rank(c: Candidate) -> tuple:
-    """Sort key: the larger bound first; among equal bounds, the larger observed ratio (smoothed)."""
-    hi, lo, n_hi, n_lo = ((c.k_a, c.k_b, c.n_a, c.n_b) if c.larger == "a" else (c.k_b, c.k_a, c.n_b, c.n_a))
-    return (-c.bound, -(math.log((hi + 0.5) / (n_hi + 1)) - math.log((lo + 0.5) / (n_lo + 1))))
+    """Sort key: the larger merit first (module notes)."""
+    return tuple(-v for v in c.merit)
 
 
 def search_events(Xa: np.ndarray, Xb: np.ndarray, names, *, delta: float = 0.0, alpha: float = 0.05,
-                  keep: int = 5, score: bool = True) -> list[Candidate]:
-    """The ``keep`` most telling candidate events on these runs, best first (module notes)."""
+                  keep: int = 5, score: bool = True, n_test: int | None = None) -> list[Candidate]:
+    """The ``keep`` candidate events of most merit on these runs, best first (module notes).
+
+    ``n_test``: the runs per dataset of the test the events are chosen for (default: as many as
+    these runs).
+    """
     Xa = np.asarray(Xa, dtype=np.float64)
     Xb = np.asarray(Xb, dtype=np.float64)
-    out = _Collector(Xa.shape[0], Xb.shape[0], delta, alpha, keep)
+    out = _Collector(Xa.shape[0], Xb.shape[0], delta, alpha, keep, n_test or max(Xa.shape[0], Xb.shape[0]))
     for j in range(Xa.shape[1]):
         _add_column(out, j, Xa[:, j], Xb[:, j], names[j])
     if score and Xa.shape[1] > 1:
-        weights = _discriminant(Xa, Xb)
-        if weights is not None:
-            probe = Event("score_ge", -1, weights=weights)
-            _add_column(out, -1, probe.statistic(Xa), probe.statistic(Xb), _score_label(weights, names), weights)
+        for weights, label in ((_discriminant(Xa, Xb), "linear score"), (_clipped(Xa, Xb), "clipped score")):
+            if weights is not None:
+                probe = Event("score_ge", -1, weights=weights)
+                _add_column(out, -1, probe.statistic(Xa), probe.statistic(Xb), _score_label(weights, names, label),
+                            weights)
     return out.items
 
 
@@ -240,13 +298,27 @@ def _discriminant(Xa: np.ndarray, Xb: np.ndarray):
     return tuple(center.tolist()), tuple(w.tolist())
 
 
-def _score_label(weights, names) -> str:
-    _, w = weights
+def _clipped(Xa: np.ndarray, Xb: np.ndarray):
+    """``(center, w, h)`` of the clipped score (module notes): ``w = sign(d) / s``, ``h = |d| / 2``."""
+    ma, mb = Xa.mean(axis=0), Xb.mean(axis=0)
+    sd = np.sqrt(0.5 * (Xa.var(axis=0) + Xb.var(axis=0)))
+    scale = np.maximum(np.abs(ma), np.abs(mb)) + 1.0
+    varying = sd > 1e-12 * scale
+    d = ma - mb
+    if varying.sum() < 2 or not np.any(d[varying]):
+        return None
+    w = np.where(varying, np.sign(d) / np.where(varying, sd, 1.0), 0.0)
+    return tuple((0.5 * (ma + mb)).tolist()), tuple(w.tolist()), tuple((0.5 * np.abs(d)).tolist())
+
+
+def _score_label(weights, names, kind: str = "linear score") -> str:
+    _, w, *clip = weights
     w = np.asarray(w)
-    top = np.argsort(-np.abs(w))[:3]
-    terms = " ".join(f"{'+' if w[i] >= 0 else '-'} {abs(w[i]):.3g}·[{names[i]}]" for i in top if w[i])
-    more = f" + {np.count_nonzero(w) - len(top)} more" if np.count_nonzero(w) > len(top) else ""
-    return f"linear score ({terms.lstrip('+ ')}{more})"
+    size = np.abs(w) * (np.asarray(clip[0]) if clip else 1.0)  # a clipped term weighs at most |w| h
+    top = np.argsort(-size)[:3]
+    terms = " ".join(f"{'+' if w[i] >= 0 else '-'} {abs(w[i]):.3g}·[{names[i]}]" for i in top if size[i])
+    more = f" + {np.count_nonzero(size) - len(top)} more" if np.count_nonzero(size) > len(top) else ""
+    return f"{kind} ({terms.lstrip('+ ')}{more})"
 
 
 def exact_disclosures(Xa: np.ndarray, Xb: np.ndarray, names) -> list[str]:
@@ -254,7 +326,8 @@ def exact_disclosures(Xa: np.ndarray, Xb: np.ndarray, names) -> list[str]:
 
     Such a statistic is published exactly: no noise hides which dataset was used. Values equal
     to within 1e-9 (relative) count as one value, so a total computed in floating point is
-    caught too.
+    caught too. When no single statistic is, linear combinations of them are tried
+    (:func:`linear_disclosures`).
     """
     Xa = np.asarray(Xa, dtype=np.float64)
     Xb = np.asarray(Xb, dtype=np.float64)
@@ -264,4 +337,46 @@ def exact_disclosures(Xa: np.ndarray, Xb: np.ndarray, names) -> list[str]:
     scale = np.maximum(1.0, np.maximum(np.abs(hi_a), np.abs(hi_b)))
     tight = (hi_a - lo_a <= 1e-9 * scale) & (hi_b - lo_b <= 1e-9 * scale)
     apart = np.abs(hi_a - hi_b) > 1e-6 * scale
-    return [names[j] for j in np.flatnonzero(tight & apart)]
+    found = [names[j] for j in np.flatnonzero(tight & apart)]
+    return found if found else linear_disclosures(Xa, Xb, names)
+
+
+#: A linear combination counts as published exactly when its spread on each dataset's runs is at
+#: most ``LINEAR_TIGHT`` and its two values differ by more than ``LINEAR_APART`` (both relative to
+#: the largest statistic, at least 1).
+LINEAR_TIGHT, LINEAR_APART = 1e-7, 1e-4
+
+
+def linear_disclosures(Xa: np.ndarray, Xb: np.ndarray, names) -> list[str]:
+    """Linear combinations ``v · x`` of the statistics published exactly: one value on every run
+    of ``a``, another on every run of ``b``.
+
+    A release that is linear in its noisy answers (a least-squares fit, a published noisy
+    answer, a polynomial evaluation) shows an answer released without noise as such a
+    combination even when no single statistic is exact (the unnoised answer is spread over
+    the cells of a fit). The directions ``v`` are found on the first half of each dataset's runs
+    (the null space of the runs' spread about their own means, by SVD) and kept only when the
+    second half confirms them: a direction that is constant merely because there are fewer runs
+    than statistics is not constant on fresh runs. Needs more runs in each half than statistics
+    (else []).
+    """
+    na, nb = Xa.shape[0] // 2, Xb.shape[0] // 2
+    if min(na, nb) < 2 or na + nb - 2 <= Xa.shape[1]:
+        return []
+    scale = max(1.0, float(np.abs(Xa).max(initial=0.0)), float(np.abs(Xb).max(initial=0.0)))
+    spread = np.concatenate([Xa[:na] - Xa[:na].mean(0), Xb[:nb] - Xb[:nb].mean(0)]) / scale
+    _, sv, vt = np.linalg.svd(spread, full_matrices=True)
+    sv = np.concatenate([sv, np.zeros(vt.shape[0] - sv.size)])
+    null = vt[sv <= LINEAR_TIGHT * max(1.0, sv.max(initial=0.0))]
+    if null.size == 0:
+        return []
+    ya, yb = Xa @ null.T / scale, Xb @ null.T / scale  # every run, both halves
+    tight = (np.ptp(ya, axis=0) <= LINEAR_TIGHT) & (np.ptp(yb, axis=0) <= LINEAR_TIGHT)
+    apart = np.abs(ya.mean(0) - yb.mean(0)) > LINEAR_APART
+    out = []
+    for v in null[tight & apart][:3]:
+        top = np.argsort(-np.abs(v))[:3]
+        terms = " ".join(f"{'+' if v[i] >= 0 else '-'} {abs(v[i]):.3g}·[{names[i]}]" for i in top if abs(v[i]) > 1e-9)
+        more = np.count_nonzero(np.abs(v) > 1e-9) - len(top)
+        out.append(f"the linear combination {terms.lstrip('+ ')}{f' + {more} more' if more > 0 else ''}")
+    return out

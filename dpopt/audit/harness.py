@@ -4,6 +4,10 @@
 its own (a run's seed is derived from the phase, the dataset and the chunk, so an audit is
 reproducible and the phases never share a run):
 
+0. **disclosure sweep**: pairs that together change every cell (:func:`~dpopt.audit.neighbours.covering_pairs`)
+   are run :data:`SWEEP_RUNS` times per dataset, as many as the event search's runs pay for, to
+   find exact disclosures (an answer released without noise shows in a few runs); the first
+   pair that discloses goes on to the event search first (whose runs confirm it or not);
 1. **screening** (worst-case search over pairs): every distinct dataset of the candidate pairs
    (:mod:`dpopt.audit.neighbours`) is run ``screen_runs`` times and each pair is scored by the
    best event found on its runs; the ``keep_pairs`` best pairs go on;
@@ -34,6 +38,7 @@ statistics of synthetic datasets, never a release.
 
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import os
 import sys
@@ -41,13 +46,14 @@ import time
 import zlib
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 
 import numpy as np
 
 from dpopt.audit.claims import Claim
 from dpopt.audit.defaults import DEFAULT_EXCESS, DEFAULT_RUNS, DEFAULT_TIME_BUDGET
-from dpopt.audit.events import Candidate, exact_disclosures, rank, search_events
-from dpopt.audit.neighbours import add_remove_pairs, cell_labels, limit_pairs, move_pairs
+from dpopt.audit.events import Candidate, exact_disclosures, rank, scored, search_events
+from dpopt.audit.neighbours import add_remove_pairs, cell_labels, covering_pairs, limit_pairs, move_pairs
 from dpopt.audit.report import AuditReport
 from dpopt.audit.stats import detectable_excess, epsilon_lower_bound, fisher_pvalue, runs_for_excess
 from dpopt.audit.targets import AuditTarget
@@ -68,7 +74,9 @@ AUTO_SEARCH_RUNS = 2000
 #: The fewest test (and, in auto mode, search) runs per dataset, the fewest screening runs per
 #: dataset in auto mode, and the runs timed before an audit to estimate its length.
 MIN_TEST_RUNS, MIN_SCREEN_RUNS, PILOT_RUNS = 100, 20, 3
-_PHASES = {"probe": 0, "screen": 1, "search": 2, "test": 3}
+_PHASES = {"probe": 0, "screen": 1, "search": 2, "test": 3, "sweep": 4}
+#: Runs per dataset of the disclosure sweep (module notes).
+SWEEP_RUNS = 4
 
 _TARGET: AuditTarget | None = None  # the target of the running audit, inherited by forked workers
 
@@ -206,7 +214,7 @@ class _Plan:
         w = self.sampler.workers
         head = f"  about {{:,}} runs at {1e3 * self.per_run * w:.1f} ms each on {w} worker{'s' if w > 1 else ''}"
         if self.auto:
-            total = screening + 2 * keep * self.search
+            total = screening + 2 * 2 * keep * self.search  # the sweep costs at most the search's runs
             least = (total + 2 * MIN_TEST_RUNS) * self.per_run
             over = (f"; even with the fewest test runs ({MIN_TEST_RUNS} per dataset) it takes about {_minutes(least)}, "
                     "more than the budget: it runs anyway" if least > s["time_budget"] else "")
@@ -214,10 +222,14 @@ class _Plan:
                       f"the runs that detect an excess of {s['excess']:g} x epsilon, within "
                       f"{_minutes(s['time_budget'])} in all{over}")
         else:
-            total = screening + 2 * s["keep_pairs"] * self.search + 2 * (s["runs"] - self.search)
+            total = screening + 2 * 2 * s["keep_pairs"] * self.search + 2 * (s["runs"] - self.search)  # sweep too
             self.echo(head.format(total) + f": roughly {_minutes(total * self.per_run)} (use --runs to trade power "
                       "for time, or --runs auto)")
         sys.stdout.flush()
+
+    def expected_test_runs(self) -> int:
+        """The test's runs per dataset the events are chosen for (auto mode: the search's size)."""
+        return self.search if self.auto else max(self.s["runs"] - self.search, 1)
 
     def test_runs(self, best: Candidate, claim: Claim, searched: int, elapsed: float) -> tuple[int, str | None]:
         """Runs per dataset of the test: ``runs - runs // 2``, or in auto mode those of the target
@@ -259,36 +271,43 @@ def _audit(plan: _Plan, relation: str, claim: Claim) -> AuditReport:
         if not pairs:
             raise ParameterError(f"{target.name}: no two datasets of at most {s['max_records']} records differ by "
                                  "one moved record while keeping every published-exact statistic; nothing to audit")
+    every = pairs
     pairs, how = limit_pairs(pairs, s["max_pairs"], s["seed"])
     runs_done = Counter()
     ledger = _Ledger()
     screening = []
     disclosures: list[str] = []
     tick = time.perf_counter()
+    disclosing = _sweep(plan, every, relation, ledger, runs_done)
     if len(pairs) > s["keep_pairs"] and s["screen_runs"] > 0:
         datasets = list(dict.fromkeys([p.a for p in pairs] + [p.b for p in pairs]))
         results = sampler.sample_many([(h, s["screen_runs"], "screen", relation) for h in datasets])
         samples = {h: ledger.take(r) for h, r in zip(datasets, results)}
         runs_done["screen"] += s["screen_runs"] * len(datasets)
-        for p in pairs:
+        for p in pairs:  # scored by merit at the search's size: the pair whose evidence the search can confirm
             best = search_events(samples[p.a], samples[p.b], target.names, delta=claim.delta, alpha=s["alpha"],
-                                 keep=1, score=False)
-            screening.append((best[0].bound if best else 0.0, p))
+                                 keep=1, n_test=plan.search)
+            screening.append((best[0] if best else None, p))
             disclosures += exact_disclosures(samples[p.a], samples[p.b], target.names)
-        screening.sort(key=lambda t: -t[0])
+        screening.sort(key=lambda t: rank(t[0]) if t[0] is not None else (0.0, 1.0, 0.0))
         kept = [p for _, p in screening[: s["keep_pairs"]]]
+        screening = [(c.bound if c is not None else 0.0, p) for c, p in screening]
     else:
         kept = pairs[: s["keep_pairs"]]
+    if disclosing:  # a pair that discloses exactly goes on first: its event search finds what it shows
+        kept = list(dict.fromkeys(disclosing[:1] + kept))[: s["keep_pairs"]]
+        how += f"; {len(disclosing)} pair{'s' if len(disclosing) > 1 else ''} of the disclosure sweep disclosed exactly"
     half = plan.search
     results = sampler.sample_many([(h, half, "search", relation) for p in kept for h in (p.a, p.b)])
     best, best_pair, searched = None, None, []
+    n_test = plan.expected_test_runs()
     for i, p in enumerate(kept):
         Xa, Xb = ledger.take(results[2 * i]), ledger.take(results[2 * i + 1])
         runs_done["search"] += 2 * half
         disclosures += exact_disclosures(Xa, Xb, target.names)
-        found = _propose_and_select(Xa, Xb, target.names, claim.delta, s["alpha"])
+        found = _propose_and_select(Xa, Xb, target.names, claim, s["alpha"], n_test)
         searched.append((p, found))
-        if found and (best is None or found[0].bound > best.bound):
+        if found and (best is None or _key(found[0]) < _key(best)):
             best, best_pair = found[0], p
     if best is None:
         raise ParameterError(f"{target.name}: the output statistics hold no event to test")
@@ -315,24 +334,63 @@ def _audit(plan: _Plan, relation: str, claim: Claim) -> AuditReport:
         statistic_b=best.event.statistic(Xb), detectable_excess=excess)
 
 
-def _propose_and_select(Xa, Xb, names, delta, alpha, keep=16) -> list[Candidate]:
+def _sweep(plan: _Plan, pairs, relation, ledger, runs_done) -> list:
+    """The disclosure sweep (module notes): the pairs that disclose exactly on its few runs, in
+    covering order. A candidate only: the event search's runs confirm it (a discrete statistic
+    can keep one value on a few runs by chance). The record count and whether the run released
+    do not count here: a pair of different counts is the screening's, and the count's disclosure
+    has its own conditional audit."""
+    budget = 2 * plan.s["keep_pairs"] * plan.search  # runs: no more than the event search's
+    chosen, datasets = [], {}
+    for p in covering_pairs(pairs):
+        new = [h for h in (p.a, p.b) if h not in datasets]
+        if SWEEP_RUNS * (len(datasets) + len(new)) > budget:
+            break
+        chosen.append(p)
+        datasets.update((h, None) for h in new)
+    if len(chosen) <= plan.s["keep_pairs"]:
+        return []  # the event search runs these pairs anyway
+    keys = list(datasets)
+    results = plan.sampler.sample_many([(h, SWEEP_RUNS, "sweep", relation) for h in keys])
+    samples = {h: ledger.take(r) for h, r in zip(keys, results)}
+    runs_done["sweep"] += SWEEP_RUNS * len(keys)
+    count = set(plan.target.count_statistics) | {"released"}  # the record count's: the harness audits those
+    found = []                                                   # already (conditionally, when declared public)
+    for p in chosen:
+        if set(exact_disclosures(samples[p.a], samples[p.b], plan.target.names)) - count:
+            found.append(p)
+    return found
+
+
+def _propose_and_select(Xa, Xb, names, claim: Claim, alpha, n_test, keep=16) -> list[Candidate]:
     """Candidates proposed on the first half of the search runs, ranked again on the second half.
 
     Ranking on runs that did not propose the event removes most of the optimism of picking the
     best of many candidates (an event fitted to chance hits on the first half regresses on the
     second), so the event sent to the test is the one most likely to hold up on fresh runs.
+    Both halves rank by merit for a test of ``n_test`` runs per dataset
+    (:mod:`dpopt.audit.events`, module notes); the last ties by the excess that test would
+    detect (:func:`_key`).
     """
     m = min(Xa.shape[0], Xb.shape[0]) // 2
-    proposed = search_events(Xa[:m], Xb[:m], names, delta=delta, alpha=alpha, keep=keep)
+    proposed = search_events(Xa[:m], Xb[:m], names, delta=claim.delta, alpha=alpha, keep=keep, n_test=n_test)
     ra, rb = Xa[m:], Xb[m:]
     ranked = []
     for c in proposed:
         k_a, k_b = int(c.event.hits(ra).sum()), int(c.event.hits(rb).sum())
-        hi, lo = (k_a, k_b) if c.larger == "a" else (k_b, k_a)
-        bound = float(epsilon_lower_bound(hi, ra.shape[0], lo, rb.shape[0], delta, alpha))
-        ranked.append(Candidate(c.event, c.larger, k_a, k_b, ra.shape[0], rb.shape[0], bound))
-    ranked.sort(key=rank)  # ties (all 0): the largest observed ratio
+        found = scored(c.event, c.larger, k_a, k_b, ra.shape[0], rb.shape[0], n_test, claim.delta, alpha)
+        hi, lo = (k_a / ra.shape[0], k_b / rb.shape[0]) if c.larger == "a" else (k_b / rb.shape[0], k_a / ra.shape[0])
+        excess = detectable_excess(hi, n_test, n_test, claim.epsilon, claim.delta, alpha) if hi > lo else math.inf
+        ranked.append(replace(found, merit=(found.merit[0], -excess, found.merit[2])))
+    ranked.sort(key=_key)
     return ranked
+
+
+def _key(c: Candidate) -> tuple:
+    """Sort key of the event search's finalists: the merit at the test's size, then the smaller
+    excess the test would detect (none for an event not seen more often on the favoured side),
+    then the observed ratio."""
+    return rank(c)
 
 
 class _Ledger:

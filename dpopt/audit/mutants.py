@@ -162,7 +162,7 @@ MUTANTS = {cls.name: cls for cls in (ScaledNoise, FloatLaplace, DataZeros, Uncha
 
 # ---- the same bugs planted in a real algorithm -----------------------------------------------------
 #: Bugs :class:`Planted` can plant in any algorithm's run (module notes of :class:`Planted`).
-PLANTED_BUGS = ("halved_scale", "unnoised_answer", "float_laplace", "data_zeros", "uncharged")
+PLANTED_BUGS = ("halved_scale", "unnoised_answer", "unnoised_last", "float_laplace", "data_zeros", "uncharged")
 
 
 class Planted(AuditTarget):
@@ -181,6 +181,11 @@ class Planted(AuditTarget):
         coefficient), charged as before: the release is about ``2ε``-DP.
     ``unnoised_answer``
         The first answer of the first noisy measurement of each run is released without noise.
+    ``unnoised_last``
+        The first answer of the *last* noisy draw of each run without noise (the number of
+        draws is counted on the probe run). Where the first draw feeds nothing the release
+        shows exactly (the polynomial release's record count, MWEM's first round, which later
+        rounds overwrite), the last draw is an answer the release is built from directly.
     ``float_laplace``
         Discrete Laplace draws replaced by textbook floating-point ones (``b·ln(U)`` with a
         random sign, Mironov 2012); the measured answers then carry the true count's low bits.
@@ -223,6 +228,18 @@ class Planted(AuditTarget):
 
     def prepare(self, data, rng) -> None:
         self.inner.prepare(data, rng)
+        if self.bug == "unnoised_last" and not hasattr(self, "draws"):
+            state = {"count": 0}
+            swapped = [(module, attr, original, _counting(original, state)) for module, attr, name, original
+                       in self.swaps if name.startswith("dpopt.privacy.samplers.")]
+            for module, attr, _, counting in swapped:
+                setattr(module, attr, counting)
+            try:
+                self.inner._release(data, rng)
+            finally:
+                for module, attr, original, _ in swapped:
+                    setattr(module, attr, original)
+            self.draws = state["count"]
 
     @property
     def applies(self) -> bool:
@@ -230,7 +247,7 @@ class Planted(AuditTarget):
         return self.bug != "data_zeros" or "count total" in self.inner.names
 
     def run(self, data, rng):
-        state = {"first": True}
+        state = {"first": True, "count": 0, "last": getattr(self, "draws", 0)}
         swapped = [(module, attr, original, _FAULTY[name](original, self.bug, state))
                    for module, attr, name, original in self.swaps]
         charge = Accountant.charge
@@ -281,11 +298,21 @@ def _halve_gaussian(original, bug, state):
 
 
 def _unnoised(noise, bug, state):
-    if bug == "unnoised_answer" and state.get("first") and np.size(noise):
+    state["count"] = state.get("count", 0) + 1
+    first = bug == "unnoised_answer" and state.get("first")
+    last = bug == "unnoised_last" and state["count"] == state.get("last")
+    if (first or last) and np.size(noise):
         state["first"] = False
         noise = np.array(noise, copy=True)
         noise.flat[0] = 0  # the bug: one answer without noise
     return noise
+
+
+def _counting(original, state):
+    def draw(*args, **kw):
+        state["count"] += 1
+        return original(*args, **kw)
+    return draw
 
 
 def _sharper(original, bug, state):

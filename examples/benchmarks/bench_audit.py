@@ -3,7 +3,7 @@ registered algorithm, the planted-bug mutants and the power of the audit.
 
 Run:  python examples/benchmarks/bench_audit.py [specs] [census] [auto] [planted] [mechanisms] [algorithms]
           [mutants] [power] [--spec-runs 1000] [--planted-runs 2000] [--mechanism-runs 10000]
-          [--algorithm-runs 3000] [--workers 2] [--plots DIR] [--json FILE]
+          [--algorithm-runs 3000] [--bugs halved_scale,...] [--workers 2] [--plots DIR] [--json FILE]
 
 Sections (all by default):
 
@@ -22,9 +22,11 @@ Sections (all by default):
     the excess the test then detects.
 ``planted``
     The bugs of :class:`dpopt.audit.mutants.Planted` (a halved noise scale, one answer without
-    noise, textbook float Laplace noise, zeros read off the data, a skipped charge) planted in
-    the real runs of the quickstart and of one spec each of mwem, dualquery (with its noisy
-    record count), polynomial and topdown, at ``--planted-runs`` runs: caught or not.
+    noise: the first or the last draw's, textbook float Laplace noise, zeros read off the data,
+    a skipped charge) planted in the real runs of the quickstart and of one spec each of mwem,
+    dualquery (with its noisy record count), polynomial and topdown, at ``--planted-runs``
+    runs: caught or not. Bug by bug (``--bugs`` picks some), each row printed and written to
+    ``--json`` as it finishes.
 ``mechanisms``
     Laplace, discrete Gaussian, exponential and report-noisy-max at claimed ε = 0.5 (δ = 1e-6
     for the Gaussian), ``--mechanism-runs`` runs per dataset of the worst pair (default: the
@@ -145,11 +147,39 @@ def timed_spec(spec, **kw):
     return report, time.perf_counter() - start
 
 
+def checkpoint(args, section: str, rows: list[dict]) -> None:
+    """Print the newest row and rewrite ``--json`` with every row so far (a long run stopped early
+    keeps what finished); each row records the load average when it finished."""
+    rows[-1]["load_average"] = os.getloadavg()[0]
+    r = rows[-1]
+    print(f"  [{section}] {r.get('target') or r.get('algorithm', '')} {r.get('bug', '')}: "
+          f"{r.get('outcome', '')} caught={r.get('caught', '-')} "
+          f"eps >= {r.get('epsilon_lower_bound', float('nan')):.3f} "
+          f"{r.get('seconds', float('nan')):.0f} s wall, load {r['load_average']:.1f}", flush=True)
+    if args.json:
+        PARTIAL[section] = rows
+        PARTIAL["errors"] = ERRORS
+        tmp = Path(args.json + ".tmp")
+        tmp.write_text(json.dumps(PARTIAL, indent=2, default=str))
+        tmp.replace(args.json)
+
+
+#: Rows of every section so far (``checkpoint``), and the audits that failed.
+PARTIAL: dict = {}
+ERRORS: list = []
+
+
 def specs(args) -> list[dict]:
     rows = []
     for path in list_models():
-        report, s = timed_spec(path, runs=args.spec_runs, workers=args.workers)
+        try:
+            report, s = timed_spec(path, runs=args.spec_runs, workers=args.workers)
+        except Exception as exc:  # noqa: BLE001 -- a benchmark row, not a release: record it and go on
+            print(f"  [specs] {path.stem}: FAILED: {type(exc).__name__}: {exc}", flush=True)
+            ERRORS.append({"section": "specs", "target": path.stem, "error": f"{type(exc).__name__}: {exc}"})
+            continue
         rows.append(spec_row(path.stem, report, s))
+        checkpoint(args, "specs", rows)
         if args.plots:
             from dpopt.audit.plots import plot_worst_pair
 
@@ -219,6 +249,7 @@ def census(args) -> list[dict]:
     cells = _public(spec).domain.size
     report, s = timed_spec(spec, runs=1000, workers=args.workers)
     rows = [spec_row(f"census ({cells:,} cells)", report, s)]
+    checkpoint(args, "census", rows)
     print_spec_rows(f"A {cells:,}-cell census spec at 1,000 runs (target: 3 minutes on 2 cores)", rows)
     for note in report.notes[:2]:
         print(f"  note: {note}")
@@ -240,6 +271,7 @@ PLANTED_SPECS = {"measure_reconstruct": "quickstart", "mwem": "nltcs_mwem", "dua
 
 def planted(args) -> list[dict]:
     rows = []
+    chosen = {}
     for algorithm, name in PLANTED_SPECS.items():
         spec = load_spec(name)
         if algorithm == "dualquery":  # the public-n default discloses n already: plant into the private form
@@ -247,13 +279,23 @@ def planted(args) -> list[dict]:
             from dpopt.spec import parse_spec
 
             spec = parse_spec(raw, source=spec.source, base_dir=spec.base_dir)
-        for bug in PLANTED_BUGS:
+        chosen[algorithm] = spec
+    bugs = [b for b in PLANTED_BUGS if not args.bugs or b in args.bugs.split(",")]
+    for bug in bugs:  # bug by bug: a run stopped early has each bug on every algorithm it reached
+        for algorithm, name in PLANTED_SPECS.items():
+            spec = chosen[algorithm]
             target, _, _ = spec_target(spec)
             mutant = Planted(target, bug)
             if not mutant.applies:
                 rows.append({"algorithm": algorithm, "spec": name, "bug": bug, "caught": None})
                 continue
-            report, s = timed_audit(mutant, runs=args.planted_runs, workers=args.workers)
+            try:
+                report, s = timed_audit(mutant, runs=args.planted_runs, workers=args.workers)
+            except Exception as exc:  # noqa: BLE001 -- record it and go on (a benchmark row)
+                print(f"  [planted] {algorithm} {bug}: FAILED: {type(exc).__name__}: {exc}", flush=True)
+                ERRORS.append({"section": "planted", "target": f"{algorithm} {bug}",
+                               "error": f"{type(exc).__name__}: {exc}"})
+                continue
             # an exact count is the bug's doing unless the release declares the count public (the
             # papers' n): then the conditional audit's verdict is the one that catches or misses it
             final = report.conditional if report.conditional is not None and report.count_declared_public else report
@@ -262,7 +304,9 @@ def planted(args) -> list[dict]:
                          "outcome": report.outcome, "epsilon_lower_bound": final.epsilon_lower_bound,
                          "claimed": final.claim.epsilon, "event": final.event.label,
                          "detectable_excess": final.detectable_excess, "seconds": s,
-                         "cpu_seconds": report.cpu_seconds, "runs": report.total_runs})
+                         "cpu_seconds": report.cpu_seconds, "runs": report.total_runs,
+                         "exact_disclosures": final.exact_disclosures, "pair": final.pair_text})
+            checkpoint(args, "planted", rows)
     print(f"\nPlanted bugs in real runs ({args.planted_runs:,} runs per dataset of the worst pair)")
     print(f"  {'algorithm (spec)':<40} {'bug':<16} {'caught':<7} {'outcome':<18} {'eps >=':>8} {'claim':>7} "
           f"{'wall':>8} {'CPU':>8}")
@@ -393,6 +437,7 @@ def main() -> None:
                         help="specs, census, auto, planted, mechanisms, algorithms, mutants, power (default: all)")
     parser.add_argument("--spec-runs", type=int, default=1000)
     parser.add_argument("--planted-runs", type=int, default=2000)
+    parser.add_argument("--bugs", type=str, default=None, help="planted: only these bugs (comma-separated)")
     parser.add_argument("--mechanism-runs", type=int, default=DEFAULT_RUNS)
     parser.add_argument("--algorithm-runs", type=int, default=3000)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
@@ -419,7 +464,7 @@ def main() -> None:
           f"load average at end: {os.getloadavg()[0]:.2f}")
     results["cpu_seconds"] = cpu
     if args.json:
-        Path(args.json).write_text(json.dumps({**results, "seconds": total}, indent=2, default=str))
+        Path(args.json).write_text(json.dumps({**results, "seconds": total, "complete": True}, indent=2, default=str))
 
 
 if __name__ == "__main__":
