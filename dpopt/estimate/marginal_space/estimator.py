@@ -260,7 +260,8 @@ def estimate_marginals(
         if solved.converged:
             status = Status.OPTIMAL
             message = (f"certified ({what}): relative duality gap {solved.gap:.1e} (tolerance {tol:g}), largest "
-                       f"violation {solved.violation:.1e} (tolerance {feasibility:.1e}); {nit} iterations (L-BFGS-B, CG polish)")
+                       f"violation {solved.violation:.1e} (tolerance {feasibility:.1e}); {nit} iterations "
+                       "(L-BFGS-B, CG polish)")
         else:
             status = Status.TIME_LIMIT if stopped == "time limit" else Status.NUMERICAL_ERROR
             message = (f"not certified ({stopped}): relative duality gap {solved.gap:.1e} (tolerance {tol:g}), "
