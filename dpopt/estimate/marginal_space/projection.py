@@ -48,8 +48,8 @@ summed over millions of cells) and the line search fails (ABNORMAL_TERMINATION_I
 cells still about ``1e-6`` negative. That left the relative gap at 4-6e-6 (tolerance 1e-6)
 on adult's chain and on a 27-attribute pure-eps case, whatever the iterations.
 :func:`polish` therefore takes the face that L-BFGS-B identified, ``A = {kappa > 0} ∪
-{mu < 0}`` (plus the structural zeros), and solves the dual on it without bounds, ``(E W^-1 E^T)_AA kappa_A = -b_A``, by conjugate gradients
-(Hestenes and Stiefel 1952): an iteration that drives the *gradient* ``mu_A`` to zero and
+{mu < 0}`` (plus the structural zeros), and solves the dual on it without bounds,
+``(E W^-1 E^T)_AA kappa_A = -b_A``, by conjugate gradients (Hestenes and Stiefel 1952): an iteration that drives the *gradient* ``mu_A`` to zero and
 never compares function values, so it reaches ``|mu_A| ~ 1e-12 |b|``. Multipliers that come
 out negative are set to zero and the face is taken again (a projected Newton step: Bertsekas
 1982, "Projected Newton methods for optimization problems with simple constraints"). When
