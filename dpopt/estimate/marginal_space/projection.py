@@ -47,16 +47,17 @@ the optimum the dual's decrease falls under the rounding error of its value (``|
 summed over millions of cells) and the line search fails (ABNORMAL_TERMINATION_IN_LNSRCH) with
 cells still about ``1e-6`` negative. That left the relative gap at 4-6e-6 (tolerance 1e-6)
 on adult's chain and on a 27-attribute pure-eps case, whatever the iterations.
-:func:`polish` therefore takes the face that L-BFGS-B identified, ``A = {kappa > 0} ∪
-{mu < 0}`` (plus the structural zeros), and solves the dual on it without bounds,
-``(E W^-1 E^T)_AA kappa_A = -b_A``, by conjugate gradients (Hestenes and Stiefel 1952): an iteration that drives the *gradient* ``mu_A`` to zero and
-never compares function values, so it reaches ``|mu_A| ~ 1e-12 |b|``. Multipliers that come
-out negative are set to zero and the face is taken again (a projected Newton step: Bertsekas
-1982, "Projected Newton methods for optimization problems with simple constraints"). When
-the face is right, the point is the optimum to rounding and the repair barely moves it: the
-certified gaps are then 1e-8 (adult's chain) to 1e-13 (the tests) instead of 4-6e-6. Every polished
-point goes through the same :func:`certify` as any other; the polish can only replace the
-incumbent by a point with a smaller certified gap.
+:func:`polish` therefore takes the face that L-BFGS-B identified,
+``A = {kappa > 0} ∪ {mu < 0}`` (plus the structural zeros), and solves the dual on it without
+bounds, ``(E W^-1 E^T)_AA kappa_A = -b_A``, by conjugate gradients (Hestenes and Stiefel
+1952): an iteration that drives the *gradient* ``mu_A`` to zero and never compares function
+values, so it reaches ``|mu_A| ~ 1e-12 |b|``. Multipliers that come out negative are set to
+zero and the face is taken again (a projected Newton step: Bertsekas 1982, "Projected Newton
+methods for optimization problems with simple constraints"). When the face is right, the
+point is the optimum to rounding and the repair barely moves it: the certified gaps are then
+1e-8 (adult's chain) to 1e-13 (the tests) instead of 4-6e-6. Every polished point goes
+through the same :func:`certify` as any other; the polish can only replace the incumbent by a
+point with a smaller certified gap.
 """
 
 from __future__ import annotations
