@@ -138,7 +138,7 @@ def estimate_marginals(
     time_limit : float, optional
         Seconds for the solve; a solve that reaches it is status TIME_LIMIT, not an estimate.
     max_iter : int
-        L-BFGS-B iterations.
+        Iterations: L-BFGS-B steps and the polish's conjugate-gradient steps together.
     max_cells : int
         Refuse (DomainError, before any work) cliques holding more cells than this.
     exact_cells : int
@@ -260,12 +260,13 @@ def estimate_marginals(
         if solved.converged:
             status = Status.OPTIMAL
             message = (f"certified ({what}): relative duality gap {solved.gap:.1e} (tolerance {tol:g}), largest "
-                       f"violation {solved.violation:.1e} (tolerance {feasibility:.1e}); {nit} L-BFGS-B iterations")
+                       f"violation {solved.violation:.1e} (tolerance {feasibility:.1e}); {nit} iterations "
+                       "(L-BFGS-B, CG polish)")
         else:
             status = Status.TIME_LIMIT if stopped == "time limit" else Status.NUMERICAL_ERROR
             message = (f"not certified ({stopped}): relative duality gap {solved.gap:.1e} (tolerance {tol:g}), "
-                       f"largest violation {solved.violation:.1e} (tolerance {feasibility:.1e}) after {nit} L-BFGS-B "
-                       "iterations; the point is kept as an incumbent, not an estimate")
+                       f"largest violation {solved.violation:.1e} (tolerance {feasibility:.1e}) after {nit} "
+                       "iterations (L-BFGS-B, CG polish); the point is kept as an incumbent, not an estimate")
         certificate = {"gap": solved.gap, "tol": tol, "violation": solved.violation, "feasibility_tol": feasibility,
                        "primal": solved.fun, "dual": solved.dual, "ok": solved.converged}
     measured_family = SetFamily(index, [a for a, m in zip(all_axes, measurements) if m.variance > 0])
@@ -278,7 +279,7 @@ def estimate_marginals(
         "time_fit": time_fit, "time_project": time_project, "total_public": fixed_total, "history": history,
     }
     solver = (f"dpopt.estimate.reconstruct ({certificate.get('backend')})" if polytope == "table" else
-              "residual least squares, then the dual by L-BFGS-B (scipy)")
+              "residual least squares, then the dual by L-BFGS-B (scipy) and CG on its active face")
     return MarginalEstimate(
         status=status, success=status is Status.OPTIMAL, message=message, fun=chi_square, objective="l2",
         backend="marginal_space", solver=solver,

@@ -40,6 +40,24 @@ point ``r_int`` (positive marginals that keep every fixed residual and structura
 enough that no cell is negative (:func:`repair`): ``(1 - t) r + t r_int`` stays consistent and
 keeps the fixed residuals since the map is linear. A point is certified only when its
 remaining violation is within the feasibility tolerance and its gap within tolerance.
+
+**Polish: Newton on the active face.** The repair costs about ``t <kappa, mu_int>``, first order
+in the dual's remaining violation, and L-BFGS-B does not push that violation low enough: near
+the optimum the dual's decrease falls under the rounding error of its value (``|g| x 1e-16``
+summed over millions of cells) and the line search fails (ABNORMAL_TERMINATION_IN_LNSRCH) with
+cells still about ``1e-6`` negative. That left the relative gap at 4-6e-6 (tolerance 1e-6)
+on adult's chain and on a 27-attribute pure-eps case, whatever the iterations.
+:func:`polish` therefore takes the face that L-BFGS-B identified,
+``A = {kappa > 0} ∪ {mu < 0}`` (plus the structural zeros), and solves the dual on it without
+bounds, ``(E W^-1 E^T)_AA kappa_A = -b_A``, by conjugate gradients (Hestenes and Stiefel
+1952): an iteration that drives the *gradient* ``mu_A`` to zero and never compares function
+values, so it reaches ``|mu_A| ~ 1e-12 |b|``. Multipliers that come out negative are set to
+zero and the face is taken again (a projected Newton step: Bertsekas 1982, "Projected Newton
+methods for optimization problems with simple constraints"). When the face is right, the
+point is the optimum to rounding and the repair barely moves it: the certified gaps are then
+1e-8 (adult's chain) to 1e-13 (the tests) instead of 4-6e-6. Every polished point goes
+through the same :func:`certify` as any other; the polish can only replace the incumbent by a
+point with a smaller certified gap.
 """
 
 from __future__ import annotations
@@ -51,7 +69,11 @@ import numpy as np
 
 from dpopt.estimate.marginal_space.layout import ResidualIndex, SetFamily
 
-__all__ = ["ProjectionProblem", "Projection", "project", "dual_value", "objective", "repair"]
+__all__ = ["ProjectionProblem", "Projection", "project", "polish", "dual_value", "objective", "repair"]
+
+#: Conjugate-gradient steps on one face before the face is taken again (the adult chain's faces,
+#: 1.5 million cells, need 100-150 for a gap of 1e-7).
+POLISH_STEPS = 150
 
 
 @dataclass
@@ -184,17 +206,90 @@ def certify(problem: ProjectionProblem, kappa_in: np.ndarray) -> tuple:
     return repaired, mu_repaired, kappa, relative, violation(problem, mu_repaired), fun, dual
 
 
+def polish(problem: ProjectionProblem, kappa: np.ndarray, *, max_iter: int = 900, rounds: int = 6,
+           deadline: float | None = None, stop_gap: float = 0.0, feasibility: float = 0.0) -> tuple[tuple, int]:
+    """Projected Newton on the dual (5): conjugate gradients on the active face of ``kappa``.
+
+    The face is ``A = {kappa > 0} ∪ {mu(kappa) < 0}`` (structural zeros always in it, their
+    multipliers free). On ``A`` the dual without bounds is ``H_AA kappa_A = -b_A`` (``H = E W^-1
+    E^T``, ``b = E r_ref``), whose residual is minus the marginals ``mu_A``; CG stops when
+    ``max |mu_A|`` is within ``1e-13`` of the largest ``|b|`` (rounding), after
+    :data:`POLISH_STEPS` steps (``max_iter`` in all rounds), when a direction shows no
+    curvature (a singular face), or at ``deadline`` (``time.perf_counter()``). Negative
+    multipliers are then zeroed (not for structural zeros), the point certified, and the face
+    taken again, ``rounds`` times at most or until the
+    certified gap is within ``stop_gap`` (with the violation within ``feasibility``).
+
+    Returns the best certified point (:func:`certify`'s tuple) among the rounds and the number
+    of products with ``H`` or ``E`` made (CG steps and one per round).
+    """
+    fam, inv_w, target = problem.cliques, problem.inv_w_flat, problem.target
+    free = np.zeros(fam.size, dtype=bool) if problem.zero_cells is None else problem.zero_cells
+    base = fam.expand(target)
+    floor = 1e-13 * max(float(np.abs(base).max(initial=0.0)), 1.0)
+    kappa = np.array(kappa, dtype=np.float64)
+    products = 0
+
+    def hess(p):
+        nonlocal products
+        products += 1
+        return fam.expand(inv_w * fam.adjoint(p))  # E W^-1 E^T p
+
+    best = None
+    budget = max_iter
+    for _ in range(rounds):
+        mu = fam.expand(target + inv_w * fam.adjoint(kappa))
+        products += 1
+        face = free | (kappa > 0) | ((mu < 0) if problem.nonnegative else False)
+        residual = np.where(face, -mu, 0.0)
+        if np.abs(residual).max(initial=0.0) <= floor or budget <= 0:
+            break
+        direction = residual.copy()
+        rr = float(residual @ residual)
+        for _ in range(min(POLISH_STEPS, budget)):
+            budget -= 1
+            hd = np.where(face, hess(direction), 0.0)
+            curvature = float(direction @ hd)
+            if not curvature > 0:
+                break
+            alpha = rr / curvature
+            kappa += alpha * direction
+            residual -= alpha * hd
+            if np.abs(residual).max() <= floor or (deadline is not None and time.perf_counter() > deadline):
+                break
+            rr_next = float(residual @ residual)
+            direction = residual + (rr_next / rr) * direction
+            rr = rr_next
+        if problem.nonnegative:
+            kappa = np.where(free, kappa, np.maximum(kappa, 0.0))
+        else:
+            kappa = np.where(free, kappa, 0.0)
+        point = certify(problem, kappa)
+        products += 1
+        if best is None or _better(point, best, feasibility):
+            best = point
+        if (point[4] <= feasibility and point[3] <= stop_gap) or \
+                (deadline is not None and time.perf_counter() > deadline):
+            break
+    return (best if best is not None else certify(problem, kappa)), products
+
+
 def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float = 1e-6,
             max_iter: int = 20000, time_limit: float | None = None, check_every: int = 10,
-            memory: int = 10, restarts: int = 5, target: float | None = None) -> Projection:
-    """Solve (4) through its dual (5) by L-BFGS-B; stop when the certificate holds or at a limit.
+            memory: int = 10, restarts: int = 5, target: float | None = None,
+            polish_gap: float = 1e-3) -> Projection:
+    """Solve (4) through its dual (5) by L-BFGS-B and :func:`polish`; stop when the certificate
+    holds or at a limit.
 
     ``tol`` is the relative duality gap a point must reach to be certified, ``target`` (default
     ``tol / 10``) the gap at which the solver stops early, ``feasibility`` the largest violation
     allowed (counts).
-    A run of L-BFGS-B that ends without the certificate (a line search that can make no more
-    progress in floating point) is restarted from its point with a fresh memory, up to
-    ``restarts`` times. ``converged`` is True only when both figures hold at the returned point.
+    A run of L-BFGS-B is interrupted once its certified gap is within ``polish_gap`` (the face
+    is then nearly identified) and its point polished; a run that ends otherwise (a line search
+    that can make no more progress in floating point) is polished too. A polished point that
+    is not certified restarts L-BFGS-B with a fresh memory, up to ``restarts`` times.
+    ``max_iter`` counts L-BFGS-B iterations and the polish's conjugate-gradient steps together.
+    ``converged`` is True only when both figures hold at the returned point.
     """
     from scipy.optimize import minimize
 
@@ -248,7 +343,12 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
         if time_limit is not None and time.perf_counter() - start > time_limit:
             state["stopped"] = "time limit"
             raise StopIteration
+        if point[4] <= feasibility and point[3] <= state["polish_at"]:
+            state["polish_at"] = point[3] / 100  # next interruption only after real progress
+            raise StopIteration
 
+    deadline = None if time_limit is None else start + time_limit
+    state["polish_at"] = polish_gap
     x = np.zeros(cells)
     for attempt in range(restarts + 1):
         remaining = max_iter - counter["it"]
@@ -267,7 +367,28 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
         if point[4] <= feasibility and point[3] <= tol:
             state["stopped"] = "certified"
             break
-        state["stopped"] = f"L-BFGS-B: {result.message}"
+        lbfgsb = "L-BFGS-B interrupted to polish" if result.status == 99 or "callback" in str(result.message) \
+            else f"L-BFGS-B: {result.message}"
+        remaining = max_iter - counter["it"]
+        if remaining <= 0:  # the iteration budget covers the polish's CG steps too
+            state["stopped"] = "iteration limit"
+            break
+        point, products = polish(problem, s * x, max_iter=remaining, deadline=deadline, stop_gap=tol,
+                                 feasibility=feasibility)
+        kappa = point[2]
+        counter["f"] += products
+        counter["it"] += products
+        history.append((counter["it"], counter["f"], point[3], point[4]))
+        if _better(point, state["best"], feasibility):
+            state["best"] = point
+        if point[4] <= feasibility and point[3] <= tol:
+            state["stopped"] = "certified (polished)"
+            break
+        if deadline is not None and time.perf_counter() > deadline:
+            state["stopped"] = "time limit"
+            break
+        state["stopped"] = f"{lbfgsb}; the polish did not certify"
+        x = kappa / s
     best = state["best"]
     ok = best[4] <= feasibility and best[3] <= accept
     return _outcome(best, counter["it"], counter["f"], ok, state["stopped"], start, history)
