@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
@@ -42,3 +47,18 @@ def small_frame(small_domain, rng) -> pd.DataFrame:
             "region": rng.integers(0, 4, n),
         }
     )
+
+
+@pytest.fixture
+def sigterm_in_one_second():
+    """``start()`` sends SIGTERM to this process one second later; ``sent`` holds when it went
+    (``time.perf_counter``). For the tests that a long solve stops within 2 s of a signal."""
+    sent: list[float] = []
+
+    def kill():
+        sent.append(time.perf_counter())
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    timer = threading.Timer(1.0, kill)
+    yield SimpleNamespace(start=timer.start, sent=sent)
+    timer.cancel()

@@ -177,7 +177,7 @@ def test_five_hundred_integer_roundings_in_one_process():
     assert time.perf_counter() - start < 120
 
 
-def test_a_signal_stops_a_highs_solve_at_once():
+def test_a_signal_stops_a_highs_solve_at_once(sigterm_in_one_second):
     """SIGTERM during a long MIP: HiGHS's interrupt callback stops it, Interrupted follows."""
     from dpopt.estimate.backends import get_backend
     from dpopt.estimate.form import ProgramForm
@@ -188,18 +188,11 @@ def test_a_signal_stops_a_highs_solve_at_once():
     A = sp.csr_matrix((rng.random((n, n)) < 0.3).astype(float))
     form = ProgramForm(c=-rng.random(n), A=A, row_lower=np.full(n, -np.inf), row_upper=A.sum(axis=1).A1 / 2.3, row_names=[f"r[{i}]" for i in range(n)],
                        lower=np.zeros(n), upper=np.ones(n), integrality=np.ones(n, bool))
-    sent = []
-
-    def kill():
-        sent.append(time.perf_counter())
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    timer = threading.Timer(1.0, kill)
     with pytest.raises(Interrupted):
         with handle_signals():
-            timer.start()
+            sigterm_in_one_second.start()
             get_backend("highs").solve(form, time_limit=60, mip_gap=0.0, conflicts=False)
-    assert time.perf_counter() - sent[0] < 2.0
+    assert time.perf_counter() - sigterm_in_one_second.sent[0] < 2.0
     assert not signal_pending()
 
 
