@@ -171,7 +171,10 @@ ERRORS: list = []
 
 def specs(args) -> list[dict]:
     rows = []
+    chosen = set(args.specs.split(",")) if args.specs else None
     for path in list_models():
+        if chosen is not None and path.stem not in chosen:
+            continue
         try:
             report, s = timed_spec(path, runs=args.spec_runs, workers=args.workers)
         except Exception as exc:  # noqa: BLE001 -- a benchmark row, not a release: record it and go on
@@ -438,6 +441,8 @@ def main() -> None:
     parser.add_argument("--spec-runs", type=int, default=1000)
     parser.add_argument("--planted-runs", type=int, default=2000)
     parser.add_argument("--bugs", type=str, default=None, help="planted: only these bugs (comma-separated)")
+    parser.add_argument("--specs", type=str, default=None,
+                        help="specs: only these shipped specs, by file stem (comma-separated)")
     parser.add_argument("--mechanism-runs", type=int, default=DEFAULT_RUNS)
     parser.add_argument("--algorithm-runs", type=int, default=3000)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
@@ -449,6 +454,11 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown section {unknown[0]!r}; choose from {', '.join(sections)}")
     args.sections = args.sections or list(sections)
+    if args.specs:
+        stems = {path.stem for path in list_models()}
+        missing = sorted(set(args.specs.split(",")) - stems)
+        if missing:
+            parser.error(f"--specs: no shipped spec named {missing[0]!r}; choose from {', '.join(sorted(stems))}")
     if args.plots:
         Path(args.plots).mkdir(parents=True, exist_ok=True)
     print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; {args.workers} workers")
