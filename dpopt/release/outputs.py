@@ -134,8 +134,11 @@ def not_private_reasons(release) -> list[str]:
     return reasons
 
 
-def write_release(release: ReleaseResult, out: str | Path, *, overwrite: bool = False) -> Path:
+def write_release(release: ReleaseResult, out: str | Path, *, overwrite: bool = False, plot_worker=None) -> Path:
     """Write a release into ``out`` atomically (all files or none), with its manifest.
+
+    ``plot_worker`` (a started :class:`~dpopt.release.plot_worker.PlotWorker`, optional) draws
+    the figures in its own process while the tables are written; the files are the same.
 
     Layout: ``release.{csv,parquet}`` (the table), the answer tables (``marginals/<label>.{csv,parquet}``,
     or all of them in ``marginals.{csv,parquet}`` with a ``table`` column: :func:`marginals_layout`),
@@ -154,6 +157,12 @@ def write_release(release: ReleaseResult, out: str | Path, *, overwrite: bool = 
     with atomic_directory(out, overwrite=overwrite, protected=protected,
                           manifest={"release": spec.name, "not_private": reasons or None}) as tmp:
         files = []
+        if spec.output.plots:
+            from dpopt.plots import draw_plots, plot_inputs
+
+            figures = plot_inputs(release)
+            if plot_worker is not None and figures:
+                plot_worker.submit(figures, tmp / "plots")  # drawn while the tables are written
 
         def write_frame(frame: pd.DataFrame, stem: str) -> None:
             for fmt in formats:
@@ -182,9 +191,10 @@ def write_release(release: ReleaseResult, out: str | Path, *, overwrite: bool = 
             write_frame(release.synthetic, "synthetic")
         plots = {}
         if spec.output.plots:
-            from dpopt.plots import release_plots
-
-            plots = release_plots(release, tmp / "plots")
+            if plot_worker is not None and figures:
+                plots = plot_worker.result()
+            else:
+                plots = draw_plots(figures, tmp / "plots")
             files.extend(f"plots/{name}" for name in plots.values())
         if mark is not None:
             (tmp / NOT_PRIVATE_MARKER).write_text(

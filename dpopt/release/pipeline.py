@@ -152,6 +152,24 @@ def run_algorithm(p: ReleasePlan, data: Dataset, constraints: ConstraintSet, *, 
     return release
 
 
+@contextlib.contextmanager
+def _plot_child(wanted: bool):
+    """The figures' child process (:class:`~dpopt.release.plot_worker.PlotWorker`), started before
+    any data is read so that it imports matplotlib while this process computes the release;
+    None when not ``wanted`` or without fork. Killed and reaped however the block ends."""
+    if not wanted:
+        yield None
+        return
+    from dpopt.release.plot_worker import PlotWorker
+
+    worker = PlotWorker.start()
+    try:
+        yield worker
+    finally:
+        if worker is not None:
+            worker.close()
+
+
 class _NoBar:
     """What :func:`run` needs of a tqdm bar, doing nothing: without ``progress`` the run does not
     import tqdm (0.05-0.1 s of the quickstart's 2 s, issue #30)."""
@@ -256,7 +274,7 @@ def run(
         warnings.warn(f"release {p.spec.name!r} is NOT private: {' and '.join(reasons)}; do not publish it",
                       NotPrivateWarning, stacklevel=2)
     steps = 5 + (1 if evaluate else 0) + (1 if out is not None else 0)
-    with _progress_bar(progress, steps) as bar:
+    with _progress_bar(progress, steps) as bar, _plot_child(out is not None and p.spec.output.plots) as plot_worker:
         def step(name: str) -> None:
             bar.set_description(name)
 
@@ -307,7 +325,7 @@ def run(
         lap("report")
         if out is not None:
             step("writing")
-            release.out = write_release(release, out, overwrite=overwrite)
+            release.out = write_release(release, out, overwrite=overwrite, plot_worker=plot_worker)
             bar.update(1)
             lap("write")
         bar.update(1)
