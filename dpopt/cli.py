@@ -183,7 +183,7 @@ def _run(args: argparse.Namespace) -> int:
         warnings.simplefilter("ignore", NotPrivateWarning)  # said below, in one line
         release = run(spec, data=args.data, out=out, seed=args.seed, evaluate=args.evaluate,
                       overwrite=args.overwrite, progress=not args.quiet and sys.stderr.isatty(),
-                      verbose=args.verbose, show_confidential=args.show_confidential)
+                      verbose=args.verbose, show_confidential=args.show_confidential, plot_process=True)
     if reasons:  # on stderr, even with --quiet: a reader of the files must not take them for private
         print(f"dpopt: warning: the release in {str(out)!r} is NOT private: {' and '.join(reasons)}; "
               f"do not publish it", file=sys.stderr)

@@ -107,20 +107,21 @@ def test_a_failed_run_kills_and_reaps_the_child(tmp_path, monkeypatch):
     monkeypatch.setattr(PlotWorker, "start", staticmethod(start))
     monkeypatch.setattr(pipeline, "load_data", fail)
     with pytest.raises(DataError), pytest.warns(pipeline.NotPrivateWarning):
-        pipeline.run("quickstart", seed=1, out=tmp_path / "out")
+        pipeline.run("quickstart", seed=1, out=tmp_path / "out", plot_process=True)
     assert len(started) == 1 and not (tmp_path / "out").exists()
     with pytest.raises(ChildProcessError):  # reaped: no such child any more
         os.waitpid(started[0], os.WNOHANG)
 
 
 def test_a_release_with_plots_leaves_matplotlib_to_the_child(tmp_path):
-    """On Linux the release process itself never imports matplotlib: the child draws (same files)."""
+    """With ``plot_process`` (what ``dpopt run`` asks) the release process itself never imports
+    matplotlib on Linux: the child draws (the same files)."""
     import subprocess
     import sys
 
     _needs_fork()
     code = ("import sys, warnings; warnings.simplefilter('ignore'); from dpopt.release import run; "
-            f"r = run('quickstart', seed=1, out={str(tmp_path / 'out')!r}); "
+            f"r = run('quickstart', seed=1, out={str(tmp_path / 'out')!r}, plot_process=True); "
             "print('matplotlib' in sys.modules, sorted(r.report['plots']))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
