@@ -113,6 +113,35 @@ def test_a_failed_run_kills_and_reaps_the_child(tmp_path, monkeypatch):
         os.waitpid(started[0], os.WNOHANG)
 
 
+def test_a_write_that_fails_while_the_child_draws_leaves_nothing_behind(tmp_path, monkeypatch):
+    """The child is killed before the temporary directory it draws into is removed."""
+    import os
+
+    import dpopt.release.outputs as outputs
+    import dpopt.release.pipeline as pipeline
+    from dpopt.release.plot_worker import PlotWorker
+
+    _needs_fork()
+    started = []
+    original = PlotWorker.start
+
+    def start():
+        worker = original()
+        started.append(worker.pid)
+        return worker
+
+    def fail(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(PlotWorker, "start", staticmethod(start))
+    monkeypatch.setattr(outputs, "_write_csv", fail)
+    with pytest.raises(OSError, match="disk full"), pytest.warns(pipeline.NotPrivateWarning):
+        pipeline.run("quickstart", seed=1, out=tmp_path / "out", plot_process=True)
+    assert len(started) == 1 and list(tmp_path.iterdir()) == []
+    with pytest.raises(ChildProcessError):
+        os.waitpid(started[0], os.WNOHANG)
+
+
 def test_a_release_with_plots_leaves_matplotlib_to_the_child(tmp_path):
     """With ``plot_process`` (what ``dpopt run`` asks) the release process itself never imports
     matplotlib on Linux: the child draws (the same files)."""

@@ -9,6 +9,7 @@ every Parquet file's metadata, and the manifest, report and summaries.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 from pathlib import Path
 
@@ -155,7 +156,8 @@ def write_release(release: ReleaseResult, out: str | Path, *, overwrite: bool = 
     mark = ("NOT PRIVATE: " + "; ".join(reasons) + "; do not publish") if reasons else None
     protected = getattr(release.plan, "protected", None)
     with atomic_directory(out, overwrite=overwrite, protected=protected,
-                          manifest={"release": spec.name, "not_private": reasons or None}) as tmp:
+                          manifest={"release": spec.name, "not_private": reasons or None}) as tmp, \
+            _stopped_on_error(plot_worker):
         files = []
         if spec.output.plots:
             from dpopt.plots import draw_plots, plot_inputs
@@ -214,6 +216,18 @@ def write_release(release: ReleaseResult, out: str | Path, *, overwrite: bool = 
         if "html" in spec.output.summary:
             (tmp / "summary.html").write_text(render_html(published), encoding="utf-8")
     return Path(out)
+
+
+@contextlib.contextmanager
+def _stopped_on_error(plot_worker):
+    """Kill the figures' child (if any) when the block fails, before the temporary directory it
+    draws into is removed: it must not write there once the release is abandoned."""
+    try:
+        yield
+    except BaseException:
+        if plot_worker is not None:
+            plot_worker.close()
+        raise
 
 
 def marginals_layout(release) -> str:
