@@ -81,10 +81,13 @@ class PlotWorker:
     def submit(self, inputs: list, directory: str | Path) -> None:
         """Ask the child to draw ``inputs`` (:func:`dpopt.plots.plot_inputs`) into ``directory``."""
         self._submitted = (inputs, Path(directory))
+        job = pickle.dumps((inputs, str(directory)), protocol=pickle.HIGHEST_PROTOCOL)
         fd, self._jobs = self._jobs, -1
         try:
-            with os.fdopen(fd, "wb") as fh:  # closing it tells the child the job is complete
-                pickle.dump((inputs, str(directory)), fh, protocol=pickle.HIGHEST_PROTOCOL)
+            # Length first: the child must not wait for end of file, which never comes while a
+            # process forked later by this one (a worker pool) holds a copy of this pipe.
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(len(job).to_bytes(8, "little") + job)
         except OSError:  # the child is gone: result() draws in the parent
             pass
 
@@ -153,7 +156,8 @@ def _child(job_read: int, answer_write: int) -> None:
 
         import_matplotlib()
         with os.fdopen(job_read, "rb") as fh:
-            data = fh.read()
+            size = fh.read(8)
+            data = fh.read(int.from_bytes(size, "little")) if len(size) == 8 else b""
         if data:  # end of file without a job: the parent needs no figures
             inputs, directory = pickle.loads(data)
             try:
