@@ -84,37 +84,11 @@ def test_a_dead_child_leaves_the_figures_to_the_parent(tmp_path):
     assert (tmp_path / "s.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and worker.pid == 0
 
 
-def test_a_failed_run_kills_and_reaps_the_child(tmp_path, monkeypatch):
-    """A release that fails after the plan leaves no child process behind."""
-    import os
-
-    import dpopt.release.pipeline as pipeline
-    from dpopt.errors import DataError
-    from dpopt.release.plot_worker import PlotWorker
-
-    _needs_fork()
-    started = []
-    original = PlotWorker.start
-
-    def start():
-        worker = original()
-        started.append(worker.pid)
-        return worker
-
-    def fail(*args, **kwargs):
-        raise DataError("no data today")
-
-    monkeypatch.setattr(PlotWorker, "start", staticmethod(start))
-    monkeypatch.setattr(pipeline, "load_data", fail)
-    with pytest.raises(DataError), pytest.warns(pipeline.NotPrivateWarning):
-        pipeline.run("quickstart", seed=1, out=tmp_path / "out", plot_process=True)
-    assert len(started) == 1 and not (tmp_path / "out").exists()
-    with pytest.raises(ChildProcessError):  # reaped: no such child any more
-        os.waitpid(started[0], os.WNOHANG)
-
-
-def test_a_write_that_fails_while_the_child_draws_leaves_nothing_behind(tmp_path, monkeypatch):
-    """The child is killed before the temporary directory it draws into is removed."""
+@pytest.mark.parametrize("stage", ["reading the data", "writing the tables"])
+def test_a_run_that_fails_kills_and_reaps_the_child_and_leaves_nothing(tmp_path, monkeypatch, stage):
+    """A release that fails after the plan, before the figures are asked for or while the child
+    draws them, leaves no child process and no file behind: the child is killed before the
+    temporary directory it draws into is removed."""
     import os
 
     import dpopt.release.outputs as outputs
@@ -131,14 +105,17 @@ def test_a_write_that_fails_while_the_child_draws_leaves_nothing_behind(tmp_path
         return worker
 
     def fail(*args, **kwargs):
-        raise OSError("disk full")
+        raise OSError(f"failed at {stage}")
 
     monkeypatch.setattr(PlotWorker, "start", staticmethod(start))
-    monkeypatch.setattr(outputs, "_write_csv", fail)
-    with pytest.raises(OSError, match="disk full"), pytest.warns(pipeline.NotPrivateWarning):
+    if stage == "reading the data":
+        monkeypatch.setattr(pipeline, "load_data", fail)
+    else:
+        monkeypatch.setattr(outputs, "_write_csv", fail)
+    with pytest.raises(OSError, match=stage), pytest.warns(pipeline.NotPrivateWarning):
         pipeline.run("quickstart", seed=1, out=tmp_path / "out", plot_process=True)
     assert len(started) == 1 and list(tmp_path.iterdir()) == []
-    with pytest.raises(ChildProcessError):
+    with pytest.raises(ChildProcessError):  # reaped: no such child any more
         os.waitpid(started[0], os.WNOHANG)
 
 
