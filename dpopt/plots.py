@@ -1,6 +1,6 @@
 """Plots of a release (PNG, matplotlib's Agg canvas; no display and no global backend change).
 
-Two figures go with every release:
+Three figures go with every release (five with ``evaluate``):
 
 * ``released_vs_*.png``: each measured answer's released value against a reference: the
   noisy measurement (always; this is private, post-processing only), or, with
@@ -13,6 +13,10 @@ Two figures go with every release:
   an error.
 * with ``evaluate`` only, ``error_by_query.png``: the L1 error of the released and of the raw
   noisy answers against the truth (NOT private; consistency usually lowers it).
+
+:func:`plot_inputs` computes what they show without matplotlib, which only :func:`draw_plots`
+imports (0.3 CPU-s): ``dpopt run`` draws them in a child process that imports it while the
+release is computed (:mod:`dpopt.release.plot_worker`).
 """
 
 from __future__ import annotations
