@@ -1,6 +1,6 @@
 """Plots of a release (PNG, matplotlib's Agg canvas; no display and no global backend change).
 
-Two figures go with every release:
+Three figures go with every release (five with ``evaluate``):
 
 * ``released_vs_*.png``: each measured answer's released value against a reference: the
   noisy measurement (always; this is private, post-processing only), or, with
@@ -13,6 +13,10 @@ Two figures go with every release:
   an error.
 * with ``evaluate`` only, ``error_by_query.png``: the L1 error of the released and of the raw
   noisy answers against the truth (NOT private; consistency usually lowers it).
+
+:func:`plot_inputs` computes what they show without matplotlib, which only :func:`draw_plots`
+imports (0.3 CPU-s): ``dpopt run`` draws them in a child process that imports it while the
+release is computed (:mod:`dpopt.release.plot_worker`).
 """
 
 from __future__ import annotations
@@ -21,9 +25,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter
 
 #: Above this many measured queries the scatter uses one colour and the bars thin labels.
 MAX_LEGEND = 10
@@ -44,7 +45,23 @@ def decade_label(value: float, _position=None) -> str:
     return f"{sign}{10 ** k}" if k <= 1 else f"{sign}10{str(k).translate(_SUPERSCRIPT)}"
 
 
-DECADE_LABELS = FuncFormatter(decade_label)
+def import_matplotlib() -> None:
+    """Import what drawing needs (matplotlib's Agg canvas and figure: 0.3 CPU-s). The figures'
+    inputs (:func:`plot_inputs`) do not need it, so a release can compute them before (or
+    without) paying for it, e.g. in :class:`dpopt.release.plot_worker.PlotWorker`'s child."""
+    import matplotlib.backends.backend_agg  # noqa: F401
+    import matplotlib.figure  # noqa: F401
+    import matplotlib.ticker  # noqa: F401
+
+
+def _new_figure(figsize):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=figsize, dpi=100)
+    FigureCanvasAgg(fig)
+    return fig
+
 
 if TYPE_CHECKING:  # pragma: no cover
     from dpopt.release import ReleaseResult
@@ -71,8 +88,9 @@ def scatter_released(
         series = [(f"all {len(series)} measured queries",
                    np.concatenate([np.asarray(s[1], float) for s in series]),
                    np.concatenate([np.asarray(s[2], float) for s in series]))]
-    fig = Figure(figsize=(6.4, 5.2), dpi=100)
-    FigureCanvasAgg(fig)
+    from matplotlib.ticker import FuncFormatter
+
+    fig = _new_figure((6.4, 5.2))
     ax = fig.add_subplot()
     lo, hi = np.inf, -np.inf
     for label, ref, rel in series:
@@ -88,8 +106,8 @@ def scatter_released(
     ax.set_yscale("symlog", linthresh=10)
     # The decades as plain text (10³, −10²): the default labels are mathtext, whose parser costs
     # 0.1-0.3 CPU-s the first time a process draws one (issue #30).
-    ax.xaxis.set_major_formatter(DECADE_LABELS)
-    ax.yaxis.set_major_formatter(DECADE_LABELS)
+    ax.xaxis.set_major_formatter(FuncFormatter(decade_label))
+    ax.yaxis.set_major_formatter(FuncFormatter(decade_label))
     ax.set_xlabel(f"{reference_name} (symmetric log scale)")
     ax.set_ylabel("released value")
     ax.set_title(title)
@@ -111,8 +129,7 @@ def bar_by_query(
 ) -> Path:
     """Grouped bars: one group per query, one bar per named series."""
     many = len(labels) > MAX_LEGEND
-    fig = Figure(figsize=(max(6.4, 0.22 * len(labels)) if many else 6.4, 4.8), dpi=100)
-    FigureCanvasAgg(fig)
+    fig = _new_figure((max(6.4, 0.22 * len(labels)) if many else 6.4, 4.8))
     ax = fig.add_subplot()
     pos = np.arange(len(labels))
     width = 0.8 / max(len(values), 1)
@@ -138,39 +155,39 @@ def release_plots(release: "ReleaseResult", directory: str | Path) -> dict[str, 
     """Draw the release's figures into ``directory``; returns ``{name: file name}``.
 
     The figures compare the released table with the measurements: a release without a table
-    (answers or records only) has none.
+    (answers or records only) has none. Same as ``draw_plots(plot_inputs(release), directory)``.
+    """
+    return draw_plots(plot_inputs(release), directory)
+
+
+def plot_inputs(release: "ReleaseResult") -> list[tuple[str, str, str, dict]]:
+    """What the release's figures show, as plain arrays and strings (no matplotlib needed).
+
+    Returns ``[(name, kind, file name, arguments)]``, ``kind`` being ``"scatter"``
+    (:func:`scatter_released`) or ``"bars"`` (:func:`bar_by_query`); empty for a release without
+    a table. Picklable: :class:`~dpopt.release.plot_worker.PlotWorker` draws them in another process.
     """
     if release.counts is None:
-        return {}
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
+        return []
     x = np.asarray(release.counts, dtype=np.float64)
     ms = release.measurements
     labels = [m.label for m in ms]
-    out = {}
+    out = []
     released = [m.query.matvec(x) for m in ms]
-    scatter_released(
-        [(m.label, m.values, r) for m, r in zip(ms, released)],
-        directory / "released_vs_noisy.png",
-        reference_name="noisy measurement", title="Released answers against the noisy measurements",
-    )
-    out["released_vs_noisy"] = "released_vs_noisy.png"
+    out.append(("released_vs_noisy", "scatter", "released_vs_noisy.png", dict(
+        series=[(m.label, np.asarray(m.values), r) for m, r in zip(ms, released)],
+        reference_name="noisy measurement", title="Released answers against the noisy measurements")))
     if release.evaluation is not None:
         ev = release.evaluation[release.evaluation["kind"] == "measured"].set_index("query")
         truth = release.evaluation_truth
-        scatter_released(
-            [(m.label, truth[m.label], r) for m, r in zip(ms, released)],
-            directory / "released_vs_true.png",
-            reference_name="true answer (NOT private)", title="Released against true answers (evaluation only)",
-        )
-        out["released_vs_true"] = "released_vs_true.png"
-        bar_by_query(
-            labels,
-            {"released": ev.loc[labels, "l1_error"].to_numpy(), "noisy": ev.loc[labels, "noisy_l1_error"].to_numpy()},
-            directory / "error_by_query.png",
-            ylabel="L1 error against the truth", title="Error by query (evaluation only, NOT private)",
-        )
-        out["error_by_query"] = "error_by_query.png"
+        out.append(("released_vs_true", "scatter", "released_vs_true.png", dict(
+            series=[(m.label, np.asarray(truth[m.label]), r) for m, r in zip(ms, released)],
+            reference_name="true answer (NOT private)", title="Released against true answers (evaluation only)")))
+        out.append(("error_by_query", "bars", "error_by_query.png", dict(
+            labels=labels,
+            values={"released": ev.loc[labels, "l1_error"].to_numpy(),
+                    "noisy": ev.loc[labels, "noisy_l1_error"].to_numpy()},
+            ylabel="L1 error against the truth", title="Error by query (evaluation only, NOT private)")))
     accuracy = (getattr(release, "report", None) or {}).get("accuracy") or {}
     planned = {r["table"]: r for r in accuracy.get("expected_before_data") or []}
     bars = {r["table"]: r for r in accuracy.get("error_bars") or []}
@@ -182,13 +199,26 @@ def release_plots(release: "ReleaseResult", directory: str | Path) -> dict[str, 
         if bars:
             series["error bar of the fit"] = [bars.get(t, {}).get("rmse") for t in shown]
         series = {k: [np.nan if v is None else v for v in vals] for k, vals in series.items()}
-        bar_by_query(shown, series, directory / "accuracy_by_query.png", ylabel="RMS error per answer (counts)",
-                     title="Accuracy by measured query (no true answer used)")
-        out["accuracy_by_query"] = "accuracy_by_query.png"
+        out.append(("accuracy_by_query", "bars", "accuracy_by_query.png", dict(
+            labels=shown, values=series, ylabel="RMS error per answer (counts)",
+            title="Accuracy by measured query (no true answer used)")))
     rms = [float(np.sqrt(np.mean((r - m.values) ** 2)) / m.stddev) if m.stddev > 0 else 0.0
            for m, r in zip(ms, released)]
-    bar_by_query(labels, {"RMS change": rms}, directory / "change_by_query.png",
-                 ylabel="RMS(released - noisy) / noise std. dev.",
-                 title="How far consistency moved each query's answers (not an error)")
-    out["change_by_query"] = "change_by_query.png"
+    out.append(("change_by_query", "bars", "change_by_query.png", dict(
+        labels=labels, values={"RMS change": rms}, ylabel="RMS(released - noisy) / noise std. dev.",
+        title="How far consistency moved each query's answers (not an error)")))
+    return out
+
+
+def draw_plots(inputs: list[tuple[str, str, str, dict]], directory: str | Path) -> dict[str, str]:
+    """Draw :func:`plot_inputs`'s figures into ``directory``; returns ``{name: file name}``."""
+    if not inputs:
+        return {}
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    draw = {"scatter": scatter_released, "bars": bar_by_query}
+    out = {}
+    for name, kind, file, arguments in inputs:
+        draw[kind](path=directory / file, **arguments)
+        out[name] = file
     return out

@@ -116,6 +116,22 @@ def test_run_prints_a_summary(tmp_path, capsys):
     assert "ledger sums exactly to the budget" in text and "seeded, NOT private" in text
 
 
+def test_the_program_ends_without_teardown_and_keeps_its_output_and_status(tmp_path):
+    """``python -m dpopt.cli`` (and the installed script) end with ``os._exit`` once the output
+    is flushed (issue #30): the summary, the warning and the exit status are all still there."""
+    import subprocess
+    import sys
+
+    run = [sys.executable, "-m", "dpopt.cli", "run", "quickstart", "--seed", "1", "--out", str(tmp_path / "r")]
+    proc = subprocess.run(run, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1].startswith(f"  wrote {tmp_path / 'r'}/ (20 files)")
+    assert "is NOT private" in proc.stderr and (tmp_path / "r" / "report.json").is_file()
+    bad = subprocess.run([sys.executable, "-m", "dpopt.cli", "run", str(tmp_path / "missing.toml")],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1 and bad.stderr.startswith("dpopt: error: spec file") and bad.stdout == ""
+
+
 def test_run_without_out_uses_the_default_directory(tmp_path, monkeypatch):
     spec = tmp_path / "small.toml"
     spec.write_text(SMALL)

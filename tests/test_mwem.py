@@ -240,6 +240,22 @@ def test_merge_keeps_overlapping_rows_in_separate_terms():
     np.testing.assert_allclose(ranges.matvec(merged.x), ranges.matvec(plain.x), rtol=1e-3)
 
 
+
+def test_info_reports_wall_and_cpu_seconds_of_each_phase(small):
+    """``time_*`` are wall seconds and ``cpu_*`` the process's CPU seconds over the same spans (issue 30)."""
+    import time
+
+    W = all_marginals(small.domain, 2)
+    cpu, wall = time.process_time(), time.perf_counter()
+    res = mwem(small, W, 2, rounds=6, rng=make_random(11), repeat_passes=4)
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    phases = ("data", "select", "measure", "update")
+    for clock, spent in (("time", wall), ("cpu", cpu)):
+        values = [res.info[f"{clock}_{phase}"] for phase in phases]
+        assert all(v >= 0 for v in values) and sum(values) <= spent + 1e-6, clock
+    assert res.info["cpu_update"] > 0  # six rounds of four passes take measurable CPU
+
+
 # ---- issue 30: the fast update matches the update it replaced, bit for bit ------------------------
 def _run_with_state(state_cls, monkeypatch, *args, **kwargs):
     """``mwem`` with ``MWState`` replaced by ``state_cls`` for this one call."""

@@ -186,6 +186,52 @@ def test_one_measured_marginal_nested_in_the_invariant_is_an_integral_lp(rng):
     assert res.info["gap"] == pytest.approx(0.0, abs=1e-9)
 
 
+def test_interior_point_lp_certifies_like_the_default_one():
+    """Where the LP only certifies (no neighbourhood is built around its vertex), solving it by
+    interior point gives the same bound and the same MIP optimum as the default method (issue #30)."""
+    from dpopt.estimate.backends.registry import get_backend
+    from dpopt.estimate.rounding.controlled import MeasuredQuery, _measured_rows, _Pass
+    from dpopt.estimate.rounding.model import RoundingTable
+    from dpopt.estimate.rounding.solve import Deadline, lp_only_certifies, solve_integer_program
+
+    dom = Domain(("a", "b", "c", "d"), (3, 4, 5, 2))
+    queries = [Marginal(dom, list(p)) for p in ("ab", "bc", "ac", "cd", "ad")]
+    engine = get_backend("highs")
+    methods = []
+    solve = engine.solve
+
+    def spy(f, **kw):
+        methods.append(kw.get("method"))
+        return solve(f, **kw)
+
+    engine.solve = spy
+    mips = 0
+    for seed in range(6):
+        rng = np.random.default_rng(seed)  # test input only
+        x = _fit_integer_rows(rng.gamma(0.8, 2.0, dom.size), Total(dom))
+        cs = ConstraintSet(dom, [NonNegativity(), Invariant(Total(dom), [np.round(x.sum())], name="total")])
+        table = RoundingTable(x, cs)
+        prog = _Pass(table, [_measured_rows(table, MeasuredQuery(str(i), q)) for i, q in enumerate(queries)], [],
+                     1e-3)
+        form = prog.form(prog.movable, np.zeros(table.k), soft=False)
+        assert lp_only_certifies(form)
+        methods.clear()
+        default = solve_integer_program(form, engine, deadline=Deadline(60), mip_gap=1e-9, options={})
+        assert set(methods) == {None}
+        methods.clear()
+        ipm = solve_integer_program(form, engine, deadline=Deadline(60), mip_gap=1e-9, options={}, lp_method="ipm")
+        assert methods[0] == "ipm" and set(methods[1:]) <= {None}  # the LP only; the MIP keeps its method
+        assert default.success and ipm.success
+        assert ipm.bound == pytest.approx(default.bound, rel=1e-9, abs=1e-9)
+        assert ipm.objective == pytest.approx(default.objective, rel=1e-8, abs=1e-9)
+        mips += len(default.stages) > 1
+    assert mips >= 2  # the LP vertex was fractional and the full MIP decided (3 of the 6 seeds)
+    # an option the caller gave wins over lp_method
+    methods.clear()
+    solve_integer_program(form, engine, deadline=Deadline(60), mip_gap=1e-9, options={"method": "simplex"},
+                          lp_method="ipm")
+    assert methods[0] == "simplex"
+
 # ---- properties: exact constraints, answers within floor/ceil or reported -----------------------
 GEO = Domain.from_dict({"state": ["A", "B"], "county": ["A1", "A2", "B1", "B2"], "age": 3, "sex": 2})
 GEO_PARENT = {"A1": "A", "A2": "A", "B1": "B", "B2": "B"}

@@ -117,6 +117,44 @@ def test_levels_solve_like_one_joint_problem_when_the_parents_are_pinned(depth):
     assert per_parent == pytest.approx(joint.fun, rel=1e-5, abs=1e-5)
 
 
+
+def test_every_named_l2_backend_fits_the_same_tables():
+    """``backend = "clarabel"`` (called directly) fits what cvxpy and HiGHS fit, within what the
+    solvers certify: each certifies a relative gap of about 1e-8 on a strongly convex objective
+    (every cell weighed by 1/sigma^2), so every cell is within sqrt(gap * sigma^2) < 1e-3 of the
+    unique minimiser (as in the test above)."""
+    from dpopt.algorithms.topdown.algorithm import _L2_BACKENDS
+    from dpopt.estimate.backends.registry import get_backend
+
+    domain = Domain.from_dict({"g1": 3, "g2": 2, "c": 4})
+    geography = Geography.from_columns(domain, ["g1", "g2"], parents="nested")
+    data = records(domain, 400, seed=7)
+    chars = geography.characteristics(domain)
+    constraints = ConstraintSet(domain, [NonNegativity()])
+    fits = {}
+    for backend in ("clarabel", "cvxpy", "highs"):
+        assert backend in _L2_BACKENDS
+        if not get_backend(backend).is_installed():
+            continue
+        p = params(GeographySpec(geography=geography), chars, geography.names, backend=backend,
+                   extra={"g2": [("total", Total(chars))]})
+        algorithm = TopDown(p)
+        plan = algorithm.plan(domain, constraints, RHO)
+        invs = sum_up(invariants_by_unit(constraints, geography, plan.details.characteristics), geography)
+        outcome = run_levels(geography, plan.details.characteristics, geography.leaf_histograms(data),
+                             list(plan.details.queries), invs, zero_rules(constraints, geography, chars),
+                             RHO.accountant(), SeededRandom(4), executor=SerialExecutor(),
+                             options=SolveOptions(backend=backend, keep_fractional=True))
+        assert outcome.status is Status.OPTIMAL
+        fits[backend] = (leaf_fractional(outcome, geography, chars),
+                         sum(s.l2_objective for s in outcome.levels[-1].solutions))
+    assert "clarabel" in fits and len(fits) >= 2
+    x0, f0 = fits["clarabel"]
+    for backend, (x, f) in fits.items():
+        assert np.abs(x - x0).max() < 1e-3, backend
+        assert f == pytest.approx(f0, rel=1e-5, abs=1e-5), backend
+
+
 # ---- exact constraints at every level (property test) --------------------------------------------------
 @st.composite
 def cases(draw):

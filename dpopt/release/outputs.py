@@ -9,6 +9,7 @@ every Parquet file's metadata, and the manifest, report and summaries.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 from pathlib import Path
 
@@ -134,8 +135,11 @@ def not_private_reasons(release) -> list[str]:
     return reasons
 
 
-def write_release(release: ReleaseResult, out: str | Path, *, overwrite: bool = False) -> Path:
+def write_release(release: ReleaseResult, out: str | Path, *, overwrite: bool = False, plot_worker=None) -> Path:
     """Write a release into ``out`` atomically (all files or none), with its manifest.
+
+    ``plot_worker`` (a started :class:`~dpopt.release.plot_worker.PlotWorker`, optional) draws
+    the figures in its own process while the tables are written; the files are the same.
 
     Layout: ``release.{csv,parquet}`` (the table), the answer tables (``marginals/<label>.{csv,parquet}``,
     or all of them in ``marginals.{csv,parquet}`` with a ``table`` column: :func:`marginals_layout`),
@@ -152,8 +156,15 @@ def write_release(release: ReleaseResult, out: str | Path, *, overwrite: bool = 
     mark = ("NOT PRIVATE: " + "; ".join(reasons) + "; do not publish") if reasons else None
     protected = getattr(release.plan, "protected", None)
     with atomic_directory(out, overwrite=overwrite, protected=protected,
-                          manifest={"release": spec.name, "not_private": reasons or None}) as tmp:
+                          manifest={"release": spec.name, "not_private": reasons or None}) as tmp, \
+            _stopped_on_error(plot_worker):
         files = []
+        if spec.output.plots:
+            from dpopt.plots import draw_plots, plot_inputs
+
+            figures = plot_inputs(release)
+            if plot_worker is not None and figures:
+                plot_worker.submit(figures, tmp / "plots")  # drawn while the tables are written
 
         def write_frame(frame: pd.DataFrame, stem: str) -> None:
             for fmt in formats:
@@ -182,9 +193,10 @@ def write_release(release: ReleaseResult, out: str | Path, *, overwrite: bool = 
             write_frame(release.synthetic, "synthetic")
         plots = {}
         if spec.output.plots:
-            from dpopt.plots import release_plots
-
-            plots = release_plots(release, tmp / "plots")
+            if plot_worker is not None and figures:
+                plots = plot_worker.result()
+            else:
+                plots = draw_plots(figures, tmp / "plots")
             files.extend(f"plots/{name}" for name in plots.values())
         if mark is not None:
             (tmp / NOT_PRIVATE_MARKER).write_text(
@@ -204,6 +216,18 @@ def write_release(release: ReleaseResult, out: str | Path, *, overwrite: bool = 
         if "html" in spec.output.summary:
             (tmp / "summary.html").write_text(render_html(published), encoding="utf-8")
     return Path(out)
+
+
+@contextlib.contextmanager
+def _stopped_on_error(plot_worker):
+    """Kill the figures' child (if any) when the block fails, before the temporary directory it
+    draws into is removed: it must not write there once the release is abandoned."""
+    try:
+        yield
+    except BaseException:
+        if plot_worker is not None:
+            plot_worker.close()
+        raise
 
 
 def marginals_layout(release) -> str:

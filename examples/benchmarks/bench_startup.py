@@ -16,7 +16,9 @@ Each figure is a fresh ``dpopt`` process (the installed script beside this inter
     without them (``plots = false``), ``--run-repeat`` times each, alternated: median and fastest
     wall seconds and the median CPU seconds. Python's bytecode caches matter here (compiling
     dpopt's sources costs 0.3-0.5 s a run): the script says whether ``PYTHONDONTWRITEBYTECODE``
-    is set.
+    is set. The CPU seconds include the child process that draws the figures beside the release
+    (:mod:`dpopt.release.plot_worker`, about 0.6 CPU-s): on a loaded machine they say what the
+    run costs, not how long one waits for it; on an idle one the wall time says that.
 
 Timings depend on the machine's load: set OPENBLAS_NUM_THREADS=1 and say how busy it was.
 """

@@ -64,7 +64,7 @@ LEVEL_QUERY_KINDS = ("identity", "marginal", "total")
 ANSWER_ROWS = 2_000_000
 #: Full-domain measurements (for the release report's fit table) are built up to this many non-zeros.
 FULL_DOMAIN_NNZ = 20_000_000
-_L2_BACKENDS = ("cvxpy", "scipy", "highs")
+_L2_BACKENDS = ("clarabel", "cvxpy", "scipy", "highs")
 
 
 # ---- parameters -------------------------------------------------------------------------------------
@@ -195,7 +195,7 @@ class TopDownParams(AlgorithmParams):
     spark : str
         The Spark master URL (``executor = "spark"``).
     backend : str or None
-        The L2 engine's backend (``"cvxpy"``, ``"scipy"``, ``"highs"``; default: the engine's).
+        The L2 engine's backend (``"clarabel"``, ``"cvxpy"``, ``"scipy"``, ``"highs"``; default: the engine's).
     time_limit : float or None
         Seconds per parent's solve.
     failsafe : bool

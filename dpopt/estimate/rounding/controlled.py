@@ -61,7 +61,7 @@ from dpopt.errors import QueryError
 from dpopt.estimate.backends.base import Backend
 from dpopt.estimate.form import ProgramForm
 from dpopt.estimate.rounding.model import INTEGRAL_TOL, RoundingTable, looks_totally_unimodular
-from dpopt.estimate.rounding.solve import Deadline, IntegerSolve, solve_integer_program
+from dpopt.estimate.rounding.solve import Deadline, IntegerSolve, lp_only_certifies, solve_integer_program
 from dpopt.estimate.rounding.walk import marginal_axes, reduce_support
 from dpopt.estimate.status import Status
 
@@ -620,9 +620,12 @@ def _solve_windows(prog: "_Pass", cols, b, tu: bool, engine, deadline: Deadline,
         return soft, "soft"
     hard_form = prog.form(cols, b, soft=False)
     # The LP gets the whole time left; the MIPs after it a share (totally unimodular rows: the LP
-    # vertex is integral, so the LP alone decides the windows).
+    # vertex is integral, so the LP alone decides the windows). Where the LP only certifies, HiGHS
+    # solves it by interior point (see solve_integer_program's lp_method); a TU program keeps the
+    # default method, whose vertex is the released point.
+    fast_lp = not tu and engine.name == "highs" and lp_only_certifies(hard_form)
     hard = solve_integer_program(hard_form, engine, deadline=deadline, mip_gap=gap, options=options,
-                                 mip_share=None if tu else HARD_SHARE)
+                                 mip_share=None if tu else HARD_SHARE, lp_method="ipm" if fast_lp else None)
     if hard.success or deadline.expired():
         return hard, "hard"
     soft = solve_integer_program(prog.form(cols, b, soft=True), engine, deadline=deadline, mip_gap=gap,
