@@ -8,7 +8,11 @@ constraints, and nothing about measurements or objectives. ``auto`` then
    optimised, the ResidualPlanner's optimal residual measurement (Xiao et al., NeurIPS 2023), the
    lower orders alone, HDMM's optimised strategies for ranges — is scored by the exact expected
    error of each workload table under the noise the budget buys, beside the SVD lower bound, and
-   the rule of that module picks one. ``dpopt check`` prints it all;
+   the rule of that module picks one. ``dpopt check`` prints it all. One candidate is adaptive:
+   ``tree`` (:mod:`dpopt.strategy.tree_selection`, after MST) measures the one-way marginals,
+   chooses a spanning tree of pairs by the exponential mechanism, then measures those pairs; it
+   is weighed before data by a charge on what it may leave unmeasured, and then fitted by the
+   smooth estimates only;
 2. **measures** it with the whole budget (:func:`~dpopt.privacy.mechanisms.measure`, charged before
    the draw);
 3. **chooses how to fit from the noisy answers alone** (:mod:`dpopt.estimate.choice`): least

@@ -293,7 +293,7 @@ def compare_candidates(workload: Workload, cost: PrivacyCost, mechanism: str,
         pick = min(biased, key=lambda c: c.total(weights, charged=True))
         ratio = f"{total / bound:.3g} times the SVD bound" if np.isfinite(bound) else "with no SVD bound"
         what = ("measuring only the lower orders" if pick is lower else
-                "the adaptive tree (MST), with the pairs it may leave out")
+                "the adaptive tree (MST)")
         reason = (f"the best unbiased candidate ({best.name}) is {ratio}, and {what}, with the unmeasured residuals "
                   f"charged at its variance, expects {pick.total(weights, charged=True):.6g} against its {total:.6g}")
         return CandidateComparison(workload, mechanism, candidates, pick, best, bound, reason, unit)
