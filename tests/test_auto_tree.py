@@ -27,17 +27,9 @@ from dpopt.strategy.candidates import compare_candidates
 from dpopt.strategy.tables import Workload
 from dpopt.strategy.tree_selection import plan_tree, run_tree, tree_charge, tree_probabilities, tree_scores
 
+from .algorithms.test_conformance import CountingRandom
+
 BUDGETS = [Budget.pure(Fraction(1, 2)), Budget.zcdp(Fraction(1, 8))]
-
-
-class CountingRandom(SeededRandom):
-    def __init__(self, seed: int) -> None:
-        super().__init__(seed)
-        self.drawn = 0
-
-    def words(self, n: int) -> np.ndarray:
-        self.drawn += int(n)
-        return super().words(n)
 
 
 def chain_data(d: int = 5, n: int = 600, seed: int = 0) -> Dataset:

@@ -54,6 +54,7 @@ import numpy as np
 
 from dpopt.errors import BudgetExceededError, ParameterError
 from dpopt.privacy.accountant import PrivacyCost
+from dpopt.strategy.wide_selection import _stack  # the stacked marginals of one measurement
 
 __all__ = ["TreePlan", "TreeSelection", "plan_tree", "run_tree", "tree_scores", "tree_probabilities",
            "tree_charge", "ONE_WAY_SHARE", "SELECT_SHARE"]
@@ -280,11 +281,3 @@ def tree_charge(workload, plan: TreePlan, best_variance: dict) -> tuple[list[flo
             out[a] = best_variance.get(a, float("inf"))
     keys = list(out)
     return table_errors(workload, keys, np.array([out[a] for a in keys])), out
-
-
-def _stack(domain, sets):
-    from dpopt.model.queries.combine import Stack
-    from dpopt.model.queries.marginal import Marginal
-
-    parts = [Marginal(domain, s) for s in sets]
-    return parts[0] if len(parts) == 1 else Stack(parts)
