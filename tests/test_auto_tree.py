@@ -27,6 +27,7 @@ from dpopt.strategy.candidates import compare_candidates
 from dpopt.strategy.tables import Workload
 from dpopt.strategy.tree_selection import plan_tree, run_tree, tree_charge, tree_probabilities, tree_scores
 
+from .algorithms import test_conformance as conformance
 from .algorithms.test_conformance import CountingRandom
 
 BUDGETS = [Budget.pure(Fraction(1, 2)), Budget.zcdp(Fraction(1, 8))]
@@ -101,7 +102,7 @@ def test_the_exponential_mechanism_draws_edges_with_their_closed_form_law():
     eps = Fraction(1, 20)
     expected = tree_probabilities(scores, eps)
     assert np.all(expected > 0.05)  # every pair drawn often enough for the test to have power
-    accountant, rng, draws = Accountant.pure(10**6), SeededRandom(0), 3000
+    accountant, rng, draws = Accountant.pure(10**6), SeededRandom(0), 1200
     seen = np.bincount([mechanisms.exponential_mechanism(scores, eps, accountant, rng) for _ in range(draws)],
                        minlength=len(pairs))
     assert stats.chisquare(seen, expected * draws).pvalue > 1e-3
@@ -175,6 +176,16 @@ def test_zeros_and_invariants_hold_on_the_tree_path():
     x = release.x
     assert np.all(x[cs.zero_mask()] == 0) and np.all(x >= 0)
     assert np.allclose(Marginal(domain, ("a2",)).matvec(x), data.marginal(["a2"]), atol=1e-6)
+
+
+@pytest.mark.parametrize("check", ["test_a_seeded_run_is_reproducible",
+                                   "test_an_over_budget_run_raises_before_any_random_draw",
+                                   "test_every_algorithm_returns_a_release_with_a_status",
+                                   "test_declared_zeros_and_invariants_hold_exactly"])
+def test_the_forced_tree_passes_the_conformance_suite(check):
+    """The registry's conformance checks (tests/algorithms/test_conformance.py), run on the tree
+    path (their tiny domain, pure ε; integer output included)."""
+    getattr(conformance, check)("auto", AutoParams(WorkloadDeclaration(k=2), strategy="tree"))
 
 
 def test_a_given_pair_is_in_a_spanning_tree_with_chance_two_over_d():
