@@ -23,7 +23,7 @@ from dpopt.privacy.accountant import Accountant
 from dpopt.privacy.budget import Budget
 from dpopt.privacy.randomness import SeededRandom
 from dpopt.spec.workload import WorkloadDeclaration
-from dpopt.strategy.candidates import compare_candidates
+from dpopt.strategy.candidates import CANDIDATES, DEFAULT_CANDIDATES, compare_candidates
 from dpopt.strategy.tables import Workload
 from dpopt.strategy.tree_selection import plan_tree, run_tree, tree_charge, tree_probabilities, tree_scores
 
@@ -188,6 +188,18 @@ def test_the_forced_tree_passes_the_conformance_suite(check):
     getattr(conformance, check)("auto", AutoParams(WorkloadDeclaration(k=2), strategy="tree"))
 
 
+def test_the_tree_is_compared_only_when_named():
+    domain = Domain.from_dict({f"a{i}": 2 for i in range(14)})
+    assert "tree" in CANDIDATES and "tree" not in DEFAULT_CANDIDATES
+    w = Workload.all_k_way(domain, 3)
+    default = Auto(AutoParams(WorkloadDeclaration(k=3))).plan(domain, ConstraintSet(domain), Budget.pure(1))
+    named = Auto(AutoParams(WorkloadDeclaration(k=3), candidates=CANDIDATES)).plan(domain, ConstraintSet(domain),
+                                                                                   Budget.pure(1))
+    assert sorted(c.name for c in default.details.comparison.candidates) == sorted(DEFAULT_CANDIDATES)
+    assert default.details.chosen.name == "lower orders" and named.details.chosen.name == "tree"
+    assert len(w.tables) == 364
+
+
 def test_a_given_pair_is_in_a_spanning_tree_with_chance_two_over_d():
     """The charge's ``2/d`` (module notes) against every spanning tree of K_d, d = 4 and 5."""
     for d in (4, 5):
@@ -220,7 +232,7 @@ def test_before_data_the_tree_is_charged_and_not_taken_where_the_identity_measur
     domain = Domain.from_dict({f"a{i}": 2 for i in range(6)})
     w = Workload.all_k_way(domain, 3)
     cost = Budget.pure(1).shares({"all": 1})["all"]
-    comparison = compare_candidates(w, cost, "laplace")
+    comparison = compare_candidates(w, cost, "laplace", names=CANDIDATES)
     tree = next(c for c in comparison.candidates if c.name == "tree")
     assert tree.applies and not tree.supports and comparison.chosen.name == "identity"
     p = plan_tree(domain, cost, "laplace")

@@ -96,7 +96,7 @@ def test_the_rule_measures_the_histogram_residuals_or_lower_orders_as_the_noise_
     fixed = ("identity", "workload", "residuals", "lower orders")
     lower = compare_candidates(wide, Budget.pure(1).total, "laplace", names=fixed)
     assert lower.chosen.name == "lower orders" and lower.best_unbiased.name == "identity"
-    # With the adaptive tree among the candidates, its charge is lower still on 14 attributes.
+    # With the adaptive tree named among the candidates, its charge is lower still on 14 attributes.
     adaptive = compare_candidates(wide, Budget.pure(1).total, "laplace", names=fixed + ("tree",))
     weights = [1.0] * len(wide.tables)
     (tree,) = [c for c in adaptive.candidates if c.name == "tree"]

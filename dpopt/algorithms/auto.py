@@ -8,11 +8,12 @@ constraints, and nothing about measurements or objectives. ``auto`` then
    optimised, the ResidualPlanner's optimal residual measurement (Xiao et al., NeurIPS 2023), the
    lower orders alone, HDMM's optimised strategies for ranges — is scored by the exact expected
    error of each workload table under the noise the budget buys, beside the SVD lower bound, and
-   the rule of that module picks one. ``dpopt check`` prints it all. One candidate is adaptive:
-   ``tree`` (:mod:`dpopt.strategy.tree_selection`, after MST) measures the one-way marginals,
-   chooses a spanning tree of pairs by the exponential mechanism, then measures those pairs; it
-   is weighed before data by a charge on what it may leave unmeasured, and then fitted by the
-   smooth estimates only;
+   the rule of that module picks one. ``dpopt check`` prints it all. One candidate is adaptive,
+   compared only when named (``[auto] candidates`` or ``strategy = "tree"``): ``tree``
+   (:mod:`dpopt.strategy.tree_selection`, after MST) measures the one-way marginals, chooses a
+   spanning tree of pairs by the exponential mechanism, then measures those pairs; it is weighed
+   before data by a charge on what it may leave unmeasured, and then fitted by the smooth
+   estimates only;
 2. **measures** it with the whole budget (:func:`~dpopt.privacy.mechanisms.measure`, charged before
    the draw);
 3. **chooses how to fit from the noisy answers alone** (:mod:`dpopt.estimate.choice`): least
@@ -64,7 +65,7 @@ from dpopt.model.measurement import Measurement
 from dpopt.privacy.budget import MECHANISMS
 from dpopt.privacy.mechanisms import measure
 from dpopt.spec.workload import WORKLOAD_KEYS, WorkloadDeclaration, parse_workload
-from dpopt.strategy.candidates import CANDIDATES, CandidateComparison, compare_candidates
+from dpopt.strategy.candidates import CANDIDATES, DEFAULT_CANDIDATES, CandidateComparison, compare_candidates
 from dpopt.strategy.tables import Workload
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -92,7 +93,8 @@ class AutoParams(AlgorithmParams):
     strategy : str
         ``"best"`` (the rule of :mod:`dpopt.strategy.candidates`) or a candidate's name to force it.
     candidates : tuple of str
-        The strategies compared.
+        The strategies compared (default: every one but the adaptive ``tree``, which is compared
+        only when named here; :data:`~dpopt.strategy.candidates.DEFAULT_CANDIDATES`).
     estimator : {"auto", "l2", "smooth"}
         ``"auto"``: the risk rule of :mod:`dpopt.estimate.choice.rule`; otherwise only that objective's
         candidates are scored.
@@ -108,7 +110,7 @@ class AutoParams(AlgorithmParams):
 
     workload: WorkloadDeclaration | Workload | None = None
     strategy: str = "best"
-    candidates: tuple[str, ...] = CANDIDATES
+    candidates: tuple[str, ...] = DEFAULT_CANDIDATES
     estimator: str = "auto"
     mechanism: str | None = None
     time_limit: float | None = None
@@ -155,7 +157,7 @@ class AutoParams(AlgorithmParams):
         workload = parse_workload(reader.table("workload", required=True))
         t = reader.table("auto")
         strategy = t.str("strategy", default="best", choices=("best",) + CANDIDATES)
-        candidates = tuple(t.str_list("candidates", default=list(CANDIDATES), choices=CANDIDATES))
+        candidates = tuple(t.str_list("candidates", default=list(DEFAULT_CANDIDATES), choices=CANDIDATES))
         estimator = t.str("estimator", default="auto", choices=ESTIMATORS)
         mechanism = t.str("mechanism", default=None, choices=MECHANISMS)
         if mechanism is not None:
