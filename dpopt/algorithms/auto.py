@@ -8,7 +8,12 @@ constraints, and nothing about measurements or objectives. ``auto`` then
    optimised, the ResidualPlanner's optimal residual measurement (Xiao et al., NeurIPS 2023), the
    lower orders alone, HDMM's optimised strategies for ranges — is scored by the exact expected
    error of each workload table under the noise the budget buys, beside the SVD lower bound, and
-   the rule of that module picks one. ``dpopt check`` prints it all;
+   the rule of that module picks one. ``dpopt check`` prints it all. One candidate is adaptive,
+   compared only when named (``[auto] candidates`` or ``strategy = "tree"``): ``tree``
+   (:mod:`dpopt.strategy.tree_selection`, after MST) measures the one-way marginals, chooses a
+   spanning tree of pairs by the exponential mechanism, then measures those pairs; it is weighed
+   before data by a charge on what it may leave unmeasured, and then fitted by the smooth
+   estimates only;
 2. **measures** it with the whole budget (:func:`~dpopt.privacy.mechanisms.measure`, charged before
    the draw);
 3. **chooses how to fit from the noisy answers alone** (:mod:`dpopt.estimate.choice`): least
@@ -60,7 +65,7 @@ from dpopt.model.measurement import Measurement
 from dpopt.privacy.budget import MECHANISMS
 from dpopt.privacy.mechanisms import measure
 from dpopt.spec.workload import WORKLOAD_KEYS, WorkloadDeclaration, parse_workload
-from dpopt.strategy.candidates import CANDIDATES, CandidateComparison, compare_candidates
+from dpopt.strategy.candidates import CANDIDATES, DEFAULT_CANDIDATES, CandidateComparison, compare_candidates
 from dpopt.strategy.tables import Workload
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -88,7 +93,8 @@ class AutoParams(AlgorithmParams):
     strategy : str
         ``"best"`` (the rule of :mod:`dpopt.strategy.candidates`) or a candidate's name to force it.
     candidates : tuple of str
-        The strategies compared.
+        The strategies compared (default: every one but the adaptive ``tree``, which is compared
+        only when named here; :data:`~dpopt.strategy.candidates.DEFAULT_CANDIDATES`).
     estimator : {"auto", "l2", "smooth"}
         ``"auto"``: the risk rule of :mod:`dpopt.estimate.choice.rule`; otherwise only that objective's
         candidates are scored.
@@ -104,7 +110,7 @@ class AutoParams(AlgorithmParams):
 
     workload: WorkloadDeclaration | Workload | None = None
     strategy: str = "best"
-    candidates: tuple[str, ...] = CANDIDATES
+    candidates: tuple[str, ...] = DEFAULT_CANDIDATES
     estimator: str = "auto"
     mechanism: str | None = None
     time_limit: float | None = None
@@ -151,7 +157,7 @@ class AutoParams(AlgorithmParams):
         workload = parse_workload(reader.table("workload", required=True))
         t = reader.table("auto")
         strategy = t.str("strategy", default="best", choices=("best",) + CANDIDATES)
-        candidates = tuple(t.str_list("candidates", default=list(CANDIDATES), choices=CANDIDATES))
+        candidates = tuple(t.str_list("candidates", default=list(DEFAULT_CANDIDATES), choices=CANDIDATES))
         estimator = t.str("estimator", default="auto", choices=ESTIMATORS)
         mechanism = t.str("mechanism", default=None, choices=MECHANISMS)
         if mechanism is not None:
@@ -171,6 +177,7 @@ class AutoPlan:
     workload: Workload
     comparison: CandidateComparison
     mechanism: str
+    tree: object = None  # dpopt.strategy.tree_selection.TreePlan when the adaptive tree is the plan
 
     @property
     def chosen(self):
@@ -220,40 +227,66 @@ class Auto(Algorithm):
             return self._plan_marginal_space(domain, constraints, budget, workload, mechanism)
         label = "strategy"
         cost = budget.shares({label: 1})[label]
-        names = params.candidates if params.strategy == "best" else (params.strategy,)
-        comparison = compare_candidates(workload, cost, mechanism, names)
+        if params.strategy == "tree":  # forced: compared with the unbiased candidates it is charged against
+            comparison = compare_candidates(workload, cost, mechanism,
+                                            tuple(dict.fromkeys([*params.candidates, "tree"])))
+            forced = next(c for c in comparison.candidates if c.name == "tree")
+            if not forced.applies:
+                raise ParameterError(f"strategy: 'tree' does not apply here: {forced.reason}")
+            comparison.chosen, comparison.reason = forced, "forced by [auto] strategy = 'tree'"
+        else:
+            names = params.candidates if params.strategy == "best" else (params.strategy,)
+            comparison = compare_candidates(workload, cost, mechanism, names)
         chosen = comparison.chosen
-        step = PlannedMeasure(label, chosen.query, mechanism, Fraction(1), cost, chosen.law,
-                              what=f"{chosen.name}: {chosen.query.name}", answers=chosen.query.num_rows)
-        details = AutoPlan(workload, comparison, mechanism)
+        tree = None
+        if chosen.name == "tree":
+            from dpopt.strategy.tree_selection import plan_tree
+
+            tree = plan_tree(domain, cost, mechanism)
+            steps = tree.steps()
+        else:
+            steps = [PlannedMeasure(label, chosen.query, mechanism, Fraction(1), cost, chosen.law,
+                                    what=f"{chosen.name}: {chosen.query.name}", answers=chosen.query.num_rows)]
+        details = AutoPlan(workload, comparison, mechanism, tree)
         lines = comparison.lines()
         lines.append("how to fit: chosen after the measurement, from the noisy answers only (Stein's unbiased risk "
                      "estimate of the workload error; dpopt.estimate.choice)"
                      + ("" if params.estimator == "auto" else f", among {params.estimator} fits only")
                      + ("; non-negative" if params.nonnegative else "")
                      + ("; then controlled rounding to integers" if constraints.integral else ""))
-        return self.new_plan(domain, constraints, budget, steps=[step], details=details, lines=lines)
+        return self.new_plan(domain, constraints, budget, steps=steps, details=details, lines=lines)
 
     # ---- run ----------------------------------------------------------------------------------------
     def run(self, plan: AlgorithmPlan, data: "Dataset", accountant: "Accountant", rng: "RandomSource") -> Release:
         details: AutoPlan = plan.details
-        step = plan.steps[0]
         if data.domain != plan.domain:
             raise ParameterError(f"the data's domain {data.domain} differs from the plan's {plan.domain}")
         if isinstance(details, AutoWidePlan):
             return self._run_marginal_space(plan, data, accountant, rng)
         plan.domain.require_dense("the auto plan's released table")
-        measurement = measure(step.query, data, step.law, accountant, rng, label=step.label)
+        tree = None
+        if details.tree is not None:
+            from dpopt.strategy.tree_selection import run_tree
+
+            tree = run_tree(details.tree, data, accountant, rng)
+            measurements = tree.measurements
+        else:
+            step = plan.steps[0]
+            measurements = [measure(step.query, data, step.law, accountant, rng, label=step.label)]
         constraints = plan.constraints
         if self.params.nonnegative and not constraints.nonnegative:
             constraints = ConstraintSet(plan.domain, [*constraints.constraints, NonNegativity()])
-        fit = self.fit([measurement], constraints, details.workload)
+        fit = self.fit(measurements, constraints, details.workload, tree=tree is not None)
         result = fit.result
         info = self._info(details, fit)
         notes = self._notes(details, fit)
+        if tree is not None:
+            info["tree"] = tree.info()
+            notes.insert(1, "the tree's pairs (chosen by the exponential mechanism): "
+                         + ", ".join(" x ".join(e) for e in tree.edges))
         if not result.success or result.x is None:
             status = result.status if isinstance(result.status, Status) else Status.NOT_SOLVED
-            return make_release(self, plan, accountant, status=status, measurements=[measurement],
+            return make_release(self, plan, accountant, status=status, measurements=measurements,
                                 reconstruction=result, info=info, notes=notes,
                                 message=f"the fit ended with status {status.name}: {result.message}")
         kept = []
@@ -263,12 +296,12 @@ class Auto(Algorithm):
                 kept.append(Measurement.exact(q, q.matvec(result.x), label=t.label))
         counts, rounding, failure = round_release(result.x, constraints, kept, self.params.time_limit)
         if failure is not None:
-            return make_release(self, plan, accountant, status=rounding.status, measurements=[measurement],
+            return make_release(self, plan, accountant, status=rounding.status, measurements=measurements,
                                 reconstruction=result, rounding=rounding, message=failure, info=info, notes=notes)
         sets = [t.attrs for t in details.workload.tables if t.kind == "marginal"]
         answers = marginal_answers(plan.domain, np.asarray(counts, dtype=np.float64), sets) if sets else {}
         return make_release(self, plan, accountant, status=result.status, message=result.message, counts=counts,
-                            answers=answers, measurements=[measurement], reconstruction=result, rounding=rounding,
+                            answers=answers, measurements=measurements, reconstruction=result, rounding=rounding,
                             notes=notes, info=info)
 
     def without_attributes(self, attrs) -> "Auto":
@@ -359,13 +392,19 @@ class Auto(Algorithm):
                                                    measurements, integral)
         return release
 
-    def fit(self, measurements, constraints: ConstraintSet, workload: Workload) -> "FitChoice":
-        """The estimation step: one call (module notes). Default: :func:`dpopt.estimate.choice.rule.choose_fit`."""
+    def fit(self, measurements, constraints: ConstraintSet, workload: Workload, tree: bool = False) -> "FitChoice":
+        """The estimation step: one call (module notes). Default: :func:`dpopt.estimate.choice.rule.choose_fit`.
+
+        After the adaptive tree (``tree``), only the smooth fits are candidates: the residuals the
+        tree left out are completed by the maximum-entropy model (Private-PGM's completion), where
+        least squares would leave them wherever the solver stops and no risk estimate sees them."""
         if self.params.fitter is not None:
             return self.params.fitter(measurements, constraints, workload, self.params)
         from dpopt.estimate.choice.rule import DEFAULT_CANDIDATES, choose_fit
 
         candidates = DEFAULT_CANDIDATES
+        if tree and not constraints.inequalities:
+            candidates = tuple(c for c in candidates if c.objective == "smooth")
         if self.params.estimator != "auto":
             candidates = tuple(c for c in candidates if c.objective == self.params.estimator)
         if constraints.inequalities:

@@ -8,6 +8,8 @@
     python examples/benchmarks/bench_auto.py --blends             # the chosen fit's true error, blends on / off
     python examples/benchmarks/bench_auto.py --time               # plan + fit on 2^16 cells (CPU seconds)
     python examples/benchmarks/bench_auto.py --rounding           # integer output against the fractional fit
+    python examples/benchmarks/bench_auto.py --adaptive           # 15 seeds: auto, the forced tree, the noisy histogram
+    python examples/benchmarks/bench_auto.py --adaptive-bn        # generated Bayesian networks: auto with / without the tree
 
 **The table.** For each binary table (nltcs, czech, rochdale, mildew from ``../shared/data``) and
 ε in {0.1, 0.5, 1}, the spec ``{[workload] marginals = "all 3-way", [privacy] ...}`` (no total,
@@ -447,6 +449,82 @@ def timing() -> None:
               f"peak memory {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 
 
+def run_auto_params(data, params, budget, seed: int):
+    """One ``auto`` release with explicit params (seeded: NOT private)."""
+    from dpopt.algorithms.auto import Auto
+    from dpopt.model.constraints import ConstraintSet
+    from dpopt.privacy.randomness import SeededRandom
+
+    algorithm = Auto(params)
+    p = algorithm.plan(data.domain, ConstraintSet(data.domain), budget)
+    return p, algorithm.run(p, data, budget.accountant(), SeededRandom(seed))
+
+
+def adaptive(datasets=("mildew", "czech"), seeds: int = 15) -> None:
+    """Means over ``seeds`` seeds of the 3-way mean and max error: ``auto`` as it plans (at its
+    defaults; with the tree named among the candidates the rule does not take it on these tables
+    either), ``auto`` with the tree forced
+    (``strategy = "tree"``), and the noisy histogram (pure epsilon, the same noise as ``auto``'s
+    identity when that is the plan)."""
+    from dpopt.algorithms.auto import AutoParams
+    from dpopt.privacy.budget import Budget
+    from dpopt.spec.workload import WorkloadDeclaration
+
+    for name in datasets:
+        data = load_binary(name)
+        truth = data.histogram().astype(float)
+        three = MarginalWorkload(data.domain, [m.attrs for m in all_marginals(data.domain, 3)])
+        true3 = three.matvec(truth) / truth.sum()
+        for accounting in ("pure", "zcdp"):
+            for eps in EPSILONS:
+                budget = Budget.pure(eps) if accounting == "pure" else Budget.zcdp(eps * eps / 2)
+                out = defaultdict(list)
+                for seed in range(seeds):
+                    for label, strategy in (("auto", "best"), ("tree", "tree")):
+                        p, release = run_auto_params(data, AutoParams(WorkloadDeclaration(k=3), strategy=strategy),
+                                                     budget, seed)
+                        out[label].append(metrics(truth, release.x, three, true3)[1:])
+                        if label == "auto":
+                            chosen = p.details.chosen.name
+                    if accounting == "pure":
+                        out["noisy histogram"].append(metrics(truth, peer_hist(data, eps, seed), three, true3)[1:])
+                figures = "; ".join(f"{k} {np.mean([v[0] for v in vals]):.4f} / {np.mean([v[1] for v in vals]):.4f}"
+                                    for k, vals in out.items())
+                print(f"{name} {accounting} eps={float(eps):g}, {seeds} seeds, mean / max (auto's plan: {chosen}): "
+                      f"{figures}", flush=True)
+
+
+def adaptive_bn(cases=((10, 2000), (14, 5000)), seeds: int = 3) -> None:
+    """Generated Bayesian networks (``dpopt.datasets.bayes_net.random_sparse_network``; not the
+    benchmark tables): all 3-way marginals under pure epsilon, ``auto`` with the tree named among
+    its candidates against ``auto`` at its defaults (without it): what each chose, 3-way mean and
+    max error, CPU s."""
+    from dpopt.algorithms.auto import AutoParams
+    from dpopt.datasets.bayes_net import random_sparse_network
+    from dpopt.privacy.budget import Budget
+    from dpopt.spec.workload import WorkloadDeclaration
+    from dpopt.strategy.candidates import CANDIDATES, DEFAULT_CANDIDATES
+
+    without = DEFAULT_CANDIDATES
+    for d, n in cases:
+        for eps in (Fraction(1, 10), Fraction(1)):
+            out, chosen = defaultdict(list), {}
+            for seed in range(seeds):
+                data = random_sparse_network(d, seed=100 + seed).sample(n, seed)
+                truth = data.histogram().astype(float)
+                three = MarginalWorkload(data.domain, [m.attrs for m in all_marginals(data.domain, 3)])
+                true3 = three.matvec(truth) / truth.sum()
+                for label, names in (("with tree", CANDIDATES), ("without", without)):
+                    start = time.process_time()
+                    p, release = run_auto_params(data, AutoParams(WorkloadDeclaration(k=3), candidates=names),
+                                                 Budget.pure(eps), seed)
+                    out[label].append((*metrics(truth, release.x, three, true3)[1:], time.process_time() - start))
+                    chosen[label] = p.details.chosen.name
+            print(f"bayes net d={d} n={n:,} pure eps={float(eps):g}, {seeds} networks: " + "; ".join(
+                f"{k} ({chosen[k]}) mean {np.mean([v[0] for v in vals]):.4f} max {np.mean([v[1] for v in vals]):.4f} "
+                f"{np.mean([v[2] for v in vals]):.1f} CPU s" for k, vals in out.items()), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", nargs="*", default=list(DATASETS))
@@ -459,6 +537,8 @@ def main() -> None:
     parser.add_argument("--blends", action="store_true", help="the fit rule with and without blends, simulated")
     parser.add_argument("--time", action="store_true", help="plan + fit time on 2^16 cells")
     parser.add_argument("--rounding", action="store_true", help="integer against fractional error, census example")
+    parser.add_argument("--adaptive", action="store_true", help="15 seeds: auto, the forced tree, the noisy histogram")
+    parser.add_argument("--adaptive-bn", action="store_true", help="generated Bayesian networks: with / without the tree")
     args = parser.parse_args()
     if args.census:
         census()
@@ -470,6 +550,10 @@ def main() -> None:
         timing()
     elif args.rounding:
         rounding()
+    elif args.adaptive:
+        adaptive(("mildew", "czech") if args.datasets == list(DATASETS) else tuple(args.datasets))
+    elif args.adaptive_bn:
+        adaptive_bn()
     else:
         table(args.datasets, args.accounting, args.peer, args.peer_results, args.plots)
 
