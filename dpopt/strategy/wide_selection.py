@@ -151,7 +151,8 @@ class WideSelectionPlan:
 
 
 def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int | None = None,
-                        one_way_share: Fraction = ONE_WAY_SHARE) -> WideSelectionPlan:
+                        one_way_share: Fraction = ONE_WAY_SHARE,
+                        select_share: Fraction = SELECT_SHARE) -> WideSelectionPlan:
     """The plan of the module notes, before any data.
 
     Parameters
@@ -177,7 +178,9 @@ def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int
     pairs = {p for s in sets if len(s) >= 2 for p in combinations(s, 2)}
     candidates = tuple(sorted({s for s in sets if len(s) >= 2} | pairs,
                               key=lambda s: (len(s), tuple(domain.attrs.index(a) for a in s))))
-    one_way_share = Fraction(one_way_share)
+    one_way_share, select_share = Fraction(one_way_share), Fraction(select_share)
+    if not 0 < select_share < 1:
+        raise ParameterError(f"select_share must lie in (0, 1), got {select_share}")
     if not 0 < one_way_share < 1 - PROBE_SHARE:
         raise ParameterError(f"one_way_share must lie in (0, {1 - PROBE_SHARE}), got {one_way_share}")
     one_way, probe = budget.share(one_way_share), budget.share(PROBE_SHARE)
@@ -185,16 +188,16 @@ def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int
     per_round = _scale(rest, Fraction(1, rounds))
     accounting = budget.accounting
     if accounting == "zcdp":
-        rho_select = per_round.rho * SELECT_SHARE
+        rho_select = per_round.rho * select_share
         # A dyadic epsilon (small denominator: the exact sampler's arithmetic stays in int64).
         numerator = math.isqrt(math.floor(2 * rho_select * _EPS_DENOMINATOR ** 2))
         eps = Fraction(numerator, _EPS_DENOMINATOR)  # eps^2 / 2 <= rho_select: the charge stays within the share
         select_cost = PrivacyCost.pure(eps)
         measure_cost = PrivacyCost.zcdp(per_round.rho - eps * eps / 2)
     else:
-        eps = per_round.epsilon * SELECT_SHARE
+        eps = per_round.epsilon * select_share
         select_cost = PrivacyCost.pure(eps)
-        measure_cost = _scale(per_round, 1 - SELECT_SHARE) if accounting == "pure" else \
+        measure_cost = _scale(per_round, 1 - select_share) if accounting == "pure" else \
             PrivacyCost.approx(per_round.epsilon - eps, per_round.delta)
     return WideSelectionPlan(domain, sets, candidates, accounting, mechanism, one_way, probe, rest, rounds,
                              select_cost, measure_cost, eps)
