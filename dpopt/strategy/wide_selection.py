@@ -73,11 +73,13 @@ from dpopt.errors import ParameterError
 from dpopt.privacy.accountant import PrivacyCost
 
 __all__ = ["WideSelectionPlan", "WideSelection", "plan_wide_selection", "run_wide_selection", "selection_scores",
-           "selection_probabilities", "one_way_share_rule",
-           "PROBE_SHARE", "SELECT_SHARE"]
+           "selection_probabilities", "one_way_top_up",
+           "ONE_WAY_SHARE", "PROBE_SHARE", "SELECT_SHARE"]
 
 #: Share of the budget for the mean-deviation probe that decides between measuring all and selecting.
 PROBE_SHARE = Fraction(1, 100)
+#: Share of the budget for the first one-way measurement (the probe's model; MST spends a third, AIM about a tenth).
+ONE_WAY_SHARE = Fraction(1, 10)
 #: Share of each selection round's part spent on the exponential mechanism (the rest measures).
 SELECT_SHARE = Fraction(1, 4)
 #: Denominator of the rational epsilon used for a zCDP selection.
@@ -100,16 +102,20 @@ class WideSelectionPlan:
     one_way, probe, rest : PrivacyCost
         Step 1's, step 2's and what is left for step 3 (the three sum exactly to the budget).
     rounds : int
-        ``T`` for ``mode = "select"``: the most rounds (each ``rest / T``; annealing may double a
-        round's share, so fewer rounds are run, module notes step 3).
+        ``T`` for ``mode = "select"``: the most rounds (each ``(rest - top_up) / T``; annealing may
+        double a round's share, so fewer rounds are run, module notes step 3).
     select_cost, measure_cost : PrivacyCost
-        The first round's exponential mechanism and measurement (``rounds`` such rounds sum to ``rest``).
+        The first round's exponential mechanism and measurement (``rounds`` such rounds and
+        ``top_up`` sum to ``rest``).
     select_epsilon : Fraction
         The first round's exponential-mechanism epsilon.
     select_share : Fraction
         Each round's share for its exponential mechanism (``SELECT_SHARE``).
     anneal : bool
         Whether a round whose measurement barely moved the model doubles the next rounds' share (AIM).
+    top_up : PrivacyCost
+        ``mode = "select"`` only: a second measurement of the one-way marginals, taken from ``rest``
+        before the rounds (:func:`one_way_top_up`).
     """
 
     domain: object
@@ -125,7 +131,8 @@ class WideSelectionPlan:
     measure_cost: PrivacyCost
     select_epsilon: Fraction = field(default=Fraction(0))
     select_share: Fraction = field(default=Fraction(1, 4))
-    anneal: bool = True
+    anneal: bool = False
+    top_up: PrivacyCost | None = None
 
     def steps(self) -> list:
         """The plan's privacy-spending steps (:class:`~dpopt.algorithms.base.PlannedMeasure`), shares exact:
@@ -158,8 +165,8 @@ class WideSelectionPlan:
 
 
 def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int | None = None,
-                        one_way_share: Fraction | None = None, select_share: Fraction = SELECT_SHARE,
-                        anneal: bool = True) -> WideSelectionPlan:
+                        top_up: Fraction | None = None, select_share: Fraction = SELECT_SHARE,
+                        anneal: bool = False) -> WideSelectionPlan:
     """The plan of the module notes, before any data.
 
     Parameters
@@ -172,8 +179,9 @@ def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int
     mechanism : {"laplace", "gaussian"}
     rounds : int, optional
         ``T``, the most selection rounds (default: the number of attributes, ``d``).
-    one_way_share : Fraction, optional
-        Step 1's share of the budget (default: :func:`one_way_share_rule`).
+    top_up : Fraction, optional
+        The share of the whole budget for the second one-way measurement of ``mode = "select"``
+        (default: :func:`one_way_top_up`'s rule; 0 for none).
     select_share : Fraction
         Each round's share for its exponential mechanism (default ``SELECT_SHARE``).
     anneal : bool
@@ -193,63 +201,69 @@ def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int
     if not 0 < select_share < 1:
         raise ParameterError(f"select_share must lie in (0, 1), got {select_share}")
     accounting = budget.accounting
-    if one_way_share is None:
-        one_way_share = one_way_share_rule(domain, candidates, rounds, accounting, select_share)
-    one_way_share = Fraction(one_way_share)
-    if not 0 < one_way_share < 1 - PROBE_SHARE:
-        raise ParameterError(f"one_way_share must lie in (0, {1 - PROBE_SHARE}), got {one_way_share}")
-    one_way, probe = budget.share(one_way_share), budget.share(PROBE_SHARE)
-    rest = budget.share(1 - one_way_share - PROBE_SHARE)
-    select_cost, measure_cost, eps = _round_costs(_scale(rest, Fraction(1, rounds)), accounting, select_share)
+    left = 1 - ONE_WAY_SHARE - PROBE_SHARE
+    top_up = one_way_top_up(domain, candidates, rounds, accounting, select_share) if top_up is None \
+        else Fraction(top_up)
+    if not 0 <= top_up < left:
+        raise ParameterError(f"top_up must lie in [0, {left}), got {top_up}")
+    one_way, probe, rest = budget.share(ONE_WAY_SHARE), budget.share(PROBE_SHARE), budget.share(left)
+    rounds_part = _scale(rest, (left - top_up) / left)
+    select_cost, measure_cost, eps = _round_costs(_scale(rounds_part, Fraction(1, rounds)), accounting, select_share)
     return WideSelectionPlan(domain, sets, candidates, accounting, mechanism, one_way, probe, rest, rounds,
-                             select_cost, measure_cost, eps, select_share, bool(anneal))
+                             select_cost, measure_cost, eps, select_share, bool(anneal),
+                             _scale(rest, top_up / left) if top_up else None)
 
 
-def one_way_share_rule(domain, candidates, rounds: int, accounting: str, select_share: Fraction = SELECT_SHARE
-                  ) -> Fraction:
-    """Step 1's share ``s`` of the budget: the minimiser of the expected L1 noise a candidate sees.
+def one_way_top_up(domain, candidates, rounds: int, accounting: str, select_share: Fraction = SELECT_SHARE
+                   ) -> Fraction:
+    """The share ``x`` of the budget for the second one-way measurement of ``mode = "select"``.
 
-    A candidate ``C`` (attributes ``a`` with ``c_a`` cells, ``|C|`` cells in all) is judged against
-    the product of the noisy one-way marginals; to first order the product's L1 error is the sum of
-    the one-way marginals' L1 errors, ``sum_a c_a E|z_1|``, where ``z_1`` is the one-way noise of
-    one cell (the stack of ``d`` one-way marginals has L1 sensitivity ``d`` and squared L2
-    sensitivity ``d``). If ``C`` is chosen, it is measured with noise ``z_m`` per cell (L1
-    sensitivity 1, a share ``(1 - select_share)(1 - p - s) / T`` of the budget, ``p`` the probe's
-    share). The expected error of the model's one-way part plus the measured marginal's noise,
+    It minimises the expected L1 noise a candidate sees. A candidate ``C`` (attributes ``a`` with
+    ``c_a`` cells, ``|C|`` cells in all) is judged against the product of the one-way marginals;
+    to first order the product's L1 error is the sum of the one-way marginals' L1 errors,
+    ``sum_a c_a E|z_1|``, where ``z_1`` is the noise of one one-way cell (the stack of ``d``
+    one-way marginals has L1 sensitivity ``d`` and squared L2 sensitivity ``d``). If ``C`` is
+    chosen it is measured with noise ``z_m`` per cell (L1 sensitivity 1, a share ``(1 -
+    select_share)(r - s - x) / T`` of the budget, ``s = ONE_WAY_SHARE`` the first one-way
+    measurement's share, ``r = 1 - PROBE_SHARE``). The two one-way measurements are combined by
+    inverse variance. The expected error of the model's one-way part plus the measured marginal's
+    noise, in units of ``1 / epsilon`` (resp. ``1 / sqrt(rho)``), is
 
-    * pure ε (Laplace, ``E|z| = b = Delta_1 / epsilon``)::
+    * pure ε (Laplace, ``E|z| = b = Delta_1 / epsilon``; inverse-variance combination of scales
+      ``d / (s epsilon)`` and ``d / (x epsilon)`` has variance ``2 d^2 / ((s^2 + x^2) epsilon^2)``)::
 
-          f(s) = A / s + B / (r - s),   A = d sum_a c_a,   B = |C| T / (1 - select_share),   r = 1 - p
+          f(x) = A / sqrt(s^2 + x^2) + B / (r - s - x),   A = d sum_a c_a,   B = |C| T / (1 - select_share)
 
-      is least at ``s* = r / (1 + sqrt(B / A))``;
+    * zCDP (Gaussian, ``E|z| = sqrt(2/pi) sigma``, ``sigma^2 = Delta_2^2 / (2 rho)``; the two
+      measurements combine to one of ``rho`` share ``s + x``; the selection's part of a round's
+      ``rho`` taken as ``select_share``)::
 
-    * zCDP (Gaussian, ``E|z| = sqrt(2/pi) sigma``, ``sigma^2 = Delta_2^2 / (2 rho)``; the
-      selection's part of a round's ``rho`` taken as ``select_share``)::
+          f(x) = a / sqrt(s + x) + b / sqrt(r - s - x),   a^2 = d (sum_a c_a)^2,   b^2 = |C|^2 T / (1 - select_share)
 
-          f(s) = a / sqrt(s) + b / sqrt(r - s),   a^2 = d (sum_a c_a)^2,   b^2 = |C|^2 T / (1 - select_share)
+    with ``A``, ``B`` (``a``, ``b``) averaged over the candidates. The budget cancels: ``x``
+    depends on ``d``, the candidates, ``T`` and ``select_share`` only (public quantities). ``x`` is
+    the grid minimiser over multiples of 1/1000 in ``[0, r - s)`` (an exact fraction the ledger can
+    sum). Approximate DP uses the pure rule. Binary pairs at ``T = d`` give ``x = 0.449`` (pure ε:
+    one-way noise as from one measurement of share 0.46, the plain minimiser ``r / (1 + sqrt(B /
+    A))`` when ``s = 0``) and ``x = 0.371`` (zCDP).
 
-      is least at ``s* = r / (1 + (b / a)^(2/3))``.
-
-    The budget itself cancels: the share depends on ``d``, the candidates (``A``, ``B`` are
-    averaged over them), ``T`` and ``select_share`` only — public quantities. Approximate DP uses
-    the pure rule (its rounds are Laplace-calibrated in epsilon). The share is rounded down to a
-    multiple of 1/1000 (an exact fraction the ledger can sum). Binary pairs at ``T = d`` give
-    ``s* = 0.46`` (pure) and 0.47 (zCDP); binary triples 0.42 under both.
+    Why two measurements: the probe (step 2) decides between measuring every workload marginal and
+    selecting; only selection needs an accurate one-way model, and a share as large as this one
+    would cost the measure-all path (under zCDP the usual one) a third of its noise.
     """
     d = len(domain.attrs)
     if not candidates:
-        candidates = tuple((a,) for a in domain.attrs)
-    one_cells = np.array([sum(domain.project([a]).size for a in c) for c in candidates], dtype=np.float64)
-    cells = np.array([domain.project(list(c)).size for c in candidates], dtype=np.float64)
-    r = float(1 - PROBE_SHARE)
+        return Fraction(0)
+    one_cells = float(np.mean([sum(domain.project([a]).size for a in c) for c in candidates]))
+    cells = float(np.mean([domain.project(list(c)).size for c in candidates]))
+    s, r = float(ONE_WAY_SHARE), float(1 - PROBE_SHARE)
     spread = rounds / float(1 - Fraction(select_share))
+    x = np.arange(0, round((r - s) * 1000)) / 1000.0
     if accounting == "zcdp":
-        a = math.sqrt(d) * float(one_cells.mean())
-        b = float(cells.mean()) * math.sqrt(spread)
-        s = r / (1 + (b / a) ** (2 / 3))
+        f = math.sqrt(d) * one_cells / np.sqrt(s + x) + cells * math.sqrt(spread) / np.sqrt(r - s - x)
     else:
-        s = r / (1 + math.sqrt(float(cells.mean()) * spread / (d * float(one_cells.mean()))))
-    return Fraction(max(1, math.floor(s * 1000)), 1000)
+        f = d * one_cells / np.sqrt(s * s + x * x) + cells * spread / (r - s - x)
+    return Fraction(int(np.argmin(f)), 1000)
 
 
 def _round_costs(per_round: PrivacyCost, accounting: str, select_share: Fraction) -> tuple:
@@ -446,14 +460,26 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
         rest = _measure_stack(query_all, law_all, data, accountant, rng, "workload marginals",
                               dict(zip(candidates, true)))
         return WideSelection(measured + rest, "all", deviation, expected_all, [], total)
+    rounds_part = plan.rest
+    if plan.top_up is not None:
+        # The second one-way measurement (one_way_top_up), combined with the first by inverse variance.
+        again = _measure_stack(ones_query, calibrate(ones_query, plan.top_up, plan.mechanism), data, accountant,
+                               rng, "one-way marginals (selection's top-up)")
+        w1, w2 = 1 / float(measured[0].variance), 1 / float(again[0].variance)
+        one_way = {a.query.attrs: (w1 * a.values + w2 * b.values) / (w1 + w2) for a, b in zip(measured, again)}
+        measured = measured + again
+        total = float(np.mean([v.sum() for v in one_way.values()]))
+        model = _Model(domain, one_way, total)
+        modelled = [model.counts(c) for c in candidates]
+        rounds_part = _minus(plan.rest, plan.top_up)
     chosen: list[tuple] = []
     open_ = np.ones(len(candidates), dtype=bool)
     sizes = np.array([domain.project(list(c)).size for c in candidates], dtype=np.float64)
-    left, share, t = Fraction(1), Fraction(1, plan.rounds), 0  # of `rest`: still to spend, a round's
+    left, share, t = Fraction(1), Fraction(1, plan.rounds), 0  # of `rounds_part`: still to spend, a round's
     grow = 4 if plan.accounting == "zcdp" else 2  # the noise scale halves (AIM: sigma / 2, epsilon x 2)
     while left > 0 and open_.any():
         part = left if left < 2 * share else share  # AIM: the last round takes all that is left
-        select_cost, measure_cost, eps = _round_costs(_scale(plan.rest, part), plan.accounting, plan.select_share)
+        select_cost, measure_cost, eps = _round_costs(_scale(rounds_part, part), plan.accounting, plan.select_share)
         law = calibrate(Marginal(domain, candidates[0]), measure_cost, plan.mechanism)  # any marginal: sens. 1
         penalty = sizes * _mean_abs(law)
         here = np.flatnonzero(open_)
@@ -482,6 +508,11 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
             if set(candidates[i]) <= set(attrs):
                 open_[i] = False  # a subset of a measured set: known
     return WideSelection(measured, "select", deviation, expected_all, chosen, total)
+
+
+def _minus(a: PrivacyCost, b: PrivacyCost) -> PrivacyCost:
+    return PrivacyCost(epsilon=a.epsilon - b.epsilon, delta=a.delta - b.delta,
+                       rho=None if a.rho is None else a.rho - b.rho)
 
 
 def _sum_costs(plan: WideSelectionPlan) -> PrivacyCost:
