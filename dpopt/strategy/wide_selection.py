@@ -133,6 +133,7 @@ class WideSelectionPlan:
     select_share: Fraction = field(default=Fraction(1, 4))
     anneal: bool = False
     top_up: PrivacyCost | None = None
+    top_up_rule: bool = False
 
     def steps(self) -> list:
         """The plan's privacy-spending steps (:class:`~dpopt.algorithms.base.PlannedMeasure`), shares exact:
@@ -202,8 +203,8 @@ def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int
         raise ParameterError(f"select_share must lie in (0, 1), got {select_share}")
     accounting = budget.accounting
     left = 1 - ONE_WAY_SHARE - PROBE_SHARE
-    top_up = one_way_top_up(domain, candidates, rounds, accounting, select_share) if top_up is None \
-        else Fraction(top_up)
+    rule = top_up is None  # the plan's top-up is the most; the run scales it by the probe (one_way_top_up)
+    top_up = one_way_top_up(domain, candidates, rounds, accounting, select_share) if rule else Fraction(top_up)
     if not 0 <= top_up < left:
         raise ParameterError(f"top_up must lie in [0, {left}), got {top_up}")
     one_way, probe, rest = budget.share(ONE_WAY_SHARE), budget.share(PROBE_SHARE), budget.share(left)
@@ -211,11 +212,11 @@ def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int
     select_cost, measure_cost, eps = _round_costs(_scale(rounds_part, Fraction(1, rounds)), accounting, select_share)
     return WideSelectionPlan(domain, sets, candidates, accounting, mechanism, one_way, probe, rest, rounds,
                              select_cost, measure_cost, eps, select_share, bool(anneal),
-                             _scale(rest, top_up / left) if top_up else None)
+                             _scale(rest, top_up / left) if top_up else None, rule)
 
 
-def one_way_top_up(domain, candidates, rounds: int, accounting: str, select_share: Fraction = SELECT_SHARE
-                   ) -> Fraction:
+def one_way_top_up(domain, candidates, rounds: int, accounting: str, select_share: Fraction = SELECT_SHARE,
+                   noise_fraction: float = 1.0) -> Fraction:
     """The share ``x`` of the budget for the second one-way measurement of ``mode = "select"``.
 
     It minimises the expected L1 noise a candidate sees. A candidate ``C`` (attributes ``a`` with
@@ -256,13 +257,13 @@ def one_way_top_up(domain, candidates, rounds: int, accounting: str, select_shar
         return Fraction(0)
     one_cells = float(np.mean([sum(domain.project([a]).size for a in c) for c in candidates]))
     cells = float(np.mean([domain.project(list(c)).size for c in candidates]))
-    s, r = float(ONE_WAY_SHARE), float(1 - PROBE_SHARE)
+    s, r, phi = float(ONE_WAY_SHARE), float(1 - PROBE_SHARE), min(max(float(noise_fraction), 0.0), 1.0)
     spread = rounds / float(1 - Fraction(select_share))
     x = np.arange(0, round((r - s) * 1000)) / 1000.0
     if accounting == "zcdp":
-        f = math.sqrt(d) * one_cells / np.sqrt(s + x) + cells * math.sqrt(spread) / np.sqrt(r - s - x)
+        f = phi * math.sqrt(d) * one_cells / np.sqrt(s + x) + cells * math.sqrt(spread) / np.sqrt(r - s - x)
     else:
-        f = d * one_cells / np.sqrt(s * s + x * x) + cells * spread / (r - s - x)
+        f = phi * d * one_cells / np.sqrt(s * s + x * x) + cells * spread / (r - s - x)
     return Fraction(int(np.argmin(f)), 1000)
 
 
@@ -460,10 +461,18 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
         rest = _measure_stack(query_all, law_all, data, accountant, rng, "workload marginals",
                               dict(zip(candidates, true)))
         return WideSelection(measured + rest, "all", deviation, expected_all, [], total)
-    rounds_part = plan.rest
-    if plan.top_up is not None:
+    rounds_part, top_up = plan.rest, plan.top_up
+    if plan.top_up_rule and top_up is not None:
+        # The share of the probe's deviation that the first model's one-way noise explains (public
+        # expected noise over a noisy release): the top-up weighs the model's noise by it.
+        first = calibrate(ones_query, plan.one_way, plan.mechanism)
+        one_cells = np.mean([sum(domain.project([a]).size for a in c) for c in candidates])
+        phi = min(1.0, float(one_cells) * _mean_abs(first) / max(deviation, 1.0))
+        x = one_way_top_up(domain, candidates, plan.rounds, plan.accounting, plan.select_share, phi)
+        top_up = _scale(plan.rest, x / (1 - ONE_WAY_SHARE - PROBE_SHARE)) if x else None
+    if top_up is not None:
         # The second one-way measurement (one_way_top_up), combined with the first by inverse variance.
-        again = _measure_stack(ones_query, calibrate(ones_query, plan.top_up, plan.mechanism), data, accountant,
+        again = _measure_stack(ones_query, calibrate(ones_query, top_up, plan.mechanism), data, accountant,
                                rng, "one-way marginals (selection's top-up)")
         w1, w2 = 1 / float(measured[0].variance), 1 / float(again[0].variance)
         one_way = {a.query.attrs: (w1 * a.values + w2 * b.values) / (w1 + w2) for a, b in zip(measured, again)}
@@ -471,7 +480,7 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
         total = float(np.mean([v.sum() for v in one_way.values()]))
         model = _Model(domain, one_way, total)
         modelled = [model.counts(c) for c in candidates]
-        rounds_part = _minus(plan.rest, plan.top_up)
+        rounds_part = _minus(plan.rest, top_up)
     chosen: list[tuple] = []
     open_ = np.ones(len(candidates), dtype=bool)
     sizes = np.array([domain.project(list(c)).size for c in candidates], dtype=np.float64)
