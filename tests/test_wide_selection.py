@@ -184,3 +184,45 @@ def test_the_one_way_top_up_minimises_its_expected_error(accounting):
     assert one_way_top_up(domain, candidates, d, accounting, noise_fraction=0) == 0
     shares = [one_way_top_up(domain, candidates, d, accounting, noise_fraction=phi) for phi in (0.1, 0.5, 1)]
     assert shares == sorted(shares) and shares[0] < shares[-1]
+
+
+def test_beyond_the_candidate_limit_the_run_reads_a_data_independent_pool(monkeypatch):
+    """Issue 27 (d = 100 triples: 161,700 candidates): beyond CANDIDATE_LIMIT the probe and the
+    selection read every pair and a uniform sample of the larger sets, never the rest; the pool is a
+    function of the candidates and the rng only (never of the data); the ledger stays exact;
+    and the probe's statistic over the pool moves by at most 1 when one record is added."""
+    import dpopt.strategy.wide_selection as ws
+
+    monkeypatch.setattr(ws, "CANDIDATE_LIMIT", 100)
+    net = random_sparse_network(12, seed=2)
+    data = net.sample(3000, 4)
+    workload = list(combinations(data.domain.attrs, 3))   # 220 triples + 66 pairs = 286 candidates
+    budget = Budget.pure(Fraction(1, 2))
+    p = plan_wide_selection(data.domain, workload, budget, "laplace", rounds=6)
+    assert len(p.candidates) == 286
+    reads = []
+
+    class Counting(Dataset):
+        def marginal(self, attrs):
+            reads.append(tuple(attrs))
+            return super().marginal(attrs)
+
+    counted = Counting(data.codes, data.domain)
+    accountant = budget.accountant()
+    out = run_wide_selection(p, counted, accountant, make_random(5), mode="select")
+    assert sum(accountant.ledger_frame()["epsilon"], Fraction(0)) == budget.total.epsilon
+    read_sets = {r for r in reads if len(r) >= 2}
+    assert len(read_sets) == 100
+    assert sum(len(r) == 2 for r in read_sets) == 66 and set(out.chosen) <= read_sets
+    pool = ws._candidate_pool(p.candidates, make_random(5))
+    other = ws._candidate_pool(p.candidates, make_random(5))
+    assert pool == other and len(pool) == 100 and len(set(pool)) == 100
+    # The probe's statistic (before rounding and noise) on neighbours: |difference| <= 1.
+    one_way = {(a,): data.marginal([a]).astype(float) + 0.5 for a in data.domain.attrs}  # any fixed model
+    model = _Model(data.domain, one_way, data.total)
+    bigger = Dataset(np.vstack([data.codes, data.codes[:1] ^ 1]), data.domain)
+
+    def statistic(d):
+        return np.mean([np.abs(d.marginal(list(c)) - model.counts(c)).sum() for c in pool])
+
+    assert abs(statistic(bigger) - statistic(data)) <= 1 + 1e-9

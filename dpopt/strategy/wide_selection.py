@@ -74,7 +74,7 @@ from dpopt.privacy.accountant import PrivacyCost
 
 __all__ = ["WideSelectionPlan", "WideSelection", "plan_wide_selection", "run_wide_selection", "selection_scores",
            "selection_probabilities", "one_way_top_up",
-           "ONE_WAY_SHARE", "PROBE_SHARE", "SELECT_SHARE"]
+           "ONE_WAY_SHARE", "PROBE_SHARE", "SELECT_SHARE", "CANDIDATE_LIMIT"]
 
 #: Share of the budget for the mean-deviation probe that decides between measuring all and selecting.
 PROBE_SHARE = Fraction(1, 100)
@@ -82,6 +82,9 @@ PROBE_SHARE = Fraction(1, 100)
 ONE_WAY_SHARE = Fraction(1, 10)
 #: Share of each selection round's part spent on the exponential mechanism (the rest measures).
 SELECT_SHARE = Fraction(1, 4)
+#: The most candidates the probe and selection read: beyond it, every pair and a uniform sample of the
+#: larger sets (drawn independently of the data; d = 100 triples: 4,950 pairs and 15,050 of 161,700 triples).
+CANDIDATE_LIMIT = 20_000
 #: Denominator of the rational epsilon used for a zCDP selection.
 _EPS_DENOMINATOR = 2**30
 
@@ -448,10 +451,16 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
     one_way = {m.query.attrs: m.values for m in measured}
     total = float(np.mean([v.sum() for v in one_way.values()]))
     model = _Model(domain, one_way, total)
-    candidates = list(plan.candidates)
-    true = [data.marginal(list(c)) for c in candidates]
-    modelled = [model.counts(c) for c in candidates]
-    deviation = _probe(true, modelled, plan, accountant, rng)
+    candidates = _candidate_pool(plan.candidates, rng)
+    true: dict[int, np.ndarray] = {}  # read on demand: the probe's sample, then what selection scores
+
+    def read(i: int) -> np.ndarray:
+        if i not in true:
+            true[i] = data.marginal(list(candidates[i]))
+        return true[i]
+
+    deviation = _probe([read(i) for i in range(len(candidates))], [model.counts(c) for c in candidates], plan,
+                       accountant, rng)
     # Expected L1 noise of a workload marginal measured with an equal share of `rest`.
     query_all = _stack(domain, plan.workload)
     law_all = calibrate(query_all, plan.rest, plan.mechanism)
@@ -459,7 +468,7 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
     expected_all = float(np.mean(cells) * _mean_abs(law_all))
     if mode == "all" or (mode == "auto" and expected_all <= deviation) or not candidates:
         rest = _measure_stack(query_all, law_all, data, accountant, rng, "workload marginals",
-                              dict(zip(candidates, true)))
+                              {candidates[i]: v for i, v in true.items()})
         return WideSelection(measured + rest, "all", deviation, expected_all, [], total)
     rounds_part, top_up = plan.rest, plan.top_up
     if plan.top_up_rule and top_up is not None:
@@ -479,8 +488,8 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
         measured = measured + again
         total = float(np.mean([v.sum() for v in one_way.values()]))
         model = _Model(domain, one_way, total)
-        modelled = [model.counts(c) for c in candidates]
         rounds_part = _minus(plan.rest, top_up)
+    modelled = {i: model.counts(c) for i, c in enumerate(candidates)}
     chosen: list[tuple] = []
     open_ = np.ones(len(candidates), dtype=bool)
     sizes = np.array([domain.project(list(c)).size for c in candidates], dtype=np.float64)
@@ -492,13 +501,13 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
         law = calibrate(Marginal(domain, candidates[0]), measure_cost, plan.mechanism)  # any marginal: sens. 1
         penalty = sizes * _mean_abs(law)
         here = np.flatnonzero(open_)
-        scores = selection_scores([true[i] for i in here], [modelled[i] for i in here], penalty[open_])
+        scores = selection_scores([read(i) for i in here], [modelled[i] for i in here], penalty[open_])
         pick = int(here[exponential_mechanism(scores, eps, accountant, rng, sensitivity=1.0,
                                               label=f"wide selection round {t + 1}")])
         attrs = candidates[pick]
         q = Marginal(domain, attrs)
         m = measure(q, data, calibrate(q, measure_cost, plan.mechanism), accountant, rng,
-                    label=f"selected {', '.join(attrs)}", answers=true[pick])
+                    label=f"selected {', '.join(attrs)}", answers=read(pick))
         measured.append(m)
         chosen.append(attrs)
         before = modelled[pick]
@@ -517,6 +526,25 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
             if set(candidates[i]) <= set(attrs):
                 open_[i] = False  # a subset of a measured set: known
     return WideSelection(measured, "select", deviation, expected_all, chosen, total)
+
+
+def _candidate_pool(candidates, rng) -> list:
+    """Every candidate, or beyond ``CANDIDATE_LIMIT`` every pair and a uniform sample (without
+    replacement) of the larger sets up to the limit. The sample is drawn from ``rng`` independently
+    of the data, so each later step's privacy is as on a fixed candidate list."""
+    candidates = list(candidates)
+    if len(candidates) <= CANDIDATE_LIMIT:
+        return candidates
+    pairs = [c for c in candidates if len(c) == 2][:CANDIDATE_LIMIT]
+    larger = [c for c in candidates if len(c) > 2]
+    room = CANDIDATE_LIMIT - len(pairs)
+    return pairs + [larger[i] for i in np.sort(_sample(len(larger), room, rng))] if room > 0 else pairs
+
+
+def _sample(n: int, m: int, rng) -> np.ndarray:
+    """``m`` of ``range(n)`` uniformly without replacement (random keys, sorted), from ``rng``."""
+    keys = rng.uniform_below(2**62, n)
+    return np.sort(np.argsort(keys, kind="stable")[:m])
 
 
 def _minus(a: PrivacyCost, b: PrivacyCost) -> PrivacyCost:
@@ -566,7 +594,14 @@ def _measure_stack(query, law, data, accountant, rng, label, known=None) -> list
 
 
 def _probe(true, modelled, plan, accountant, rng) -> float:
-    """Step 2: the mean deviation from the model, released with sensitivity-1 noise (module notes)."""
+    """Step 2: the mean deviation from the model, released with sensitivity-1 noise (module notes).
+
+    ``true`` holds every candidate or, beyond ``CANDIDATE_LIMIT``, every pair and a uniform sample
+    of the larger sets (``m`` in all), drawn independently of the data (:func:`_candidate_pool`). The sensitivity is 1 either way: adding or removing one record
+    moves each term ``||M_C(x) - m_C||_1`` by at most 1, so the mean of any fixed list of ``m``
+    terms by at most ``m / m = 1``; rounding to an integer keeps it (module notes, step 2). The
+    mean over the pool stands for the mean over every candidate (unbiased within pairs and within
+    larger sets)."""
     from dpopt.privacy.samplers import discrete_gaussian, discrete_laplace
 
     if not true:
