@@ -23,9 +23,17 @@ for differentially private synthetic data", VLDB 2022):
    of a marginal measured that way, ``E_all`` (the mean over the workload of
    ``cells x E|noise|``), is at most ``D^``: AIM's criterion (measure a marginal when its expected
    noise error is below its expected bias, here on average over the workload). Otherwise
-   ``mode = "select"``.
-3. **Selection** (``mode = "select"``): ``T`` rounds (default ``T = d``: as many marginals as
-   MST's spanning tree has edges, plus one). Each round spends ``SELECT_SHARE`` of its
+   ``mode = "select"``. Beyond ``CANDIDATE_LIMIT`` candidates (d = 100, all triples: 161,700)
+   the probe and selection read a pool drawn independently of the data: every pair and a uniform
+   sample of the larger sets (the mean over a fixed list keeps sensitivity 1).
+3. **Selection** (``mode = "select"``): first a second measurement of the one-way marginals, of
+   the share :func:`one_way_top_up` derives: the minimiser of the expected L1 noise a candidate
+   sees (its model's one-way part plus, if chosen, its measurement's noise), with the one-way part
+   weighted by the share of the probe's noisy deviation that the first model's expected noise
+   explains (where real dependence dominates the deviations, a better one-way model buys little).
+   The two one-way measurements are combined by inverse variance and the model rebuilt. Then
+   ``T`` rounds (default ``T = d``: as many marginals as MST's spanning tree has edges, plus one),
+   each with an equal part of what is left. Each round spends ``SELECT_SHARE`` of its
    part on the exponential mechanism (McSherry and Talwar 2007) over the candidates not yet
    measured — the workload's sets and their pairs — with AIM's quality score (its candidate
    score with weight one: deviation from the model minus the expected noise of measuring)::
@@ -39,6 +47,9 @@ for differentially private synthetic data", VLDB 2022):
    attributes are linked by one measured set or by a chain of two takes the product of the noisy
    measured marginals over their common attribute, e.g. ``m_abc = M_ab M_bc / M_b``; unlinked
    groups multiply), so the next round looks for what the measured marginals do not yet explain.
+   With ``anneal=True`` (off by default) AIM's budget annealing (McKenna et al. 2022, Alg. 1,
+   lines 13-14) doubles the rounds' share (halves their noise) after a measurement that moved the
+   model by no more than its expected noise; the last round takes what is left.
 4. The caller fits every workload marginal from all these measurements
    (:func:`~dpopt.estimate.marginal_space.estimate_marginals`); the prior completes the unmeasured.
 
@@ -52,12 +63,24 @@ the bounded-range bound ``epsilon^2 / 8`` of Cesar and Rogers 2021 would be tigh
 measurement's share is what is left, exactly). Selection runs in marginal space: scores read
 candidate marginals (at most a few thousand cells each), never the full table.
 
-Measured (``examples/benchmarks/bench_wide.py --cases bn --eps 1``, n = 50,000, mean L1/n): pure
-ε, d = 27, all 2,925 triples: 0.167 when every triple is measured, 0.0285 with the 27 chosen
-(factored MWEM at its defaults: 0.0311); d = 50 / 100, all pairs: 0.054 / 0.197 -> 0.0157 /
-0.0178 (MWEM 0.0131 / 0.0170). Under zCDP the rule measures everything (d = 27 triples 0.0027).
-The one-way share is not tuned per case: at d = 100, 1/4 gave 0.0131 and 1/3 0.0140 (one seed),
-at d = 27 triples 1/10 was best (mean of five seeds 0.0290, against 0.0311 for 1/3).
+Validation, on networks other than the benchmark's (``random_sparse_network(d, seed=3, 4 or 5)``,
+records seed + 100, measurement seeds 1-5; pure ε = 1, n = 50,000, mean L1/n; under load):
+
+* the top-up against the former fixed one-way share of 1/10 (network 4, five seeds): d = 100
+  pairs 0.0139 against 0.0173 (a top-up of 1/5: 0.0148); d = 50 pairs 0.0137 against 0.0154;
+  d = 27 triples 0.0252 against 0.0244 (the unweighted top-up: 0.0259) — worse there by 0.0008;
+* ``T`` (network 3, two seeds, one-way share 0.46): ``T = d/2`` is worse everywhere
+  (0.0165 / 0.0175 / 0.0368 at d = 100 / 50 pairs / 27 triples against 0.0121 / 0.0116 / 0.0265);
+  ``T = 2d`` better at d = 50 (0.0097) but worse at d = 100 (0.0143) and d = 27 triples (0.0283);
+  a ``T`` from the probe (rounds whose noise stays below its deviation) chose 95 and 108 rounds
+  on pairs (0.0121, 0.0103) but 228 on triples (0.0666): not kept;
+* annealing from ``T = d`` never fired on triples and lost on d = 100 pairs (0.0127 against
+  0.0121): off by default;
+* ``SELECT_SHARE``: 1/2 lost at d = 100 (0.0148 against 0.0123), 1/8 at d = 27 triples (0.0268
+  against 0.0254) and won at d = 50 (0.0122 against 0.0129): 1/4 kept.
+
+Benchmark figures (seed 7, network seed 1): ``examples/benchmarks/bench_wide.py`` and issue 27's
+closing note.
 """
 
 from __future__ import annotations
