@@ -178,15 +178,18 @@ class WideSelectionPlan:
                                what="mean L1 deviation of the candidates from the one-way model (sensitivity 1)",
                                answers=1),
                 PlannedMeasure("workload marginals or selected rounds", None, self.mechanism, part(self.rest),
-                               self.rest, what=f"every workload marginal ({len(self.workload)}), or {self.rounds} "
-                               "exponential-mechanism choices and their measurements")]
+                               self.rest, what=f"every workload marginal ({len(self.workload)}), or "
+                               + ("a second one-way measurement and " if self.top_up is not None else "")
+                               + f"{self.rounds} exponential-mechanism choices and their measurements")]
 
     def lines(self) -> list[str]:
         f = _amount
         return [f"what to measure (dpopt.strategy.wide_selection, after MST and AIM): the one-way marginals "
                 f"({f(self.one_way)}) and a probe of their model's mean deviation ({f(self.probe)}); then every "
                 f"workload marginal ({len(self.workload)}, {f(self.rest)} in all) if its expected noise is at most "
-                f"that deviation, else {self.rounds} rounds, each an exponential-mechanism choice among "
+                f"that deviation, else "
+                + (f"a second one-way measurement (at most {f(self.top_up)}) and " if self.top_up is not None else "")
+                + f"{self.rounds} rounds, each an exponential-mechanism choice among "
                 f"{len(self.candidates)} candidates ({f(self.select_cost)}) and its measurement "
                 f"({f(self.measure_cost)})"]
 
