@@ -131,8 +131,8 @@ class WideSelectionPlan:
         ``T`` for ``mode = "select"``: the most rounds (each ``(rest - top_up) / T``; annealing may
         double a round's share, so fewer rounds are run, module notes step 3).
     select_cost, measure_cost : PrivacyCost
-        The first round's exponential mechanism and measurement (``rounds`` such rounds and
-        ``top_up`` sum to ``rest``).
+        The first round's exponential mechanism and measurement with the largest top-up (``rounds``
+        such rounds and ``top_up`` sum to ``rest``; a smaller top-up at run time leaves more per round).
     select_epsilon : Fraction
         The first round's exponential-mechanism epsilon.
     select_share : Fraction
@@ -273,9 +273,12 @@ def one_way_top_up(domain, candidates, rounds: int, accounting: str, select_shar
     with ``A``, ``B`` (``a``, ``b``) averaged over the candidates. The budget cancels: ``x``
     depends on ``d``, the candidates, ``T`` and ``select_share`` only (public quantities). ``x`` is
     the grid minimiser over multiples of 1/1000 in ``[0, r - s)`` (an exact fraction the ledger can
-    sum). Approximate DP uses the pure rule. Binary pairs at ``T = d`` give ``x = 0.449`` (pure ε:
-    one-way noise as from one measurement of share 0.46, the plain minimiser ``r / (1 + sqrt(B /
-    A))`` when ``s = 0``) and ``x = 0.371`` (zCDP).
+    sum). Approximate DP uses the pure rule. ``noise_fraction`` (``phi`` in [0, 1]) weighs the
+    one-way term: the run passes the share of the probe's noisy deviation that the first model's
+    expected noise explains (module notes, step 3). At ``phi = 1``, binary pairs at ``T = d``
+    (d = 100) give ``x = 0.403`` (pure ε: one-way noise as from one measurement of share
+    ``sqrt(0.1^2 + 0.403^2) = 0.415``) and ``x = 0.371`` (zCDP); binary triples (d = 27) 0.372
+    and 0.327.
 
     Why two measurements: the probe (step 2) decides between measuring every workload marginal and
     selecting; only selection needs an accurate one-way model, and a share as large as this one
@@ -478,7 +481,7 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
     total = float(np.mean([v.sum() for v in one_way.values()]))
     model = _Model(domain, one_way, total)
     candidates = _candidate_pool(plan.candidates, rng)
-    true: dict[int, np.ndarray] = {}  # read on demand: the probe's sample, then what selection scores
+    true: dict[int, np.ndarray] = {}  # each pool candidate's marginal, read once (probe, then selection)
 
     def read(i: int) -> np.ndarray:
         if i not in true:
