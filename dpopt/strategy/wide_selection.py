@@ -29,8 +29,11 @@ for differentially private synthetic data", VLDB 2022):
 3. **Selection** (``mode = "select"``): first a second measurement of the one-way marginals, of
    the share :func:`one_way_top_up` derives: the minimiser of the expected L1 noise a candidate
    sees (its model's one-way part plus, if chosen, its measurement's noise), with the one-way part
-   weighted by the share of the probe's noisy deviation that the first model's expected noise
-   explains (where real dependence dominates the deviations, a better one-way model buys little).
+   weighted by the share ``phi`` of the probe's noisy deviation that the first model's expected
+   noise explains; when ``phi < TOP_UP_NOISE_FRACTION`` (1/2) real dependence dominates what
+   selection ranks, a better one-way model buys little, and there is no top-up (the threshold was
+   chosen on the validation networks below: ``phi`` about 0.34 on triples at d = 27, where every
+   top-up lost, 0.9-1 on pairs at d = 50 and 100, where it won).
    The two one-way measurements are combined by inverse variance and the model rebuilt. Then
    ``T`` rounds (default ``T = d``: as many marginals as MST's spanning tree has edges, plus one),
    each with an equal part of what is left. Each round spends ``SELECT_SHARE`` of its
@@ -68,7 +71,9 @@ records seed + 100, measurement seeds 1-5; pure ε = 1, n = 50,000, mean L1/n; u
 
 * the top-up against the former fixed one-way share of 1/10 (network 4, five seeds): d = 100
   pairs 0.0139 against 0.0173 (a top-up of 1/5: 0.0148); d = 50 pairs 0.0137 against 0.0154;
-  d = 27 triples 0.0252 against 0.0244 (the unweighted top-up: 0.0259) — worse there by 0.0008;
+  d = 27 triples 0.0252 against 0.0244 (the unweighted top-up: 0.0259) — worse there, hence
+  ``TOP_UP_NOISE_FRACTION``, with which triples take no top-up (network 3, five seeds: 0.0251
+  either way) and pairs keep it (network 5, window 4, d = 50, three seeds: 0.0132 against 0.0159);
 * ``T`` (network 3, two seeds, one-way share 0.46): ``T = d/2`` is worse everywhere
   (0.0165 / 0.0175 / 0.0368 at d = 100 / 50 pairs / 27 triples against 0.0121 / 0.0116 / 0.0265);
   ``T = 2d`` better at d = 50 (0.0097) but worse at d = 100 (0.0143) and d = 27 triples (0.0283);
@@ -108,6 +113,9 @@ SELECT_SHARE = Fraction(1, 4)
 #: The most candidates the probe and selection read: beyond it, every pair and a uniform sample of the
 #: larger sets (drawn independently of the data; d = 100 triples: 4,950 pairs and 15,050 of 161,700 triples).
 CANDIDATE_LIMIT = 20_000
+#: The second one-way measurement is taken only when the first model's expected noise explains at least
+#: this share of the probe's deviation (module notes, step 3; chosen on the validation networks).
+TOP_UP_NOISE_FRACTION = 0.5
 #: Denominator of the rational epsilon used for a zCDP selection.
 _EPS_DENOMINATOR = 2**30
 
@@ -506,7 +514,9 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
         first = calibrate(ones_query, plan.one_way, plan.mechanism)
         one_cells = np.mean([sum(domain.project([a]).size for a in c) for c in candidates])
         phi = min(1.0, float(one_cells) * _mean_abs(first) / max(deviation, 1.0))
-        x = one_way_top_up(domain, candidates, plan.rounds, plan.accounting, plan.select_share, phi)
+        # Below TOP_UP_NOISE_FRACTION real dependence dominates what selection ranks: no top-up.
+        x = one_way_top_up(domain, candidates, plan.rounds, plan.accounting, plan.select_share, phi) \
+            if phi >= TOP_UP_NOISE_FRACTION else Fraction(0)
         top_up = _scale(plan.rest, x / (1 - ONE_WAY_SHARE - PROBE_SHARE)) if x else None
     if top_up is not None:
         # The second one-way measurement (one_way_top_up), combined with the first by inverse variance.
