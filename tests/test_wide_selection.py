@@ -46,11 +46,13 @@ def _ledger_sum(accountant, component):
                                     Budget.approx(Fraction(1, 2), Fraction(1, 10**6)),
                                     Budget.zcdp_from_approx(1, Fraction(1, 10**6))],
                          ids=["pure", "zcdp", "approx", "zcdp-from-approx"])
-@pytest.mark.parametrize("mode", ["all", "select", "anneal"])
+@pytest.mark.parametrize("mode", ["all", "select", "anneal", "top-up"])
 def test_the_ledger_sums_exactly_to_the_budget(small, budget, mode):
     data, workload = small
-    p = plan_wide_selection(data.domain, workload, budget, budget.noise(None), rounds=5, anneal=mode == "anneal")
-    mode, anneal = ("select", True) if mode == "anneal" else (mode, False)
+    p = plan_wide_selection(data.domain, workload, budget, budget.noise(None), rounds=5, anneal=mode == "anneal",
+                            top_up=Fraction(1, 5) if mode == "top-up" else None)
+    forced_top_up = mode == "top-up"
+    mode, anneal = ("select", mode == "anneal") if mode in ("anneal", "top-up") else (mode, False)
     component = "rho" if budget.accounting == "zcdp" else "epsilon"
     planned = sum((getattr(s.budget, component) for s in p.steps()), Fraction(0))
     assert planned == getattr(budget.total, component)
@@ -64,6 +66,7 @@ def test_the_ledger_sums_exactly_to_the_budget(small, budget, mode):
     assert labels[:2] == ["one-way marginals", "wide selection: deviation probe"]
     if mode == "select":
         top = int(labels[2] == "one-way marginals (selection's top-up)")
+        assert top or not forced_top_up
         rounds = len(out.chosen)
         assert (rounds == 5 if not anneal else 1 <= rounds <= 5) and len(set(out.chosen)) == rounds
         assert labels[2 + top:] == [x for t in range(1, rounds + 1) for x in (
