@@ -173,3 +173,24 @@ def test_dp_audit_laplace_on_neighbours():
 
     assert audit(eps, 100) > 0.01
     assert audit(3 * eps, 200) < 1e-3  # a mechanism with a third of the noise is caught
+
+
+def test_exponential_mechanism_big_denominator_and_spread():
+    """An epsilon whose denominator is 2^64 (beyond int64) and scores spread over 1e14 (2^20 grid
+    steps each: beyond int64 too) are sampled exactly: frequencies against the closed form."""
+    eps = Fraction(2**64 + 1, 2**64)  # just above 1
+    scores = np.array([0.0, 1.0, 2.5, 4.0, 4.0])
+    acct = Accountant.pure(10**6)
+    src = SeededRandom(11)
+    picks = np.array([exponential_mechanism(scores, eps, acct, src) for _ in range(2000)])
+    weights = np.exp(float(eps) * (scores - scores.max()) / 2)
+    observed = np.bincount(picks, minlength=scores.size)
+    assert stats.chisquare(observed, weights / weights.sum() * picks.size).pvalue > 1e-3
+    assert acct.spent.epsilon == 2000 * eps
+    # A candidate 1e14 below the best is never drawn (probability exp(-5e13)); the rest as above.
+    wide = np.concatenate([scores, [-1e14]])
+    picks = np.array([exponential_mechanism(wide, 1, acct, src) for _ in range(1000)])
+    assert picks.max() < scores.size
+    observed = np.bincount(picks, minlength=scores.size)
+    w = np.exp((scores - scores.max()) / 2)
+    assert stats.chisquare(observed, w / w.sum() * picks.size).pvalue > 1e-3

@@ -46,10 +46,13 @@ def _ledger_sum(accountant, component):
                                     Budget.approx(Fraction(1, 2), Fraction(1, 10**6)),
                                     Budget.zcdp_from_approx(1, Fraction(1, 10**6))],
                          ids=["pure", "zcdp", "approx", "zcdp-from-approx"])
-@pytest.mark.parametrize("mode", ["all", "select"])
+@pytest.mark.parametrize("mode", ["all", "select", "anneal", "top-up"])
 def test_the_ledger_sums_exactly_to_the_budget(small, budget, mode):
     data, workload = small
-    p = plan_wide_selection(data.domain, workload, budget, budget.noise(None), rounds=5)
+    p = plan_wide_selection(data.domain, workload, budget, budget.noise(None), rounds=5, anneal=mode == "anneal",
+                            top_up=Fraction(1, 5) if mode == "top-up" else None)
+    forced_top_up = mode == "top-up"
+    mode, anneal = ("select", mode == "anneal") if mode in ("anneal", "top-up") else (mode, False)
     component = "rho" if budget.accounting == "zcdp" else "epsilon"
     planned = sum((getattr(s.budget, component) for s in p.steps()), Fraction(0))
     assert planned == getattr(budget.total, component)
@@ -62,12 +65,15 @@ def test_the_ledger_sums_exactly_to_the_budget(small, budget, mode):
     labels = list(accountant.ledger_frame()["label"])
     assert labels[:2] == ["one-way marginals", "wide selection: deviation probe"]
     if mode == "select":
-        assert len(out.chosen) == 5 and len(set(out.chosen)) == 5
-        assert labels[2:] == [x for t in range(1, 6) for x in (f"wide selection round {t}",
-                                                                f"selected {', '.join(out.chosen[t - 1])}")]
-        select = accountant.ledger_frame()[component][2::2]
-        expected = p.select_epsilon if budget.accounting != "zcdp" else p.select_epsilon ** 2 / 2
-        assert all(c == expected for c in select)   # zCDP: the exponential mechanism's eps^2 / 2
+        top = int(labels[2] == "one-way marginals (selection's top-up)")
+        assert top or not forced_top_up
+        rounds = len(out.chosen)
+        assert (rounds == 5 if not anneal else 1 <= rounds <= 5) and len(set(out.chosen)) == rounds
+        assert labels[2 + top:] == [x for t in range(1, rounds + 1) for x in (
+            f"wide selection round {t}", f"selected {', '.join(out.chosen[t - 1])}")]
+        if not anneal:   # equal rounds: every exponential mechanism costs the same
+            select = list(accountant.ledger_frame()[component][2 + top::2])
+            assert all(c == select[0] for c in select)
         assert all(any(set(c) <= set(w) for w in workload) for c in out.chosen)
     else:
         assert len(out.measurements) == len(data.domain.attrs) + len(workload) and not out.chosen
@@ -156,3 +162,70 @@ def test_pure_epsilon_auto_selects_on_30_attributes_without_the_table():
     print(f"mean error {np.mean(err):.4f}, all measured {np.mean(all_err):.4f}, uniform {np.mean(uniform):.4f}, "
           f"independent (exact one-way) {np.mean(independent):.4f}")
     assert np.mean(err) < 0.5 * np.mean(all_err) and np.mean(err) < 0.2 * np.mean(uniform)
+
+
+@pytest.mark.parametrize("accounting", ["pure", "zcdp"])
+def test_the_one_way_top_up_minimises_its_expected_error(accounting):
+    """one_way_top_up's share against a continuous minimiser of the docstring's expected error
+    (binary pairs, d = 100, T = d): the grid's answer is within its step of it; no model noise
+    (noise_fraction 0) asks for no top-up, and more noise asks for more."""
+    from scipy.optimize import minimize_scalar
+
+    from dpopt.strategy.wide_selection import ONE_WAY_SHARE, PROBE_SHARE, SELECT_SHARE, one_way_top_up
+
+    d = 100
+    domain = Domain([f"x{i}" for i in range(d)], [2] * d)
+    candidates = list(combinations(domain.attrs, 2))
+    s, r, spread = float(ONE_WAY_SHARE), float(1 - PROBE_SHARE), d / float(1 - SELECT_SHARE)
+    if accounting == "pure":   # A / sqrt(s^2 + x^2) + B / (r - s - x), A = d * 4, B = 4 * T / (1 - select)
+        f = lambda x: d * 4 / np.sqrt(s * s + x * x) + 4 * spread / (r - s - x)  # noqa: E731
+    else:                      # a / sqrt(s + x) + b / sqrt(r - s - x), a = sqrt(d) * 4, b = 4 sqrt(T / (1 - select))
+        f = lambda x: np.sqrt(d) * 4 / np.sqrt(s + x) + 4 * np.sqrt(spread) / np.sqrt(r - s - x)  # noqa: E731
+    best = minimize_scalar(f, bounds=(0, r - s - 1e-9), method="bounded", options={"xatol": 1e-9}).x
+    x = one_way_top_up(domain, candidates, d, accounting)
+    assert abs(float(x) - best) <= 1e-3 and x.denominator <= 1000
+    assert one_way_top_up(domain, candidates, d, accounting, noise_fraction=0) == 0
+    shares = [one_way_top_up(domain, candidates, d, accounting, noise_fraction=phi) for phi in (0.1, 0.5, 1)]
+    assert shares == sorted(shares) and shares[0] < shares[-1]
+
+
+def test_beyond_the_candidate_limit_the_run_reads_a_data_independent_pool(monkeypatch):
+    """Issue 27 (d = 100 triples: 161,700 candidates): beyond CANDIDATE_LIMIT the probe and the
+    selection read every pair and a uniform sample of the larger sets, never the rest; the pool is a
+    function of the candidates and the rng only (never of the data); the ledger stays exact;
+    and the probe's statistic over the pool moves by at most 1 when one record is added."""
+    import dpopt.strategy.wide_selection as ws
+
+    monkeypatch.setattr(ws, "CANDIDATE_LIMIT", 100)
+    net = random_sparse_network(12, seed=2)
+    data = net.sample(3000, 4)
+    workload = list(combinations(data.domain.attrs, 3))   # 220 triples + 66 pairs = 286 candidates
+    budget = Budget.pure(Fraction(1, 2))
+    p = plan_wide_selection(data.domain, workload, budget, "laplace", rounds=6)
+    assert len(p.candidates) == 286
+    reads = []
+
+    class Counting(Dataset):
+        def marginal(self, attrs):
+            reads.append(tuple(attrs))
+            return super().marginal(attrs)
+
+    counted = Counting(data.codes, data.domain)
+    accountant = budget.accountant()
+    out = run_wide_selection(p, counted, accountant, make_random(5), mode="select")
+    assert sum(accountant.ledger_frame()["epsilon"], Fraction(0)) == budget.total.epsilon
+    read_sets = {r for r in reads if len(r) >= 2}
+    assert len(read_sets) == 100
+    assert sum(len(r) == 2 for r in read_sets) == 66 and set(out.chosen) <= read_sets
+    pool = ws._candidate_pool(p.candidates, make_random(5))
+    other = ws._candidate_pool(p.candidates, make_random(5))
+    assert pool == other and len(pool) == 100 and len(set(pool)) == 100
+    # The probe's statistic (before rounding and noise) on neighbours: |difference| <= 1.
+    one_way = {(a,): data.marginal([a]).astype(float) + 0.5 for a in data.domain.attrs}  # any fixed model
+    model = _Model(data.domain, one_way, data.total)
+    bigger = Dataset(np.vstack([data.codes, data.codes[:1] ^ 1]), data.domain)
+
+    def statistic(d):
+        return np.mean([np.abs(d.marginal(list(c)) - model.counts(c)).sum() for c in pool])
+
+    assert abs(statistic(bigger) - statistic(data)) <= 1 + 1e-9

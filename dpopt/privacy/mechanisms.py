@@ -257,7 +257,7 @@ def exponential_mechanism(
     """
     u, delta_u, h = _scores_on_grid(scores, sensitivity, "the exponential mechanism")
     eps = _positive(epsilon, "epsilon")
-    steps = np.floor((u.max() - u) / float(h)).astype(np.int64)  # (q_max - q_i) / h, exact ints
+    steps = _grid_steps(u, h)  # (q_max - q_i) / h on the grid, exact integers
     # gamma_i = eps * steps_i * h / (2 (Delta + h)) = steps_i * coef, coef exact rational
     coef = eps * h / (2 * (delta_u + h))
     accountant.charge(PrivacyCost.pure(eps), label, detail=f"exponential mechanism over {u.size} candidates")
@@ -303,22 +303,41 @@ def _scores_on_grid(scores, sensitivity, who: str) -> tuple[np.ndarray, Fraction
     return u, delta_u, Fraction(2) ** math.floor(math.log2(float(delta_u) * GRID_RELATIVE))
 
 
+def _grid_steps(u: np.ndarray, h: Fraction) -> np.ndarray:
+    """``floor(q_max / h) - floor(q_i / h)``: each score floored to the grid ``h`` (a power of two),
+    then differenced exactly. int64 when every value fits, else Python integers (object array):
+    scores spread over more than ``2^62 h`` (e.g. ``1e14`` at ``h = 2^-20``) must not wrap around."""
+    scaled = u / float(h)  # a power-of-two scaling: exact unless it overflows
+    if np.isfinite(scaled).all() and np.abs(scaled).max() < 2.0**61:
+        floors = np.floor(scaled).astype(np.int64)
+        return floors.max() - floors
+    floors = np.array([math.floor(Fraction(float(x)) / h) for x in u], dtype=object)  # rare: exact big integers
+    return floors.max() - floors
+
+
 def _exact_exponential_draw(steps: np.ndarray, coef: Fraction, rng: RandomSource) -> int:
-    """Propose uniformly, accept with probability exp(-steps_i * coef); batches of proposals."""
+    """Propose uniformly, accept with probability exp(-steps_i * coef); batches of proposals.
+
+    ``steps_i * coef.numerator`` and ``coef.denominator`` stay in int64 while they fit; beyond
+    ``2^62`` (a huge score spread, or an epsilon such as ``Fraction(1, 2**64)``) both become
+    Python integers, which :func:`~dpopt.privacy.samplers.bernoulli_exp` takes exactly."""
     n = steps.size
-    num = np.asarray(steps, dtype=object) * coef.numerator if _overflows(steps, coef) else steps * coef.numerator
+    big = _overflows(steps, coef)
+    num = np.asarray(steps, dtype=object) * coef.numerator if big else steps * coef.numerator
     den = coef.denominator
     batch = max(64, min(1 << 16, n))
+    dens = np.full(batch, den, dtype=object if big else np.int64)
     while True:
         idx = rng.uniform_below(n, batch)
-        accept = bernoulli_exp(num[idx], np.full(batch, den, dtype=np.int64), rng)
+        accept = bernoulli_exp(num[idx], dens, rng)
         hits = np.flatnonzero(accept)
         if hits.size:
             return int(idx[hits[0]])
 
 
 def _overflows(steps: np.ndarray, coef: Fraction) -> bool:
-    return int(steps.max(initial=0)) * coef.numerator >= 2**62 or coef.denominator >= 2**62
+    return (steps.dtype == object or int(steps.max(initial=0)) * coef.numerator >= 2**62
+            or coef.denominator >= 2**62)
 
 
 def _true_answers(query: LinearQuery, data: Dataset, answers) -> np.ndarray:

@@ -23,9 +23,20 @@ for differentially private synthetic data", VLDB 2022):
    of a marginal measured that way, ``E_all`` (the mean over the workload of
    ``cells x E|noise|``), is at most ``D^``: AIM's criterion (measure a marginal when its expected
    noise error is below its expected bias, here on average over the workload). Otherwise
-   ``mode = "select"``.
-3. **Selection** (``mode = "select"``): ``T`` rounds (default ``T = d``: as many marginals as
-   MST's spanning tree has edges, plus one). Each round spends ``SELECT_SHARE`` of its
+   ``mode = "select"``. Beyond ``CANDIDATE_LIMIT`` candidates (d = 100, all triples: 161,700)
+   the probe and selection read a pool drawn independently of the data: every pair and a uniform
+   sample of the larger sets (the mean over a fixed list keeps sensitivity 1).
+3. **Selection** (``mode = "select"``): first a second measurement of the one-way marginals, of
+   the share :func:`one_way_top_up` derives: the minimiser of the expected L1 noise a candidate
+   sees (its model's one-way part plus, if chosen, its measurement's noise), with the one-way part
+   weighted by the share ``phi`` of the probe's noisy deviation that the first model's expected
+   noise explains; when ``phi < TOP_UP_NOISE_FRACTION`` (1/2) real dependence dominates what
+   selection ranks, a better one-way model buys little, and there is no top-up (the threshold was
+   chosen on the validation networks below: ``phi`` about 0.34 on triples at d = 27, where every
+   top-up lost, 0.9-1 on pairs at d = 50 and 100, where it won).
+   The two one-way measurements are combined by inverse variance and the model rebuilt. Then
+   ``T`` rounds (default ``T = d``: as many marginals as MST's spanning tree has edges, plus one),
+   each with an equal part of what is left. Each round spends ``SELECT_SHARE`` of its
    part on the exponential mechanism (McSherry and Talwar 2007) over the candidates not yet
    measured — the workload's sets and their pairs — with AIM's quality score (its candidate
    score with weight one: deviation from the model minus the expected noise of measuring)::
@@ -39,6 +50,9 @@ for differentially private synthetic data", VLDB 2022):
    attributes are linked by one measured set or by a chain of two takes the product of the noisy
    measured marginals over their common attribute, e.g. ``m_abc = M_ab M_bc / M_b``; unlinked
    groups multiply), so the next round looks for what the measured marginals do not yet explain.
+   With ``anneal=True`` (off by default) AIM's budget annealing (McKenna et al. 2022, Alg. 1,
+   lines 13-14) doubles the rounds' share (halves their noise) after a measurement that moved the
+   model by no more than its expected noise; the last round takes what is left.
 4. The caller fits every workload marginal from all these measurements
    (:func:`~dpopt.estimate.marginal_space.estimate_marginals`); the prior completes the unmeasured.
 
@@ -52,12 +66,26 @@ the bounded-range bound ``epsilon^2 / 8`` of Cesar and Rogers 2021 would be tigh
 measurement's share is what is left, exactly). Selection runs in marginal space: scores read
 candidate marginals (at most a few thousand cells each), never the full table.
 
-Measured (``examples/benchmarks/bench_wide.py --cases bn --eps 1``, n = 50,000, mean L1/n): pure
-ε, d = 27, all 2,925 triples: 0.167 when every triple is measured, 0.0285 with the 27 chosen
-(factored MWEM at its defaults: 0.0311); d = 50 / 100, all pairs: 0.054 / 0.197 -> 0.0157 /
-0.0178 (MWEM 0.0131 / 0.0170). Under zCDP the rule measures everything (d = 27 triples 0.0027).
-The one-way share is not tuned per case: at d = 100, 1/4 gave 0.0131 and 1/3 0.0140 (one seed),
-at d = 27 triples 1/10 was best (mean of five seeds 0.0290, against 0.0311 for 1/3).
+Validation, on networks other than the benchmark's (``random_sparse_network(d, seed=3, 4 or 5)``,
+records seed + 100, measurement seeds 1-5; pure ε = 1, n = 50,000, mean L1/n; under load):
+
+* the top-up against the former fixed one-way share of 1/10 (network 4, five seeds): d = 100
+  pairs 0.0139 against 0.0173 (a top-up of 1/5: 0.0148); d = 50 pairs 0.0137 against 0.0154;
+  d = 27 triples 0.0252 against 0.0244 (the unweighted top-up: 0.0259) — worse there, hence
+  ``TOP_UP_NOISE_FRACTION``, with which triples take no top-up (network 3, five seeds: 0.0251
+  either way) and pairs keep it (network 5, window 4, d = 50, three seeds: 0.0132 against 0.0159);
+* ``T`` (network 3, two seeds, one-way share 0.46): ``T = d/2`` is worse everywhere
+  (0.0165 / 0.0175 / 0.0368 at d = 100 / 50 pairs / 27 triples against 0.0121 / 0.0116 / 0.0265);
+  ``T = 2d`` better at d = 50 (0.0097) but worse at d = 100 (0.0143) and d = 27 triples (0.0283);
+  a ``T`` from the probe (rounds whose noise stays below its deviation) chose 95 and 108 rounds
+  on pairs (0.0121, 0.0103) but 228 on triples (0.0666): not kept;
+* annealing from ``T = d`` never fired on triples and lost on d = 100 pairs (0.0127 against
+  0.0121): off by default;
+* ``SELECT_SHARE``: 1/2 lost at d = 100 (0.0148 against 0.0123), 1/8 at d = 27 triples (0.0268
+  against 0.0254) and won at d = 50 (0.0122 against 0.0129): 1/4 kept.
+
+Benchmark figures (seed 7, network seed 1): ``examples/benchmarks/bench_wide.py`` and issue 27's
+closing note.
 """
 
 from __future__ import annotations
@@ -73,15 +101,21 @@ from dpopt.errors import ParameterError
 from dpopt.privacy.accountant import PrivacyCost
 
 __all__ = ["WideSelectionPlan", "WideSelection", "plan_wide_selection", "run_wide_selection", "selection_scores",
-           "selection_probabilities",
-           "ONE_WAY_SHARE", "PROBE_SHARE", "SELECT_SHARE"]
+           "selection_probabilities", "one_way_top_up",
+           "ONE_WAY_SHARE", "PROBE_SHARE", "SELECT_SHARE", "CANDIDATE_LIMIT"]
 
-#: Share of the budget for the one-way marginals (MST spends a third; AIM about a tenth per round).
-ONE_WAY_SHARE = Fraction(1, 10)
 #: Share of the budget for the mean-deviation probe that decides between measuring all and selecting.
 PROBE_SHARE = Fraction(1, 100)
+#: Share of the budget for the first one-way measurement (the probe's model; MST spends a third, AIM about a tenth).
+ONE_WAY_SHARE = Fraction(1, 10)
 #: Share of each selection round's part spent on the exponential mechanism (the rest measures).
 SELECT_SHARE = Fraction(1, 4)
+#: The most candidates the probe and selection read: beyond it, every pair and a uniform sample of the
+#: larger sets (drawn independently of the data; d = 100 triples: 4,950 pairs and 15,050 of 161,700 triples).
+CANDIDATE_LIMIT = 20_000
+#: The second one-way measurement is taken only when the first model's expected noise explains at least
+#: this share of the probe's deviation (module notes, step 3; chosen on the validation networks).
+TOP_UP_NOISE_FRACTION = 0.5
 #: Denominator of the rational epsilon used for a zCDP selection.
 _EPS_DENOMINATOR = 2**30
 
@@ -102,9 +136,20 @@ class WideSelectionPlan:
     one_way, probe, rest : PrivacyCost
         Step 1's, step 2's and what is left for step 3 (the three sum exactly to the budget).
     rounds : int
-        ``T`` for ``mode = "select"``.
+        ``T`` for ``mode = "select"``: the most rounds (each ``(rest - top_up) / T``; annealing may
+        double a round's share, so fewer rounds are run, module notes step 3).
     select_cost, measure_cost : PrivacyCost
-        One round's exponential mechanism and measurement (``rounds`` of each sum to ``rest``).
+        The first round's exponential mechanism and measurement with the largest top-up (``rounds``
+        such rounds and ``top_up`` sum to ``rest``; a smaller top-up at run time leaves more per round).
+    select_epsilon : Fraction
+        The first round's exponential-mechanism epsilon.
+    select_share : Fraction
+        Each round's share for its exponential mechanism (``SELECT_SHARE``).
+    anneal : bool
+        Whether a round whose measurement barely moved the model doubles the next rounds' share (AIM).
+    top_up : PrivacyCost
+        ``mode = "select"`` only: a second measurement of the one-way marginals, taken from ``rest``
+        before the rounds (:func:`one_way_top_up`).
     """
 
     domain: object
@@ -119,6 +164,10 @@ class WideSelectionPlan:
     select_cost: PrivacyCost
     measure_cost: PrivacyCost
     select_epsilon: Fraction = field(default=Fraction(0))
+    select_share: Fraction = field(default=Fraction(1, 4))
+    anneal: bool = False
+    top_up: PrivacyCost | None = None
+    top_up_rule: bool = False
 
     def steps(self) -> list:
         """The plan's privacy-spending steps (:class:`~dpopt.algorithms.base.PlannedMeasure`), shares exact:
@@ -137,21 +186,25 @@ class WideSelectionPlan:
                                what="mean L1 deviation of the candidates from the one-way model (sensitivity 1)",
                                answers=1),
                 PlannedMeasure("workload marginals or selected rounds", None, self.mechanism, part(self.rest),
-                               self.rest, what=f"every workload marginal ({len(self.workload)}), or {self.rounds} "
-                               "exponential-mechanism choices and their measurements")]
+                               self.rest, what=f"every workload marginal ({len(self.workload)}), or "
+                               + ("a second one-way measurement and " if self.top_up is not None else "")
+                               + f"{self.rounds} exponential-mechanism choices and their measurements")]
 
     def lines(self) -> list[str]:
         f = _amount
         return [f"what to measure (dpopt.strategy.wide_selection, after MST and AIM): the one-way marginals "
                 f"({f(self.one_way)}) and a probe of their model's mean deviation ({f(self.probe)}); then every "
                 f"workload marginal ({len(self.workload)}, {f(self.rest)} in all) if its expected noise is at most "
-                f"that deviation, else {self.rounds} rounds, each an exponential-mechanism choice among "
+                f"that deviation, else "
+                + (f"a second one-way measurement (at most {f(self.top_up)}) and " if self.top_up is not None else "")
+                + f"{self.rounds} rounds, each an exponential-mechanism choice among "
                 f"{len(self.candidates)} candidates ({f(self.select_cost)}) and its measurement "
                 f"({f(self.measure_cost)})"]
 
 
 def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int | None = None,
-                        one_way_share: Fraction = ONE_WAY_SHARE) -> WideSelectionPlan:
+                        top_up: Fraction | None = None, select_share: Fraction = SELECT_SHARE,
+                        anneal: bool = False) -> WideSelectionPlan:
     """The plan of the module notes, before any data.
 
     Parameters
@@ -163,9 +216,14 @@ def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int
         The whole budget of the release.
     mechanism : {"laplace", "gaussian"}
     rounds : int, optional
-        ``T`` (default: the number of attributes, ``d``).
-    one_way_share : Fraction
-        Step 1's share of the budget (default ``ONE_WAY_SHARE``).
+        ``T``, the most selection rounds (default: the number of attributes, ``d``).
+    top_up : Fraction, optional
+        The share of the whole budget for the second one-way measurement of ``mode = "select"``
+        (default: :func:`one_way_top_up`'s rule; 0 for none).
+    select_share : Fraction
+        Each round's share for its exponential mechanism (default ``SELECT_SHARE``).
+    anneal : bool
+        AIM's budget annealing (module notes, step 3); ``False`` runs exactly ``rounds`` equal rounds.
     """
     sets = tuple(dict.fromkeys(tuple(domain.canonical(s)) for s in workload))
     if not sets:
@@ -177,27 +235,91 @@ def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int
     pairs = {p for s in sets if len(s) >= 2 for p in combinations(s, 2)}
     candidates = tuple(sorted({s for s in sets if len(s) >= 2} | pairs,
                               key=lambda s: (len(s), tuple(domain.attrs.index(a) for a in s))))
-    one_way_share = Fraction(one_way_share)
-    if not 0 < one_way_share < 1 - PROBE_SHARE:
-        raise ParameterError(f"one_way_share must lie in (0, {1 - PROBE_SHARE}), got {one_way_share}")
-    one_way, probe = budget.share(one_way_share), budget.share(PROBE_SHARE)
-    rest = budget.share(1 - one_way_share - PROBE_SHARE)
-    per_round = _scale(rest, Fraction(1, rounds))
+    select_share = Fraction(select_share)
+    if not 0 < select_share < 1:
+        raise ParameterError(f"select_share must lie in (0, 1), got {select_share}")
     accounting = budget.accounting
+    left = 1 - ONE_WAY_SHARE - PROBE_SHARE
+    rule = top_up is None  # the plan's top-up is the most; the run scales it by the probe (one_way_top_up)
+    top_up = one_way_top_up(domain, candidates, rounds, accounting, select_share) if rule else Fraction(top_up)
+    if not 0 <= top_up < left:
+        raise ParameterError(f"top_up must lie in [0, {left}), got {top_up}")
+    one_way, probe, rest = budget.share(ONE_WAY_SHARE), budget.share(PROBE_SHARE), budget.share(left)
+    rounds_part = _scale(rest, (left - top_up) / left)
+    select_cost, measure_cost, eps = _round_costs(_scale(rounds_part, Fraction(1, rounds)), accounting, select_share)
+    return WideSelectionPlan(domain, sets, candidates, accounting, mechanism, one_way, probe, rest, rounds,
+                             select_cost, measure_cost, eps, select_share, bool(anneal),
+                             _scale(rest, top_up / left) if top_up else None, rule)
+
+
+def one_way_top_up(domain, candidates, rounds: int, accounting: str, select_share: Fraction = SELECT_SHARE,
+                   noise_fraction: float = 1.0) -> Fraction:
+    """The share ``x`` of the budget for the second one-way measurement of ``mode = "select"``.
+
+    It minimises the expected L1 noise a candidate sees. A candidate ``C`` (attributes ``a`` with
+    ``c_a`` cells, ``|C|`` cells in all) is judged against the product of the one-way marginals;
+    to first order the product's L1 error is the sum of the one-way marginals' L1 errors,
+    ``sum_a c_a E|z_1|``, where ``z_1`` is the noise of one one-way cell (the stack of ``d``
+    one-way marginals has L1 sensitivity ``d`` and squared L2 sensitivity ``d``). If ``C`` is
+    chosen it is measured with noise ``z_m`` per cell (L1 sensitivity 1, a share ``(1 -
+    select_share)(r - s - x) / T`` of the budget, ``s = ONE_WAY_SHARE`` the first one-way
+    measurement's share, ``r = 1 - PROBE_SHARE``). The two one-way measurements are combined by
+    inverse variance. The expected error of the model's one-way part plus the measured marginal's
+    noise, in units of ``1 / epsilon`` (resp. ``1 / sqrt(rho)``), is
+
+    * pure ε (Laplace, ``E|z| = b = Delta_1 / epsilon``; inverse-variance combination of scales
+      ``d / (s epsilon)`` and ``d / (x epsilon)`` has variance ``2 d^2 / ((s^2 + x^2) epsilon^2)``)::
+
+          f(x) = A / sqrt(s^2 + x^2) + B / (r - s - x),   A = d sum_a c_a,   B = |C| T / (1 - select_share)
+
+    * zCDP (Gaussian, ``E|z| = sqrt(2/pi) sigma``, ``sigma^2 = Delta_2^2 / (2 rho)``; the two
+      measurements combine to one of ``rho`` share ``s + x``; the selection's part of a round's
+      ``rho`` taken as ``select_share``)::
+
+          f(x) = a / sqrt(s + x) + b / sqrt(r - s - x),   a^2 = d (sum_a c_a)^2,   b^2 = |C|^2 T / (1 - select_share)
+
+    with ``A``, ``B`` (``a``, ``b``) averaged over the candidates. The budget cancels: ``x``
+    depends on ``d``, the candidates, ``T`` and ``select_share`` only (public quantities). ``x`` is
+    the grid minimiser over multiples of 1/1000 in ``[0, r - s)`` (an exact fraction the ledger can
+    sum). Approximate DP uses the pure rule. ``noise_fraction`` (``phi`` in [0, 1]) weighs the
+    one-way term: the run passes the share of the probe's noisy deviation that the first model's
+    expected noise explains (module notes, step 3). At ``phi = 1``, binary pairs at ``T = d``
+    (d = 100) give ``x = 0.403`` (pure ε: one-way noise as from one measurement of share
+    ``sqrt(0.1^2 + 0.403^2) = 0.415``) and ``x = 0.371`` (zCDP); binary triples (d = 27) 0.372
+    and 0.327.
+
+    Why two measurements: the probe (step 2) decides between measuring every workload marginal and
+    selecting; only selection needs an accurate one-way model, and a share as large as this one
+    would cost the measure-all path (under zCDP the usual one) a third of its noise.
+    """
+    d = len(domain.attrs)
+    if not candidates:
+        return Fraction(0)
+    one_cells = float(np.mean([sum(domain.project([a]).size for a in c) for c in candidates]))
+    cells = float(np.mean([domain.project(list(c)).size for c in candidates]))
+    s, r, phi = float(ONE_WAY_SHARE), float(1 - PROBE_SHARE), min(max(float(noise_fraction), 0.0), 1.0)
+    spread = rounds / float(1 - Fraction(select_share))
+    x = np.arange(0, round((r - s) * 1000)) / 1000.0
     if accounting == "zcdp":
-        rho_select = per_round.rho * SELECT_SHARE
+        f = phi * math.sqrt(d) * one_cells / np.sqrt(s + x) + cells * math.sqrt(spread) / np.sqrt(r - s - x)
+    else:
+        f = phi * d * one_cells / np.sqrt(s * s + x * x) + cells * spread / (r - s - x)
+    return Fraction(int(np.argmin(f)), 1000)
+
+
+def _round_costs(per_round: PrivacyCost, accounting: str, select_share: Fraction) -> tuple:
+    """One round's exponential-mechanism cost, its measurement's cost, and the mechanism's epsilon
+    (the two costs sum exactly to ``per_round``)."""
+    if accounting == "zcdp":
+        rho_select = per_round.rho * select_share
         # A dyadic epsilon (small denominator: the exact sampler's arithmetic stays in int64).
         numerator = math.isqrt(math.floor(2 * rho_select * _EPS_DENOMINATOR ** 2))
         eps = Fraction(numerator, _EPS_DENOMINATOR)  # eps^2 / 2 <= rho_select: the charge stays within the share
-        select_cost = PrivacyCost.pure(eps)
-        measure_cost = PrivacyCost.zcdp(per_round.rho - eps * eps / 2)
-    else:
-        eps = per_round.epsilon * SELECT_SHARE
-        select_cost = PrivacyCost.pure(eps)
-        measure_cost = _scale(per_round, 1 - SELECT_SHARE) if accounting == "pure" else \
-            PrivacyCost.approx(per_round.epsilon - eps, per_round.delta)
-    return WideSelectionPlan(domain, sets, candidates, accounting, mechanism, one_way, probe, rest, rounds,
-                             select_cost, measure_cost, eps)
+        return PrivacyCost.pure(eps), PrivacyCost.zcdp(per_round.rho - eps * eps / 2), eps
+    eps = per_round.epsilon * select_share
+    measure_cost = _scale(per_round, 1 - select_share) if accounting == "pure" else \
+        PrivacyCost.approx(per_round.epsilon - eps, per_round.delta)
+    return PrivacyCost.pure(eps), measure_cost, eps
 
 
 def _amount(cost: PrivacyCost) -> str:
@@ -366,10 +488,16 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
     one_way = {m.query.attrs: m.values for m in measured}
     total = float(np.mean([v.sum() for v in one_way.values()]))
     model = _Model(domain, one_way, total)
-    candidates = list(plan.candidates)
-    true = [data.marginal(list(c)) for c in candidates]
-    modelled = [model.counts(c) for c in candidates]
-    deviation = _probe(true, modelled, plan, accountant, rng)
+    candidates = _candidate_pool(plan.candidates, rng)
+    true: dict[int, np.ndarray] = {}  # each pool candidate's marginal, read once (probe, then selection)
+
+    def read(i: int) -> np.ndarray:
+        if i not in true:
+            true[i] = data.marginal(list(candidates[i]))
+        return true[i]
+
+    deviation = _probe([read(i) for i in range(len(candidates))], [model.counts(c) for c in candidates], plan,
+                       accountant, rng)
     # Expected L1 noise of a workload marginal measured with an equal share of `rest`.
     query_all = _stack(domain, plan.workload)
     law_all = calibrate(query_all, plan.rest, plan.mechanism)
@@ -377,27 +505,58 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
     expected_all = float(np.mean(cells) * _mean_abs(law_all))
     if mode == "all" or (mode == "auto" and expected_all <= deviation) or not candidates:
         rest = _measure_stack(query_all, law_all, data, accountant, rng, "workload marginals",
-                              dict(zip(candidates, true)))
+                              {candidates[i]: v for i, v in true.items()})
         return WideSelection(measured + rest, "all", deviation, expected_all, [], total)
+    rounds_part, top_up = plan.rest, plan.top_up
+    if plan.top_up_rule and top_up is not None:
+        # The share of the probe's deviation that the first model's one-way noise explains (public
+        # expected noise over a noisy release): the top-up weighs the model's noise by it.
+        first = calibrate(ones_query, plan.one_way, plan.mechanism)
+        one_cells = np.mean([sum(domain.project([a]).size for a in c) for c in candidates])
+        phi = min(1.0, float(one_cells) * _mean_abs(first) / max(deviation, 1.0))
+        # Below TOP_UP_NOISE_FRACTION real dependence dominates what selection ranks: no top-up.
+        x = one_way_top_up(domain, candidates, plan.rounds, plan.accounting, plan.select_share, phi) \
+            if phi >= TOP_UP_NOISE_FRACTION else Fraction(0)
+        top_up = _scale(plan.rest, x / (1 - ONE_WAY_SHARE - PROBE_SHARE)) if x else None
+    if top_up is not None:
+        # The second one-way measurement (one_way_top_up), combined with the first by inverse variance.
+        again = _measure_stack(ones_query, calibrate(ones_query, top_up, plan.mechanism), data, accountant,
+                               rng, "one-way marginals (selection's top-up)")
+        w1, w2 = 1 / float(measured[0].variance), 1 / float(again[0].variance)
+        one_way = {a.query.attrs: (w1 * a.values + w2 * b.values) / (w1 + w2) for a, b in zip(measured, again)}
+        measured = measured + again
+        total = float(np.mean([v.sum() for v in one_way.values()]))
+        model = _Model(domain, one_way, total)
+        rounds_part = _minus(plan.rest, top_up)
+    modelled = {i: model.counts(c) for i, c in enumerate(candidates)}
     chosen: list[tuple] = []
     open_ = np.ones(len(candidates), dtype=bool)
     sizes = np.array([domain.project(list(c)).size for c in candidates], dtype=np.float64)
-    law = calibrate(Marginal(domain, candidates[0]), plan.measure_cost, plan.mechanism)  # any marginal: sens. 1
-    penalty = sizes * _mean_abs(law)
-    for t in range(plan.rounds):
-        if not open_.any():
-            break
+    left, share, t = Fraction(1), Fraction(1, plan.rounds), 0  # of `rounds_part`: still to spend, a round's
+    grow = 4 if plan.accounting == "zcdp" else 2  # the noise scale halves (AIM: sigma / 2, epsilon x 2)
+    while left > 0 and open_.any():
+        part = left if left < 2 * share else share  # AIM: the last round takes all that is left
+        select_cost, measure_cost, eps = _round_costs(_scale(rounds_part, part), plan.accounting, plan.select_share)
+        law = calibrate(Marginal(domain, candidates[0]), measure_cost, plan.mechanism)  # any marginal: sens. 1
+        penalty = sizes * _mean_abs(law)
         here = np.flatnonzero(open_)
-        scores = selection_scores([true[i] for i in here], [modelled[i] for i in here], penalty[open_])
-        pick = int(here[exponential_mechanism(scores, plan.select_epsilon, accountant, rng, sensitivity=1.0,
+        scores = selection_scores([read(i) for i in here], [modelled[i] for i in here], penalty[open_])
+        pick = int(here[exponential_mechanism(scores, eps, accountant, rng, sensitivity=1.0,
                                               label=f"wide selection round {t + 1}")])
         attrs = candidates[pick]
         q = Marginal(domain, attrs)
-        m = measure(q, data, calibrate(q, plan.measure_cost, plan.mechanism), accountant, rng,
-                    label=f"selected {', '.join(attrs)}", answers=true[pick])
+        m = measure(q, data, calibrate(q, measure_cost, plan.mechanism), accountant, rng,
+                    label=f"selected {', '.join(attrs)}", answers=read(pick))
         measured.append(m)
         chosen.append(attrs)
+        before = modelled[pick]
         model.add(attrs, m.values)
+        left, t = left - part, t + 1
+        # AIM's annealing (Alg. 1, lines 13-14): when the measurement moved the model's answer on the
+        # chosen marginal by no more than its own expected noise, the rounds are too noisy to see what
+        # is left: halve the noise of the rounds to come. Reads noisy answers only (post-processing).
+        if plan.anneal and np.abs(model.counts(attrs) - before).sum() <= sizes[pick] * _mean_abs(law):
+            share = min(share * grow, left) if left > 0 else share
         open_[pick] = False
         # Candidates meeting the new set in two attributes or more change their model.
         touched = [i for i in np.flatnonzero(open_) if len(set(candidates[i]) & set(attrs)) >= 2]
@@ -406,6 +565,30 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
             if set(candidates[i]) <= set(attrs):
                 open_[i] = False  # a subset of a measured set: known
     return WideSelection(measured, "select", deviation, expected_all, chosen, total)
+
+
+def _candidate_pool(candidates, rng) -> list:
+    """Every candidate, or beyond ``CANDIDATE_LIMIT`` every pair and a uniform sample (without
+    replacement) of the larger sets up to the limit. The sample is drawn from ``rng`` independently
+    of the data, so each later step's privacy is as on a fixed candidate list."""
+    candidates = list(candidates)
+    if len(candidates) <= CANDIDATE_LIMIT:
+        return candidates
+    pairs = [c for c in candidates if len(c) == 2][:CANDIDATE_LIMIT]
+    larger = [c for c in candidates if len(c) > 2]
+    room = CANDIDATE_LIMIT - len(pairs)
+    return pairs + [larger[i] for i in np.sort(_sample(len(larger), room, rng))] if room > 0 else pairs
+
+
+def _sample(n: int, m: int, rng) -> np.ndarray:
+    """``m`` of ``range(n)`` uniformly without replacement (random keys, sorted), from ``rng``."""
+    keys = rng.uniform_below(2**62, n)
+    return np.sort(np.argsort(keys, kind="stable")[:m])
+
+
+def _minus(a: PrivacyCost, b: PrivacyCost) -> PrivacyCost:
+    return PrivacyCost(epsilon=a.epsilon - b.epsilon, delta=a.delta - b.delta,
+                       rho=None if a.rho is None else a.rho - b.rho)
 
 
 def _sum_costs(plan: WideSelectionPlan) -> PrivacyCost:
@@ -450,7 +633,14 @@ def _measure_stack(query, law, data, accountant, rng, label, known=None) -> list
 
 
 def _probe(true, modelled, plan, accountant, rng) -> float:
-    """Step 2: the mean deviation from the model, released with sensitivity-1 noise (module notes)."""
+    """Step 2: the mean deviation from the model, released with sensitivity-1 noise (module notes).
+
+    ``true`` holds every candidate or, beyond ``CANDIDATE_LIMIT``, every pair and a uniform sample
+    of the larger sets (``m`` in all), drawn independently of the data (:func:`_candidate_pool`). The sensitivity is 1 either way: adding or removing one record
+    moves each term ``||M_C(x) - m_C||_1`` by at most 1, so the mean of any fixed list of ``m``
+    terms by at most ``m / m = 1``; rounding to an integer keeps it (module notes, step 2). The
+    mean over the pool stands for the mean over every candidate (unbiased within pairs and within
+    larger sets)."""
     from dpopt.privacy.samplers import discrete_gaussian, discrete_laplace
 
     if not true:
