@@ -147,6 +147,14 @@ def test_report_noisy_max_prefers_the_best():
         report_noisy_max([], 1, acct, src)
 
 
+
+def test_report_noisy_max_keeps_exact_steps_for_scores_far_apart():
+    """Scores 1e14 apart on a grid of 2^-20 are 1e20 steps apart, past int64: the best must win
+    (a float-to-int64 cast wrapped round and made the choice uniform)."""
+    src = SeededRandom(1)
+    picks = [report_noisy_max([0.0] * 50 + [1e14], 1, Accountant.pure(100), src) for _ in range(20)]
+    assert picks == [50] * 20
+
 def test_dp_audit_laplace_on_neighbours():
     """Neighbouring datasets (one record apart), many runs: for the event {output >= t},
     P[M(D) in S] <= e^eps P[M(D') in S] must hold; Fisher's exact test must not find the

@@ -283,7 +283,9 @@ def report_noisy_max(
     """
     u, delta_u, h = _scores_on_grid(scores, sensitivity, "report-noisy-max")
     eps = _positive(epsilon, "epsilon")
-    steps = np.floor((u - u.max()) / float(h)).astype(np.int64)
+    # Minus the steps below the best score on the grid (exact integers, as the exponential
+    # mechanism's): a float cast of scores 1e14 apart wrapped int64 round and chose at random.
+    steps = -_grid_steps(u, h)
     scale_units = (1 if monotone else 2) * (delta_u + h) / (eps * h)
     accountant.charge(PrivacyCost.pure(eps), label, detail=f"report noisy max over {u.size} candidates")
     rng = rng or make_random()
