@@ -551,7 +551,7 @@ def _fit_one(cand, stats, sets, cs, held, workload, time_limit, reconstruct, ori
         return _fit_identity_l2(cand, cs, held, workload, time_limit, reconstruct, originals, identity, stats)
     meas = stats.measurement(sets)
     query = meas.query
-    eq_queries, total_row, source = [], None, None
+    eq_queries, eq_values, total_row, source = [], [], None, None
     fit_cs = cs
     total = _fixed_total(cs)
     if held is not None:
@@ -563,12 +563,13 @@ def _fit_one(cand, stats, sets, cs, held, workload, time_limit, reconstruct, ori
             source = None  # held at the floor: it does not move with the noisy answers
         fit_cs = ConstraintSet(cs.domain, [*cs.constraints,
                                            Invariant(Total(cs.domain), np.array([total]), name="held total")])
-        eq_queries, total_row = [Total(cs.domain)], 0
+        eq_queries, eq_values, total_row = [Total(cs.domain)], [np.array([total])], 0
     elif total is None and stats.total() is not None:
         total = max(*stats.total())  # the prior's total only (invariants leave the table's total free)
     for inv in cs.invariants:
         eq_queries.append(inv.query)
-    eq = EqualityRows(eq_queries, total_row, source)
+        eq_values.append(np.asarray(inv.values, dtype=np.float64).ravel())
+    eq = EqualityRows(eq_queries, total_row, source, np.concatenate(eq_values) if eq_values else None)
     free = np.ones(cs.domain.size, dtype=bool)
     if cs.zero_rules:
         free[cs.zero_mask()] = False
