@@ -43,8 +43,33 @@ import scipy.sparse as sp
 
 from dpopt.errors import SolverError
 from dpopt.model.queries import LinearQuery
+from dpopt.model.queries.explicit import SparseQuery
 
-__all__ = ["EqualityRows", "projection_jacobian", "smooth_jacobian"]
+__all__ = ["DenseRows", "EqualityRows", "projection_jacobian", "smooth_jacobian"]
+
+
+class DenseRows(SparseQuery):
+    """A query's rows held as one dense ``m × n`` array (small ``m² n``: the audit's tiny domains).
+
+    Its weighted Gram ``Q diag(v) Qᵀ`` is one BLAS product, offered as a fast weighted Gram so
+    that the smooth engine's Newton systems and the Jacobians use it; products with ``Q`` and
+    ``Qᵀ`` are dense too. The same rows as ``query``: results agree to rounding.
+    """
+
+    fast_weighted_gram = True
+
+    def __init__(self, query: LinearQuery) -> None:
+        super().__init__(query.domain, query.to_sparse())
+        self.dense = self.matrix.toarray()
+
+    def _matvec(self, x: np.ndarray) -> np.ndarray:
+        return self.dense @ x
+
+    def _rmatvec(self, y: np.ndarray) -> np.ndarray:
+        return self.dense.T @ y
+
+    def _weighted_gram(self, v: np.ndarray) -> np.ndarray:
+        return (self.dense * v[None, :]) @ self.dense.T
 
 
 class EqualityRows:
