@@ -31,6 +31,17 @@ targets). Differentiating, with ``D_k = diag(x_k)``, ``G_k = R D_k Rᵀ`` and
 
 starting from ``Λ_0`` (the uniform prior scales with ``N̂``: ``∂ log p = 1 ∂N̂ / N̂``, and ``1`` is
 the held total's row of ``R``). Then ``J = C D_K Rᵀ Λ_K = (G_K)_{C,·} Λ_K``.
+
+**Cells held at 0 and redundant rows.** An equality row with a fixed target of 0 and
+coefficients of one sign (a state whose published total is 0) holds its cells at 0 whatever
+``d``; the smooth engine leaves them at rounding size (~1e-17), and their row of ``G_k`` is then
+of that size too, so ``G_k / λ + V`` is singular to rounding (rcond ~1e-17; the same for a row
+that repeats others, a total beside the state totals it sums). The Jacobian is the limit as
+those cells go to 0, where they drop out: the solve runs on the cells that move, with the
+equality rows replaced by an orthonormal basis ``Wᵀ E`` of their span there
+(:func:`_equality_basis`), a positive-definite system solved by Cholesky after a symmetric
+diagonal scaling. On the audit of ``quickstart_auto`` this gives the same Jacobians as the
+singular solve did (to 1e-16) without its warnings; a test checks it against finite differences.
 """
 
 from __future__ import annotations
@@ -43,8 +54,33 @@ import scipy.sparse as sp
 
 from dpopt.errors import SolverError
 from dpopt.model.queries import LinearQuery
+from dpopt.model.queries.explicit import SparseQuery
 
-__all__ = ["EqualityRows", "projection_jacobian", "smooth_jacobian"]
+__all__ = ["DenseRows", "EqualityRows", "projection_jacobian", "smooth_jacobian"]
+
+
+class DenseRows(SparseQuery):
+    """A query's rows held as one dense ``m × n`` array (small ``m² n``: the audit's tiny domains).
+
+    Its weighted Gram ``Q diag(v) Qᵀ`` is one BLAS product, offered as a fast weighted Gram so
+    that the smooth engine's Newton systems and the Jacobians use it; products with ``Q`` and
+    ``Qᵀ`` are dense too. The same rows as ``query``: results agree to rounding.
+    """
+
+    fast_weighted_gram = True
+
+    def __init__(self, query: LinearQuery) -> None:
+        super().__init__(query.domain, query.to_sparse())
+        self.dense = self.matrix.toarray()
+
+    def _matvec(self, x: np.ndarray) -> np.ndarray:
+        return self.dense @ x
+
+    def _rmatvec(self, y: np.ndarray) -> np.ndarray:
+        return self.dense.T @ y
+
+    def _weighted_gram(self, v: np.ndarray) -> np.ndarray:
+        return (self.dense * v[None, :]) @ self.dense.T
 
 
 class EqualityRows:
@@ -64,15 +100,34 @@ class EqualityRows:
     """
 
     def __init__(self, queries: Sequence[LinearQuery] = (), total_row: int | None = None,
-                 total_source: tuple[int, float] | None = None) -> None:
+                 total_source: tuple[int, float] | None = None, values: np.ndarray | None = None) -> None:
         self.queries = list(queries)
         self.matrix = sp.vstack([sp.csr_matrix(q.to_sparse()) for q in self.queries]).tocsr() if self.queries \
             else None
         self.count = 0 if self.matrix is None else self.matrix.shape[0]
         self.total_row = total_row
         self.total_source = total_source
+        self.values = None if values is None else np.asarray(values, dtype=np.float64).ravel()
         if total_source is not None and total_row is None:
             raise SolverError("EqualityRows: a moving total needs the row it is held on")
+        if self.values is not None and self.values.size != self.count:
+            raise SolverError(f"EqualityRows: {self.values.size} values for {self.count} equality rows")
+
+    def pinned_cells(self, num_cells: int) -> np.ndarray:
+        """The cells that ``x >= 0`` and the equality rows hold at exactly 0 whatever ``d``: those a
+        row with a fixed target of 0 and coefficients of one sign covers (a state whose published
+        total is 0). Boolean over the cells (all False without ``values``)."""
+        out = np.zeros(num_cells, dtype=bool)
+        if self.values is None or self.matrix is None:
+            return out
+        E = self.matrix
+        for i in np.flatnonzero(self.values == 0):
+            if self.total_source is not None and i == self.total_row:
+                continue  # its target moves with d
+            row = E.getrow(i)
+            if row.nnz and (np.all(row.data >= 0) or np.all(row.data <= 0)):
+                out[row.indices] = True
+        return out
 
     def target_derivative(self, m: int) -> np.ndarray:
         """``∂t/∂d`` for the measured rows then the equality rows: ``(m + e) × m``."""
@@ -84,13 +139,12 @@ class EqualityRows:
         return out
 
 
-def _gram(query: LinearQuery, eq: EqualityRows, v: np.ndarray) -> np.ndarray:
-    """``R diag(v) Rᵀ`` for ``R = [query; E]``."""
+def _gram(query: LinearQuery, E, v: np.ndarray) -> np.ndarray:
+    """``R diag(v) Rᵀ`` for ``R = [query; E]`` (``E`` sparse, or None for no equality rows)."""
     top = query.weighted_gram(v) if getattr(query, "fast_weighted_gram", False) else \
         np.asarray((sp.csr_matrix(query.to_sparse()).multiply(v[None, :]) @ sp.csr_matrix(query.to_sparse()).T).todense())
-    if eq.matrix is None:
+    if E is None or E.shape[0] == 0:
         return top
-    E = eq.matrix
     cross = np.column_stack([query.matvec(v * E[i].toarray().ravel()) for i in range(E.shape[0])])
     corner = np.asarray((E.multiply(v[None, :]) @ E.T).todense())
     return np.block([[top, cross], [cross.T, corner]])
@@ -100,7 +154,7 @@ def projection_jacobian(query: LinearQuery, eq: EqualityRows, positive: np.ndarr
     """``∂(C x̂)/∂d`` of least squares under ``x >= 0`` on the face of the cells ``positive``
     (boolean over the cells; module notes)."""
     m = query.num_rows
-    G = _gram(query, eq, positive.astype(np.float64))
+    G = _gram(query, eq.matrix, positive.astype(np.float64))
     A, B = G[:m], G[m:]
     if B.shape[0]:
         _, s, vt = la.svd(B, full_matrices=True)
@@ -122,9 +176,35 @@ def projection_jacobian(query: LinearQuery, eq: EqualityRows, positive: np.ndarr
     return J
 
 
+def _equality_basis(eq: EqualityRows, moving: np.ndarray):
+    """``(E', W)``: the equality rows reduced to the cells that move, ``E' = Wᵀ E`` restricted to
+    ``moving``, with ``W`` (``e × r``) an orthonormal basis of the row combinations that are not 0
+    there (the eigenvectors of ``E_F E_Fᵀ`` with a positive eigenvalue, ``F`` the moving cells):
+    rows left empty (a state whose published total is 0) or dependent (a total beside the state
+    totals it sums) are dropped. ``W`` is the identity, and ``E'`` the rows themselves, when no row
+    is lost; ``E'`` is None when none is left."""
+    E = eq.matrix[:, np.flatnonzero(moving)]
+    gram = np.asarray((E @ E.T).todense(), dtype=np.float64)
+    values, vectors = np.linalg.eigh(gram)
+    top = float(values.max(initial=0.0))
+    keep = values > 1e-10 * top if top > 0 else np.zeros(values.size, dtype=bool)
+    if keep.all():  # no row lost: the rows themselves (the cells that do not move get weight 0)
+        return eq.matrix, np.eye(eq.count)
+    W = vectors[:, keep]
+    return (sp.csr_matrix(W.T) @ eq.matrix.multiply(moving[None, :].astype(np.float64))).tocsr() if W.shape[1] \
+        else None, W
+
+
 def smooth_jacobian(query: LinearQuery, eq: EqualityRows, iterates: Sequence[np.ndarray], lam: float,
                     prior_scales_with_total: bool) -> np.ndarray:
     """``∂(C x_K)/∂d`` of the ``K``-step smooth estimate (module notes).
+
+    Cells that stay at 0 whatever ``d`` (structural zeros, and cells a zero-target equality row
+    pins, :meth:`EqualityRows.pinned_cells`) are left out, with the equality rows that are then
+    empty or dependent (:func:`_equality_basis`): the smooth engine leaves such cells at rounding
+    size, not 0, and their rows made ``G / λ + V`` singular to rounding (rcond ~1e-17) though the
+    Jacobian, the limit as those cells go to 0, does not depend on them. The reduced system is
+    positive definite and solved by Cholesky after a symmetric diagonal scaling.
 
     Parameters
     ----------
@@ -136,24 +216,34 @@ def smooth_jacobian(query: LinearQuery, eq: EqualityRows, iterates: Sequence[np.
         Whether the first prior is uniform with the held total ``N̂`` (so it moves with ``d``).
     """
     m = query.num_rows
-    e = eq.count
-    V = np.concatenate([np.ones(m), np.zeros(e)])
-    dt = eq.target_derivative(m)
-    Lam = np.zeros((m + e, m))
+    if len(iterates) < 2:
+        raise SolverError("smooth_jacobian: no step to differentiate")
+    n = np.asarray(iterates[0]).size
+    moving = ~eq.pinned_cells(n)
+    for x in iterates[1:]:
+        moving &= np.asarray(x) > 0
+    dt_full = eq.target_derivative(m)
+    lam_full = np.zeros((m + eq.count, m))
     if prior_scales_with_total and eq.total_source is not None:
         i, w = eq.total_source
         total = float(np.sum(iterates[0]))
-        Lam[m + eq.total_row, i] = 1.0 / (w * total)
+        lam_full[m + eq.total_row, i] = 1.0 / (w * total)
+    E, W = (None, np.zeros((0, 0))) if eq.matrix is None else _equality_basis(eq, moving)
+    e = 0 if E is None else E.shape[0]
+    # Λ and ∂t/∂d in the reduced equality coordinates (Eᵀ W Wᵀ = Eᵀ on the moving cells).
+    Lam = np.vstack([lam_full[:m], W.T @ lam_full[m:]]) if eq.count else lam_full
+    dt = np.vstack([dt_full[:m], W.T @ dt_full[m:]]) if eq.count else dt_full
+    V = np.concatenate([np.ones(m), np.zeros(e)])
     G = None
     for x in iterates[1:]:
-        G = _gram(query, eq, np.asarray(x, dtype=np.float64))
+        G = _gram(query, E, np.where(moving, np.asarray(x, dtype=np.float64), 0.0))
         H = G / lam + np.diag(V)
         rhs = G @ Lam - dt
+        scale = 1.0 / np.sqrt(np.maximum(np.diag(H), 1e-300))
         try:
-            step = la.solve(H, rhs, assume_a="pos")
+            factor = la.cho_factor(H * scale[:, None] * scale[None, :])
+            step = scale[:, None] * la.cho_solve(factor, scale[:, None] * rhs)
         except la.LinAlgError:
             step = np.linalg.lstsq(H, rhs, rcond=None)[0]
         Lam = Lam - step / lam
-    if G is None:
-        raise SolverError("smooth_jacobian: no step to differentiate")
     return G[:m] @ Lam

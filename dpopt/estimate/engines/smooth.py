@@ -358,13 +358,17 @@ def _structured_gram(problem: ConsistencyProblem, invariants: list):
     if sum(q.num_rows for q in invariants) > 64:
         return None
     A = sp.vstack([q.to_sparse() for q in invariants]).tocsr() if invariants else None
+    # The invariants' rows, dense once when small: no sparse slicing in every Newton step.
+    A_rows = None if A is None else (A.toarray() if A.shape[0] * A.shape[1] <= 4_000_000
+                                     else [A[i].toarray().ravel() for i in range(A.shape[0])])
 
     def gram(x):
         top = query.weighted_gram(x)
         if A is None:
             return top
-        cross = np.column_stack([query.matvec(x * A[i].toarray().ravel()) for i in range(A.shape[0])])
-        corner = np.asarray((A.multiply(x[None, :]) @ A.T).todense())
+        cross = np.column_stack([query.matvec(x * row) for row in A_rows])
+        corner = (A_rows * x[None, :]) @ A_rows.T if isinstance(A_rows, np.ndarray) else \
+            np.asarray((A.multiply(x[None, :]) @ A.T).todense())
         return np.block([[top, cross], [cross.T, corner]])
 
     return gram
