@@ -74,6 +74,13 @@ __all__ = ["ProjectionProblem", "Projection", "project", "polish", "dual_value",
 #: Conjugate-gradient steps on one face before the face is taken again (the adult chain's faces,
 #: 1.5 million cells, need 100-150 for a gap of 1e-7).
 POLISH_STEPS = 150
+#: From this many clique cells on, :func:`project` starts with projected Newton from ``kappa = 0``
+#: (a few vectors) before any L-BFGS-B (``2 memory + 5`` vectors, and hundreds of products to
+#: identify the face): on adult's 5-attribute slice (2.84 M cells) it certified in 4 faces and
+#: 52 products (11 CPU-s) against 18.5 CPU-s by L-BFGS-B and the polish.
+NEWTON_CELLS = 2**21
+#: Faces taken by that first projected-Newton pass before L-BFGS-B takes over.
+NEWTON_ROUNDS = 25
 
 
 @dataclass
@@ -277,7 +284,7 @@ def polish(problem: ProjectionProblem, kappa: np.ndarray, *, max_iter: int = 900
 def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float = 1e-6,
             max_iter: int = 20000, time_limit: float | None = None, check_every: int = 10,
             memory: int = 10, restarts: int = 5, target: float | None = None,
-            polish_gap: float = 1e-3) -> Projection:
+            polish_gap: float = 1e-3, newton: bool | None = None) -> Projection:
     """Solve (4) through its dual (5) by L-BFGS-B and :func:`polish`; stop when the certificate
     holds or at a limit.
 
@@ -289,6 +296,12 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
     that can make no more progress in floating point) is polished too. A polished point that
     is not certified restarts L-BFGS-B with a fresh memory, up to ``restarts`` times.
     ``max_iter`` counts L-BFGS-B iterations and the polish's conjugate-gradient steps together.
+    ``newton`` (default: when the cliques hold :data:`NEWTON_CELLS` cells or more) first runs
+    :func:`polish` from ``kappa = 0``, :data:`NEWTON_ROUNDS` faces at most: the first face is
+    the negative cells of the unconstrained fit, and each later one is read off the previous
+    Newton point (the primal-dual active-set rule of Hintermüller, Ito and Kunisch 2002, with
+    Newton systems solved by conjugate gradients). L-BFGS-B starts from its best point only if
+    that pass does not certify. Both end in the same :func:`certify`, with the same tolerances.
     ``converged`` is True only when both figures hold at the returned point.
     """
     from scipy.optimize import minimize
@@ -350,7 +363,20 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
     deadline = None if time_limit is None else start + time_limit
     state["polish_at"] = polish_gap
     x = np.zeros(cells)
-    for attempt in range(restarts + 1):
+    if newton if newton is not None else cells >= NEWTON_CELLS:
+        point, products = polish(problem, x, max_iter=max_iter, rounds=NEWTON_ROUNDS, deadline=deadline,
+                                 stop_gap=tol, feasibility=feasibility)
+        counter["f"] += products
+        counter["it"] += products
+        history.append((counter["it"], counter["f"], point[3], point[4]))
+        if _better(point, state["best"], feasibility):
+            state["best"] = point
+        if point[4] <= feasibility and point[3] <= tol:
+            state["stopped"] = "certified (projected Newton)"
+        elif deadline is not None and time.perf_counter() > deadline:
+            state["stopped"] = "time limit"
+        x = point[2] / s
+    for attempt in range(restarts + 1 if not state["stopped"] else 0):
         remaining = max_iter - counter["it"]
         if remaining <= 0:
             state["stopped"] = state["stopped"] or "iteration limit"
