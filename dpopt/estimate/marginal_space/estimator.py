@@ -12,7 +12,7 @@ and over their residuals.
 Steps (module notes of each):
 
 1. :mod:`~dpopt.estimate.marginal_space.layout` — the cliques and the downward closure of
-   their residuals;
+   their residuals (an attribute no set holds is released uniform, outside the projection);
 2. :mod:`~dpopt.estimate.marginal_space.gls` — the unconstrained least squares, one
    inverse-variance average per residual; exact measurements and invariants fix residuals;
 3. residuals that no measurement covers (workload sets above what was measured) get a weak
@@ -25,7 +25,8 @@ Steps (module notes of each):
    interaction whose every pair was measured. It does not carry dependence through a common
    neighbour as a graphical model's maximum-entropy completion does: measure what is released;
 4. :mod:`~dpopt.estimate.marginal_space.projection` — non-negativity and structural zeros by
-   the dual of (4), L-BFGS-B, and the duality-gap certificate (with the interior point of
+   the dual of (4) (projected Newton first on large problems, L-BFGS-B, the polish), and the
+   duality-gap certificate (with the interior point of
    :mod:`~dpopt.estimate.marginal_space.interior` for exact feasibility).
 
 This module is post-processing only: it never sees data or randomness.
