@@ -289,7 +289,8 @@ def estimate_marginals(
         "residual_sets": int(index.num_sets), "residual_cells": int(index.size),
         "unmeasured_residual_sets": int(unmeasured.sum()), "fixed_residual_sets": int(fit.fixed.sum()),
         "prior_ratio": PRIOR_RATIO, "curvature": None if problem is None else problem.lipschitz,
-        "loose_attributes": [domain.attrs[a] for (a,) in loose], "shrinkage": shrinkage, "interior_point": interior is not None, "stopped": stopped,
+        "loose_attributes": [domain.attrs[a] for (a,) in loose], "shrinkage": shrinkage,
+        "interior_point": interior is not None, "stopped": stopped,
         "time_fit": time_fit, "time_project": time_project, "total_public": fixed_total, "history": history,
     }
     solver = (f"dpopt.estimate.reconstruct ({certificate.get('backend')})" if polytope == "table" else
