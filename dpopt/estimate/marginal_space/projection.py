@@ -371,16 +371,21 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
 
     deadline = None if time_limit is None else start + time_limit
     state["polish_at"] = polish_gap
-    x = np.zeros(cells)
-    if newton if newton is not None else cells >= NEWTON_CELLS:
-        point, products = polish(problem, x, max_iter=max_iter, rounds=NEWTON_ROUNDS, deadline=deadline,
-                                 stop_gap=tol, feasibility=feasibility, forcing=NEWTON_FORCING)
+
+    def polished(point, products) -> bool:
+        """Count a polish's products, keep its point if better; True when it is certified."""
         counter["f"] += products
         counter["it"] += products
         history.append((counter["it"], counter["f"], point[3], point[4]))
         if _better(point, state["best"], feasibility):
             state["best"] = point
-        if point[4] <= feasibility and point[3] <= tol:
+        return point[4] <= feasibility and point[3] <= tol
+
+    x = np.zeros(cells)
+    if newton if newton is not None else cells >= NEWTON_CELLS:
+        point, products = polish(problem, x, max_iter=max_iter, rounds=NEWTON_ROUNDS, deadline=deadline,
+                                 stop_gap=tol, feasibility=feasibility, forcing=NEWTON_FORCING)
+        if polished(point, products):
             state["stopped"] = "certified (projected Newton)"
         elif deadline is not None and time.perf_counter() > deadline:
             state["stopped"] = "time limit"
@@ -411,12 +416,7 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
         point, products = polish(problem, s * x, max_iter=remaining, deadline=deadline, stop_gap=tol,
                                  feasibility=feasibility)
         kappa = point[2]
-        counter["f"] += products
-        counter["it"] += products
-        history.append((counter["it"], counter["f"], point[3], point[4]))
-        if _better(point, state["best"], feasibility):
-            state["best"] = point
-        if point[4] <= feasibility and point[3] <= tol:
+        if polished(point, products):
             state["stopped"] = "certified (polished)"
             break
         if deadline is not None and time.perf_counter() > deadline:
