@@ -463,3 +463,26 @@ def outer_table(parts):
     for q in parts:
         out = np.multiply.outer(out, q)
     return out.ravel()
+
+
+def test_loose_attributes_are_uniform_and_leave_the_dual_alone(rng):
+    """Attributes no measurement or workload holds are released uniform (``N / n_a``) and kept out
+    of the projection: its curvature and its answer are those of the domain without them, and
+    the held marginals equal the dense constrained least squares'."""
+    x = rng.poisson(0.4, DOM.size).astype(float)
+    sets = [("a", "b"), ("b", "c")]
+    ms = noisy(DOM, x, sets, 3.0, rng)
+    est = estimate_marginals(ms, **SPACE)
+    assert est.status is Status.OPTIMAL, est.message
+    assert est.info["loose_attributes"] == ["d", "e"]
+    sub = DOM.project(("a", "b", "c"))
+    ms_sub = [Measurement(Marginal(sub, m.query.attrs), m.values, m.noise, m.scale, m.variance, label=m.label)
+              for m in ms]
+    alone = estimate_marginals(ms_sub, **SPACE)
+    assert est.info["curvature"] == pytest.approx(alone.info["curvature"], rel=1e-12)
+    dense = reconstruct(ms, ConstraintSet(DOM, [NonNegativity()]), "l2")
+    for s in sets:
+        np.testing.assert_allclose(est.marginal(s), alone.marginal(s), atol=1e-9)
+        np.testing.assert_allclose(est.marginal(s), dense_marginal(dense.x, DOM, s), atol=2e-3 * (1 + x.sum()) ** 0.5)
+    np.testing.assert_allclose(est.marginal(("d",)), np.full(3, est.total / 3), rtol=1e-12)
+    np.testing.assert_allclose(est.marginal(("e",)), np.full(2, est.total / 2), rtol=1e-12)

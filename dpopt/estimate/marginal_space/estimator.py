@@ -12,7 +12,7 @@ and over their residuals.
 Steps (module notes of each):
 
 1. :mod:`~dpopt.estimate.marginal_space.layout` — the cliques and the downward closure of
-   their residuals;
+   their residuals (an attribute no set holds is released uniform, outside the projection);
 2. :mod:`~dpopt.estimate.marginal_space.gls` — the unconstrained least squares, one
    inverse-variance average per residual; exact measurements and invariants fix residuals;
 3. residuals that no measurement covers (workload sets above what was measured) get a weak
@@ -25,7 +25,8 @@ Steps (module notes of each):
    interaction whose every pair was measured. It does not carry dependence through a common
    neighbour as a graphical model's maximum-entropy completion does: measure what is released;
 4. :mod:`~dpopt.estimate.marginal_space.projection` — non-negativity and structural zeros by
-   the dual of (4), L-BFGS-B, and the duality-gap certificate (with the interior point of
+   the dual of (4) (projected Newton first on large problems, L-BFGS-B, the polish), and the
+   duality-gap certificate (with the interior point of
    :mod:`~dpopt.estimate.marginal_space.interior` for exact feasibility).
 
 This module is post-processing only: it never sees data or randomness.
@@ -194,7 +195,8 @@ def estimate_marginals(
     # Every attribute is held (alone if nothing else holds it: uniform, as nothing is known of it),
     # so that records and marginals can be read over the whole domain.
     held = {a for s in work + measured_axes + extra for a in s}
-    cliques = maximal_sets(work + measured_axes + extra + [(a,) for a in range(len(domain)) if a not in held])
+    loose = [(a,) for a in range(len(domain)) if a not in held]
+    cliques = maximal_sets(work + measured_axes + extra + loose)
     sizes = np.asarray(domain.sizes, dtype=np.int64)
     if exact_cells and domain.size <= exact_cells:
         polytope = "table"  # the full table fits: solved densely, exactly
@@ -218,7 +220,12 @@ def estimate_marginals(
     fit = fit_residuals(index, fit_sets, values, variances, labels)
     time_fit = time.perf_counter() - tick
 
-    diagonal = family.diagonal()
+    # An attribute nothing holds is released uniform (its residual stays at the prior's centre, 0):
+    # its singleton clique is left out of the projection, where its cells (N / n_a each) would only
+    # add to the total's curvature D_∅ (by 1/n_a against 1/n_T of each held clique T) and so
+    # inflate the dual's largest eigenvalue, the step scale of every solver iteration.
+    solving = SetFamily(index, [c for c in cliques if c not in loose]) if loose else family
+    diagonal = solving.diagonal()
     weight = fit.weight.copy()
     noisy = (weight > 0) & ~fit.fixed
     unmeasured = ~fit.measured
@@ -226,7 +233,8 @@ def estimate_marginals(
         scale = float(np.max(diagonal[noisy] / weight[noisy]))
     else:
         scale = 1.0
-    weight[unmeasured] = diagonal[unmeasured] / (PRIOR_RATIO * scale)
+    # (a loose attribute's own residual: any positive weight keeps it at its centre)
+    weight[unmeasured] = np.where(diagonal > 0, diagonal, family.diagonal())[unmeasured] / (PRIOR_RATIO * scale)
     target = independence_prior(index, fit.target, fit.measured) if unmeasured.any() else fit.target
     shrinkage = None
     if shrink:
@@ -238,23 +246,28 @@ def estimate_marginals(
     remaining = None if time_limit is None else max(float(time_limit) - (time.perf_counter() - start), 1e-3)
     interior = None
     table = None
+    problem = None
     if polytope == "table":
         r, mu, status, message, certificate, nit, stopped, table = _solve_table(
             measurements, constraints, total, nonnegative, remaining, family)
         time_project = time.perf_counter() - start - time_fit
         history: list = []
     else:
-        zero_cells = _zero_cells(family, zeros, sizes) if zeros else None
+        zero_cells = _zero_cells(solving, zeros, sizes) if zeros else None
         if nonnegative or zero_cells is not None:
             r_int = interior_residuals(index, [(a, v) for a, v, _ in exact if a], zeros,
                                        total_value if fixed_total else None)
             if r_int is not None:
-                interior = (r_int, family.expand(r_int))
-        problem = ProjectionProblem(index, family, target, weight, fit.fixed, zero_cells, interior,
+                interior = (r_int, solving.expand(r_int))
+        problem = ProjectionProblem(index, solving, target, weight, fit.fixed, zero_cells, interior,
                                     nonnegative=nonnegative)
         solved = project(problem, tol=tol, feasibility=feasibility, max_iter=max_iter, time_limit=remaining)
         r, mu, nit, stopped, history, time_project = (solved.r, solved.mu, solved.iterations, solved.stopped,
                                                       solved.history, solved.time)
+        if loose:  # the loose attributes' cells are N / n_a: within bounds when the total is
+            mu = family.expand(r)
+            if nonnegative and -float(mu.min(initial=0.0)) > feasibility:
+                solved.converged, solved.violation = False, -float(mu.min(initial=0.0))
         what = "marginal polytope: the marginals are decomposable" if polytope == "marginal" else \
             "local polytope: a relaxation"
         if solved.converged:
@@ -275,7 +288,9 @@ def estimate_marginals(
         "certificate": certificate, "polytope": polytope, "cliques": len(cliques), "clique_cells": int(family.size),
         "residual_sets": int(index.num_sets), "residual_cells": int(index.size),
         "unmeasured_residual_sets": int(unmeasured.sum()), "fixed_residual_sets": int(fit.fixed.sum()),
-        "prior_ratio": PRIOR_RATIO, "shrinkage": shrinkage, "interior_point": interior is not None, "stopped": stopped,
+        "prior_ratio": PRIOR_RATIO, "curvature": None if problem is None else problem.lipschitz,
+        "loose_attributes": [domain.attrs[a] for (a,) in loose], "shrinkage": shrinkage,
+        "interior_point": interior is not None, "stopped": stopped,
         "time_fit": time_fit, "time_project": time_project, "total_public": fixed_total, "history": history,
     }
     solver = (f"dpopt.estimate.reconstruct ({certificate.get('backend')})" if polytope == "table" else

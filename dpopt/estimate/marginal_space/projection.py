@@ -74,6 +74,19 @@ __all__ = ["ProjectionProblem", "Projection", "project", "polish", "dual_value",
 #: Conjugate-gradient steps on one face before the face is taken again (the adult chain's faces,
 #: 1.5 million cells, need 100-150 for a gap of 1e-7).
 POLISH_STEPS = 150
+#: From this many clique cells on, :func:`project` starts with projected Newton from ``kappa = 0``
+#: (a few vectors) before any L-BFGS-B (``2 memory + 5`` vectors, and hundreds of products to
+#: identify the face): on adult's 5-attribute slice (2.84 M cells) it certified (gap 2e-9) in 28
+#: products, 6 CPU-s, against 18.5 CPU-s by L-BFGS-B and the polish.
+NEWTON_CELLS = 2**21
+#: Faces taken by that first projected-Newton pass before L-BFGS-B takes over.
+NEWTON_ROUNDS = 60
+#: That pass solves each face's Newton system inexactly: conjugate gradients stop once the largest
+#: face residual has fallen by this factor (inexact Newton, Dembo, Eisenstat and Steihaug 1982),
+#: and the face is taken again. On adult's slice, 2 CG steps per face took the gap from 0.92 to
+#: 2e-8 in 9 faces (36 products); solving every face to rounding took 52, and on all of adult's
+#: triples the first face alone took 135 CG steps to reach rounding.
+NEWTON_FORCING = 1e-2
 
 
 @dataclass
@@ -207,13 +220,15 @@ def certify(problem: ProjectionProblem, kappa_in: np.ndarray) -> tuple:
 
 
 def polish(problem: ProjectionProblem, kappa: np.ndarray, *, max_iter: int = 900, rounds: int = 6,
-           deadline: float | None = None, stop_gap: float = 0.0, feasibility: float = 0.0) -> tuple[tuple, int]:
+           deadline: float | None = None, stop_gap: float = 0.0, feasibility: float = 0.0,
+           forcing: float = 0.0) -> tuple[tuple, int]:
     """Projected Newton on the dual (5): conjugate gradients on the active face of ``kappa``.
 
     The face is ``A = {kappa > 0} ∪ {mu(kappa) < 0}`` (structural zeros always in it, their
     multipliers free). On ``A`` the dual without bounds is ``H_AA kappa_A = -b_A`` (``H = E W^-1
     E^T``, ``b = E r_ref``), whose residual is minus the marginals ``mu_A``; CG stops when
-    ``max |mu_A|`` is within ``1e-13`` of the largest ``|b|`` (rounding), after
+    ``max |mu_A|`` is within ``1e-13`` of the largest ``|b|`` (rounding) or within ``forcing``
+    times its value at the face's start (an inexact Newton step; 0: solve to rounding), after
     :data:`POLISH_STEPS` steps (``max_iter`` in all rounds), when a direction shows no
     curvature (a singular face), or at ``deadline`` (``time.perf_counter()``). Negative
     multipliers are then zeroed (not for structural zeros), the point certified, and the face
@@ -246,6 +261,7 @@ def polish(problem: ProjectionProblem, kappa: np.ndarray, *, max_iter: int = 900
             break
         direction = residual.copy()
         rr = float(residual @ residual)
+        enough = max(floor, forcing * float(np.abs(residual).max()))
         for _ in range(min(POLISH_STEPS, budget)):
             budget -= 1
             hd = np.where(face, hess(direction), 0.0)
@@ -255,7 +271,7 @@ def polish(problem: ProjectionProblem, kappa: np.ndarray, *, max_iter: int = 900
             alpha = rr / curvature
             kappa += alpha * direction
             residual -= alpha * hd
-            if np.abs(residual).max() <= floor or (deadline is not None and time.perf_counter() > deadline):
+            if np.abs(residual).max() <= enough or (deadline is not None and time.perf_counter() > deadline):
                 break
             rr_next = float(residual @ residual)
             direction = residual + (rr_next / rr) * direction
@@ -277,7 +293,7 @@ def polish(problem: ProjectionProblem, kappa: np.ndarray, *, max_iter: int = 900
 def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float = 1e-6,
             max_iter: int = 20000, time_limit: float | None = None, check_every: int = 10,
             memory: int = 10, restarts: int = 5, target: float | None = None,
-            polish_gap: float = 1e-3) -> Projection:
+            polish_gap: float = 1e-3, newton: bool | None = None) -> Projection:
     """Solve (4) through its dual (5) by L-BFGS-B and :func:`polish`; stop when the certificate
     holds or at a limit.
 
@@ -289,6 +305,12 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
     that can make no more progress in floating point) is polished too. A polished point that
     is not certified restarts L-BFGS-B with a fresh memory, up to ``restarts`` times.
     ``max_iter`` counts L-BFGS-B iterations and the polish's conjugate-gradient steps together.
+    ``newton`` (default: when the cliques hold :data:`NEWTON_CELLS` cells or more) first runs
+    :func:`polish` from ``kappa = 0``, :data:`NEWTON_ROUNDS` faces at most: the first face is
+    the negative cells of the unconstrained fit, and each later one is read off the previous
+    Newton point (the primal-dual active-set rule of Hintermüller, Ito and Kunisch 2002, with
+    Newton systems solved by conjugate gradients). L-BFGS-B starts from its best point only if
+    that pass does not certify. Both end in the same :func:`certify`, with the same tolerances.
     ``converged`` is True only when both figures hold at the returned point.
     """
     from scipy.optimize import minimize
@@ -349,8 +371,26 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
 
     deadline = None if time_limit is None else start + time_limit
     state["polish_at"] = polish_gap
+
+    def polished(point, products) -> bool:
+        """Count a polish's products, keep its point if better; True when it is certified."""
+        counter["f"] += products
+        counter["it"] += products
+        history.append((counter["it"], counter["f"], point[3], point[4]))
+        if _better(point, state["best"], feasibility):
+            state["best"] = point
+        return point[4] <= feasibility and point[3] <= tol
+
     x = np.zeros(cells)
-    for attempt in range(restarts + 1):
+    if newton if newton is not None else cells >= NEWTON_CELLS:
+        point, products = polish(problem, x, max_iter=max_iter, rounds=NEWTON_ROUNDS, deadline=deadline,
+                                 stop_gap=tol, feasibility=feasibility, forcing=NEWTON_FORCING)
+        if polished(point, products):
+            state["stopped"] = "certified (projected Newton)"
+        elif deadline is not None and time.perf_counter() > deadline:
+            state["stopped"] = "time limit"
+        x = point[2] / s
+    for attempt in range(restarts + 1 if not state["stopped"] else 0):
         remaining = max_iter - counter["it"]
         if remaining <= 0:
             state["stopped"] = state["stopped"] or "iteration limit"
@@ -376,12 +416,7 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
         point, products = polish(problem, s * x, max_iter=remaining, deadline=deadline, stop_gap=tol,
                                  feasibility=feasibility)
         kappa = point[2]
-        counter["f"] += products
-        counter["it"] += products
-        history.append((counter["it"], counter["f"], point[3], point[4]))
-        if _better(point, state["best"], feasibility):
-            state["best"] = point
-        if point[4] <= feasibility and point[3] <= tol:
+        if polished(point, products):
             state["stopped"] = "certified (polished)"
             break
         if deadline is not None and time.perf_counter() > deadline:
