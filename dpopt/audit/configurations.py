@@ -43,10 +43,14 @@ AUDIT_CONFIGURATIONS = {
         "a noisy record count (count_share = 0.75) in place of the public n: neighbours add or remove "
         "a record, and most of the budget is in one released statistic, the number of records"),
     "polynomial": AuditConfiguration(
-        "nltcs_polynomial", {"polynomial": {"workload": 1, "records": None, "consistency": None}},
-        "the 1-way marginals with the exact polynomial (no public records size, so t = k and gamma = 0): "
-        "each marginal's cells then add up to the noisy record count, which the release measures "
-        "as a group of its own, so its noise is visible"),
+        "nltcs_polynomial",
+        {"polynomial": {"workload": [["item01"]], "queries": "disjunctions", "universe": "monotone", "records": None,
+                        "consistency": None}},
+        "one monotone disjunction (item01) with the exact polynomial (no public records size: t = k = 1, "
+        "gamma = 0): the release measures one coefficient group, without the record count (a disjunction's "
+        "polynomial has p(0) = 0), and its answer is that count, so the whole budget is in one released "
+        "statistic. With marginals the count is measured too and each cell is n minus a noisy literal "
+        "count: the count's noise is in every cell, but no released statistic shows it alone"),
     "topdown": AuditConfiguration(
         "census_topdown",
         {"privacy": {"accounting": "pure", "epsilon": 1.0, "rho": None},

@@ -16,6 +16,8 @@ of runs and tested on fresh ones:
 * **exact-value** events ``{x_j · 2^k is an integer}`` and their complements: whether a value
   has bits below ``2^-k``. Noise drawn in floating point leaves the true answer's trace in the
   least significant bits (Mironov, CCS 2012); exact integer noise leaves none;
+* the same thresholds on the total of each released answer table (:func:`table_totals`), which
+  also join the scores below;
 * thresholds on a linear score ``w · x`` that weighs the statistics by how much their means
   differ (a linear discriminant: the classifier-based attack of DP-Sniper, Bichsel et al.,
   S&P 2021, in its simplest form): the log-likelihood ratio of Gaussian noise;
@@ -45,6 +47,7 @@ most the runs could have detected, not the nothing of a rare event.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -52,7 +55,7 @@ import numpy as np
 from dpopt.audit.stats import epsilon_lower_bound
 
 __all__ = ["Event", "Candidate", "rank", "search_events", "exact_disclosures", "linear_disclosures", "projected_bound",
-           "scored", "GRID_BITS"]
+           "scored", "table_totals", "GRID_BITS"]
 
 #: Exponents ``k`` of the exact-value events ``x · 2^k ∈ Z``.
 GRID_BITS = (0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 50, 51, 52, 53, 54, 56, 58, 60)
@@ -83,6 +86,9 @@ class Event:
         clipped score ``Σ_j w_j clip(x_j - c_j, -h_j, h_j)`` (module notes).
     label : str
         What it is, in words (names the statistic).
+    extend : ndarray or None
+        ``G``: the event reads the statistics extended by the table totals ``X G``
+        (:func:`table_totals`); ``feature`` and ``weights`` index the extended columns.
     """
 
     kind: str
@@ -91,10 +97,11 @@ class Event:
     values: tuple = ()
     weights: tuple | None = field(default=None, repr=False)
     label: str = ""
+    extend: np.ndarray | None = field(default=None, repr=False)
 
     def statistic(self, X: np.ndarray) -> np.ndarray:
         """The statistic the event thresholds (the column, or the linear score)."""
-        X = np.asarray(X, dtype=np.float64)
+        X = _extended(np.asarray(X, dtype=np.float64), self.extend)
         if self.feature >= 0:
             return X[:, self.feature]
         center, w, *clip = (np.asarray(v) for v in self.weights)
@@ -145,6 +152,37 @@ class Candidate:
         fa, fb = self.k_a / self.n_a, self.k_b / self.n_b
         return (f"{self.event.label}: P_a = {fa:.4g}, P_b = {fb:.4g} on the search runs "
                 f"(more likely under {self.larger}); epsilon >= {self.bound:.3f}")
+
+
+def _extended(X: np.ndarray, G: np.ndarray | None) -> np.ndarray:
+    return X if G is None else np.hstack([X, X @ G])
+
+
+_TABLE = re.compile(r"^(answer '.+' (?:count|noisy))\[")
+
+
+def table_totals(names) -> tuple[np.ndarray | None, list[str]]:
+    """``(G, labels)``: the total of each released answer table of two or more rows, as columns of
+    ``X G`` (None when there is none).
+
+    A table's total is what adding or removing a record moves most surely -- every marginal's
+    cells add up to the record count -- yet no single cell shows it: in a release that measures
+    the count as a group of its own (the polynomial release), the count's noise is spread over
+    every cell, visible only in their sum. The totals join the statistics the events are built
+    on (thresholds, and the scores, whose clipped form then adds the count's loss to a cell's).
+    """
+    groups: dict[str, list[int]] = {}
+    for j, name in enumerate(names):
+        m = _TABLE.match(name)
+        if m:
+            groups.setdefault(m.group(1), []).append(j)
+    tables = [(label, cols) for label, cols in groups.items() if len(cols) > 1]
+    if not tables:
+        return None, []
+    G = np.zeros((len(names), len(tables)))
+    for t, (_, cols) in enumerate(tables):
+        G[cols, t] = 1.0
+    return G, [f"{label} total" for label, _ in tables]
 
 
 def _on_grid(values: np.ndarray, k: int) -> np.ndarray:
@@ -266,29 +304,33 @@ def search_events(Xa: np.ndarray, Xb: np.ndarray, names, *, delta: float = 0.0, 
     ``n_test``: the runs per dataset of the test the events are chosen for (default: as many as
     these runs).
     """
-    Xa = np.asarray(Xa, dtype=np.float64)
-    Xb = np.asarray(Xb, dtype=np.float64)
+    G, totals = table_totals(names)
+    Xa = _extended(np.asarray(Xa, dtype=np.float64), G)
+    Xb = _extended(np.asarray(Xb, dtype=np.float64), G)
+    names = list(names) + totals
     out = _Collector(Xa.shape[0], Xb.shape[0], delta, alpha, keep, n_test or max(Xa.shape[0], Xb.shape[0]))
     for j in range(Xa.shape[1]):
-        _add_column(out, j, Xa[:, j], Xb[:, j], names[j])
+        _add_column(out, j, Xa[:, j], Xb[:, j], names[j], extend=G if j >= len(names) - len(totals) else None)
     if score and Xa.shape[1] > 1:
         for weights, label in ((_discriminant(Xa, Xb), "linear score"), (_clipped(Xa, Xb), "clipped score")):
             if weights is not None:
                 probe = Event("score_ge", -1, weights=weights)
                 _add_column(out, -1, probe.statistic(Xa), probe.statistic(Xb), _score_label(weights, names, label),
-                            weights)
+                            weights, extend=G)
     return out.items
 
 
-def _add_column(out: _Collector, j, va, vb, label, weights=None) -> None:
+def _add_column(out: _Collector, j, va, vb, label, weights=None, extend=None) -> None:
     sa, sb = np.sort(va), np.sort(vb)
     t = _thresholds(np.concatenate([va, vb]))
     (ge_a, ge_b), (le_a, le_b) = _threshold_counts(sa, sb, t)
     ge, le = ("ge", "le") if j >= 0 else ("score_ge", "score_le")
-    out.add(lambda i: Event(ge, j, float(t[i]), weights=weights, label=f"{label} >= {t[i]:.6g}"), ge_a, ge_b)
-    out.add(lambda i: Event(le, j, float(t[i]), weights=weights, label=f"{label} <= {t[i]:.6g}"), le_a, le_b)
-    if j < 0:
-        return
+    out.add(lambda i: Event(ge, j, float(t[i]), weights=weights, label=f"{label} >= {t[i]:.6g}", extend=extend),
+            ge_a, ge_b)
+    out.add(lambda i: Event(le, j, float(t[i]), weights=weights, label=f"{label} <= {t[i]:.6g}", extend=extend),
+            le_a, le_b)
+    if j < 0 or extend is not None:
+        return  # a score or a table's total: thresholds only
     u, counts = np.unique(np.concatenate([va, vb]), return_counts=True)
     if u.size <= MAX_POINTS:
         ka = np.array([np.count_nonzero(va == v) for v in u])
