@@ -298,7 +298,10 @@ def planted_specs(shipped: bool) -> dict:
 def planted(args) -> list[dict]:
     rows = []
     chosen = planted_specs(args.shipped)
-    algorithms = [a for a in PLANTED_SPECS if not args.algorithms or a in args.algorithms.split(",")]
+    algorithms = args.algorithms.split(",") if args.algorithms else list(PLANTED_SPECS)  # in the order given
+    unknown = [a for a in algorithms if a not in PLANTED_SPECS]
+    if unknown:
+        raise SystemExit(f"--algorithms: no planted spec for {unknown[0]!r}; choose from {', '.join(PLANTED_SPECS)}")
     bugs = [b for b in PLANTED_BUGS if not args.bugs or b in args.bugs.split(",")]
     for bug in bugs:  # bug by bug: a run stopped early has each bug on every algorithm it reached
         for algorithm in algorithms:
@@ -462,7 +465,8 @@ def main() -> None:
     parser.add_argument("--planted-runs", type=int, default=2000)
     parser.add_argument("--bugs", type=str, default=None, help="planted: only these bugs (comma-separated)")
     parser.add_argument("--algorithms", type=str, default=None,
-                        help="planted: only these algorithms (comma-separated: " + ", ".join(PLANTED_SPECS) + ")")
+                        help="planted: only these algorithms, in this order (comma-separated: "
+                             + ", ".join(PLANTED_SPECS) + ")")
     parser.add_argument("--shipped", action="store_true",
                         help="planted: plant into the shipped specs instead of the audit configurations")
     parser.add_argument("--specs", type=str, default=None,
