@@ -165,11 +165,12 @@ def table_totals(names) -> tuple[np.ndarray | None, list[str]]:
     """``(G, labels)``: the total of each released answer table of two or more rows, as columns of
     ``X G`` (None when there is none).
 
-    A table's total is what adding or removing a record moves most surely -- every marginal's
-    cells add up to the record count -- yet no single cell shows it: in a release that measures
-    the count as a group of its own (the polynomial release), the count's noise is spread over
-    every cell, visible only in their sum. The totals join the statistics the events are built
-    on (thresholds, and the scores, whose clipped form then adds the count's loss to a cell's).
+    A table's total is what adding or removing a record moves most surely -- a marginal's total
+    moves by one wherever the record falls, a cell only when the record falls in it -- and when
+    the cells carry independent noise, the total's shift stands out from less noise than the
+    cells' sum of shifts would suggest one by one. The totals join the statistics the events are
+    built on (thresholds, and the scores, whose clipped form then adds the total's loss to a
+    cell's).
     """
     groups: dict[str, list[int]] = {}
     for j, name in enumerate(names):
