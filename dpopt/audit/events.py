@@ -166,11 +166,9 @@ def table_totals(names) -> tuple[np.ndarray | None, list[str]]:
     ``X G`` (None when there is none).
 
     A table's total is what adding or removing a record moves most surely -- a marginal's total
-    moves by one wherever the record falls, a cell only when the record falls in it -- and when
-    the cells carry independent noise, the total's shift stands out from less noise than the
-    cells' sum of shifts would suggest one by one. The totals join the statistics the events are
-    built on (thresholds, and the scores, whose clipped form then adds the total's loss to a
-    cell's).
+    moves by one wherever the record falls, a cell only when the record falls in it. The totals
+    join the statistics the events are built on (thresholds, and the scores, whose clipped form
+    then adds a total's loss to a cell's).
     """
     groups: dict[str, list[int]] = {}
     for j, name in enumerate(names):
