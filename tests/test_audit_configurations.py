@@ -94,3 +94,11 @@ def test_mwem_unnoised_answer_is_an_exact_disclosure_in_its_audit_configuration(
     report = _planted("mwem", "unnoised_answer", 100)
     assert report.outcome == EXACT_DISCLOSURE and not report.passed
     assert "count total" in report.exact_disclosures
+
+
+@pytest.mark.slow
+def test_mwem_halved_scale_is_caught_in_its_audit_configuration():
+    """One round and a noisy count at 0.75 of the budget: the halved scale is a loss of 1.5 on the
+    table's total alone (claim 1). Seeded; about 25 CPU seconds (the benchmark's 2,000 runs: 1.27)."""
+    report = _planted("mwem", "halved_scale", 800)
+    assert report.flagged and report.epsilon_lower_bound > 1.0
