@@ -27,10 +27,45 @@ def _discrete_laplace(gen, scale, shape):
     return (gen.geometric(p, shape) - gen.geometric(p, shape)).astype(np.float64)
 
 
-def test_projected_bound_is_the_bound_at_scaled_counts():
-    assert projected_bound(30, 100, 10, 100, 1000) == epsilon_lower_bound(300, 1000, 100, 1000)
+def test_projected_bound_is_the_bound_at_smoothed_scaled_counts():
+    # (k + 1/2) / (n + 1) of each, scaled to the test's 1000 runs
+    assert projected_bound(30, 100, 10, 100, 1000) == epsilon_lower_bound(30.5 * 1000 / 101, 1000,
+                                                                           10.5 * 1000 / 101, 1000)
     # a rare event of large ratio certifies nothing on the test's runs; a frequent one does
     assert projected_bound(2, 250, 0, 250, 250) == 0 < projected_bound(140, 250, 100, 250, 1000)
+    # an observed 0 is not read as a probability of 0: a few hits against none project to nothing
+    # (raw, 5 hits against 0 on 250 runs projected to 10 against 0 on 500, a positive bound)
+    assert epsilon_lower_bound(10, 500, 0, 500) > 0
+    assert projected_bound(5, 250, 0, 250, 500) == 0
+
+
+def test_the_census_case_chooses_an_event_with_a_detectable_excess():
+    """Forty discrete statistics of one law under both datasets (no leak; a census release's many
+    noisy counts): before the events were chosen on smoothed counts, with the set of values seen
+    under one dataset only taken and counted on the same runs, the search sent the test a rare
+    event -- e.g. 's38 takes a value seen only under a' (seed 1) -- that no test of this size could
+    confirm (detectable excess: none). Now every seed's chosen event detects a finite excess."""
+    claim = Claim(1.0, 0.0, "pure", "epsilon = 1")
+    for seed in range(4):
+        gen = np.random.default_rng(seed)
+        a = _discrete_laplace(gen, 8.0, (500, 40))
+        b = _discrete_laplace(gen, 8.0, (500, 40))
+        best = _propose_and_select(a, b, [f"s{j}" for j in range(40)], claim, 0.05, n_test=500)[0]
+        hi = (best.k_a if best.larger == "a" else best.k_b) / best.n_a
+        excess = detectable_excess(hi, 500, 500, 1.0)
+        assert np.isfinite(excess) and excess < 1.0, (seed, best.event.label, excess)
+        assert -best.merit[1] == excess  # the merit states the excess the test would detect
+
+
+def test_a_set_of_values_seen_under_one_dataset_is_counted_on_runs_that_did_not_define_it():
+    """Same law on both datasets: counted on the runs it was read from, the set of values seen
+    only under ``a`` has no hit under ``b`` by construction; counted on the other half it has."""
+    gen = np.random.default_rng(5)
+    a = _discrete_laplace(gen, 8.0, (400, 1))
+    b = _discrete_laplace(gen, 8.0, (400, 1))
+    found = search_events(a, b, ["s"], keep=200, score=False)
+    sets = [c for c in found if c.event.kind == "in"]
+    assert sets and all(min(c.k_a, c.k_b) > 0 for c in sets)
 
 
 def test_a_composition_of_laplace_answers_is_found_by_the_clipped_score():

@@ -11,10 +11,13 @@ of runs and tested on fresh ones:
 * thresholds ``{x_j >= t}`` and ``{x_j <= t}`` on each statistic (at every observed value, or
   at quantiles when there are many);
 * point events ``{x_j = v}`` for discrete statistics, and the set of values seen on one dataset
-  only (when the statistic repeats its values: a value of a continuous statistic is seen once);
+  only (when the statistic repeats its values: a value of a continuous statistic is seen once),
+  the set taken from half the runs and counted on the other half;
 * **exact-value** events ``{x_j · 2^k is an integer}`` and their complements: whether a value
   has bits below ``2^-k``. Noise drawn in floating point leaves the true answer's trace in the
   least significant bits (Mironov, CCS 2012); exact integer noise leaves none;
+* the same thresholds on the total of each released answer table (:func:`table_totals`), which
+  also join the scores below;
 * thresholds on a linear score ``w · x`` that weighs the statistics by how much their means
   differ (a linear discriminant: the classifier-based attack of DP-Sniper, Bichsel et al.,
   S&P 2021, in its simplest form): the log-likelihood ratio of Gaussian noise;
@@ -30,8 +33,9 @@ of runs and tested on fresh ones:
 Each event is tried in both directions (``a`` more likely than ``b`` and the reverse).
 
 **Choice by power, not by point estimate.** A candidate's *merit* is the lower bound its
-frequencies would certify on the test's runs (:func:`projected_bound`: the search frequencies
-scaled to ``n_test`` runs per dataset), not the bound on the search's own runs: a frequent event
+frequencies would certify on the test's runs (:func:`projected_bound`: the search frequencies,
+smoothed so that a count of 0 is not read as a probability of 0, scaled to ``n_test`` runs per
+dataset), not the bound on the search's own runs: a frequent event
 with a moderate ratio beats a rare one with a large ratio when the test could not confirm the
 rare one. Ties (typically every merit 0: no evidence at the test's size, the census case) go
 to the event whose test would detect the smallest excess over the claim
@@ -43,6 +47,7 @@ most the runs could have detected, not the nothing of a rare event.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -50,7 +55,7 @@ import numpy as np
 from dpopt.audit.stats import epsilon_lower_bound
 
 __all__ = ["Event", "Candidate", "rank", "search_events", "exact_disclosures", "linear_disclosures", "projected_bound",
-           "scored", "GRID_BITS"]
+           "scored", "table_totals", "GRID_BITS"]
 
 #: Exponents ``k`` of the exact-value events ``x · 2^k ∈ Z``.
 GRID_BITS = (0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 50, 51, 52, 53, 54, 56, 58, 60)
@@ -81,6 +86,9 @@ class Event:
         clipped score ``Σ_j w_j clip(x_j - c_j, -h_j, h_j)`` (module notes).
     label : str
         What it is, in words (names the statistic).
+    extend : ndarray or None
+        ``G``: the event reads the statistics extended by the table totals ``X G``
+        (:func:`table_totals`); ``feature`` and ``weights`` index the extended columns.
     """
 
     kind: str
@@ -89,10 +97,11 @@ class Event:
     values: tuple = ()
     weights: tuple | None = field(default=None, repr=False)
     label: str = ""
+    extend: np.ndarray | None = field(default=None, repr=False)
 
     def statistic(self, X: np.ndarray) -> np.ndarray:
         """The statistic the event thresholds (the column, or the linear score)."""
-        X = np.asarray(X, dtype=np.float64)
+        X = _extended(np.asarray(X, dtype=np.float64), self.extend)
         if self.feature >= 0:
             return X[:, self.feature]
         center, w, *clip = (np.asarray(v) for v in self.weights)
@@ -145,6 +154,36 @@ class Candidate:
                 f"(more likely under {self.larger}); epsilon >= {self.bound:.3f}")
 
 
+def _extended(X: np.ndarray, G: np.ndarray | None) -> np.ndarray:
+    return X if G is None else np.hstack([X, X @ G])
+
+
+_TABLE = re.compile(r"^(answer '.+' (?:count|noisy))\[")
+
+
+def table_totals(names) -> tuple[np.ndarray | None, list[str]]:
+    """``(G, labels)``: the total of each released answer table of two or more rows, as columns of
+    ``X G`` (None when there is none).
+
+    A table's total is what adding or removing a record moves most surely -- a marginal's total
+    moves by one wherever the record falls, a cell only when the record falls in it. The totals
+    join the statistics the events are built on (thresholds, and the scores, whose clipped form
+    then adds a total's loss to a cell's).
+    """
+    groups: dict[str, list[int]] = {}
+    for j, name in enumerate(names):
+        m = _TABLE.match(name)
+        if m:
+            groups.setdefault(m.group(1), []).append(j)
+    tables = [(label, cols) for label, cols in groups.items() if len(cols) > 1]
+    if not tables:
+        return None, []
+    G = np.zeros((len(names), len(tables)))
+    for t, (_, cols) in enumerate(tables):
+        G[cols, t] = 1.0
+    return G, [f"{label} total" for label, _ in tables]
+
+
 def _on_grid(values: np.ndarray, k: int) -> np.ndarray:
     scaled = np.ldexp(values, k)  # exact: a power-of-two scaling
     with np.errstate(invalid="ignore"):
@@ -167,12 +206,21 @@ def _threshold_counts(sorted_a, sorted_b, t):
 
 
 def projected_bound(k_hi, n_hi, k_lo, n_lo, n_test, delta: float = 0.0, alpha: float = 0.05):
-    """The lower bound the frequencies ``k_hi / n_hi`` and ``k_lo / n_lo`` would certify on
-    ``n_test`` runs per dataset (:func:`~dpopt.audit.stats.epsilon_lower_bound` at the scaled
-    counts, the Clopper–Pearson bounds read at real-valued counts): what a test of that size
-    would show if the search's frequencies held. Vectorised."""
-    k_hi = np.asarray(k_hi, dtype=np.float64) * (n_test / n_hi)
-    k_lo = np.asarray(k_lo, dtype=np.float64) * (n_test / n_lo)
+    """The lower bound the frequencies of ``k_hi`` hits in ``n_hi`` runs and ``k_lo`` in ``n_lo``
+    would certify on ``n_test`` runs per dataset (:func:`~dpopt.audit.stats.epsilon_lower_bound`
+    at the scaled counts, the Clopper–Pearson bounds read at real-valued counts): what a test of
+    that size would show if the search's frequencies held. Vectorised.
+
+    Both frequencies are *smoothed* first, ``(k + 1/2) / (n + 1)`` (the add-one-half estimate,
+    the mean of the Jeffreys posterior ``Beta(k + 1/2, n - k + 1/2)``, Krichevsky and Trofimov,
+    IEEE Trans. Inf. Theory 1981): an event never seen on one dataset's search runs is not
+    projected as impossible there. Read raw, ``k_lo = 0`` projects to 0 hits on any number of
+    test runs, so a handful of hits against none projects to a positive bound at a large enough
+    ``n_test`` -- the census case, where the search chose values seen under one dataset only
+    (a few chance hits among thousands of candidates) and its test then certified nothing.
+    """
+    k_hi = (np.asarray(k_hi, dtype=np.float64) + 0.5) * (n_test / (np.asarray(n_hi, dtype=np.float64) + 1.0))
+    k_lo = (np.asarray(k_lo, dtype=np.float64) + 0.5) * (n_test / (np.asarray(n_lo, dtype=np.float64) + 1.0))
     return epsilon_lower_bound(k_hi, n_test, k_lo, n_test, delta, alpha)
 
 
@@ -197,12 +245,26 @@ def scored(event: Event, larger: str, k_a: int, k_b: int, n_a: int, n_b: int, n_
 
 
 class _Collector:
-    """Keeps the best candidates by merit (module notes): scored in both directions, vectorised."""
+    """Keeps the best candidates by merit (module notes), and as many again by power alone:
+    scored in both directions, vectorised.
+
+    The second list holds the events of largest favoured frequency among those seen more often
+    on the favoured side. Among thousands of candidates, the best merits on the proposing runs
+    are mostly chance (a rare event with a few hits against none); when they regress on fresh
+    runs, the events that could still show an excess must be among the finalists.
+    """
 
     def __init__(self, n_a, n_b, delta, alpha, keep, n_test):
         self.n_a, self.n_b, self.delta, self.alpha, self.keep = n_a, n_b, delta, alpha, keep
         self.n_test = n_test
-        self.items: list[Candidate] = []
+        self.by_merit: list[Candidate] = []
+        self.by_power: list[Candidate] = []
+
+    @property
+    def items(self) -> list[Candidate]:
+        """The best by merit, then those of most power not among them."""
+        first = set(map(id, self.by_merit))
+        return self.by_merit + [c for c in self.by_power if id(c) not in first]
 
     def add(self, make_event, k_a, k_b):
         k_a = np.atleast_1d(np.asarray(k_a, dtype=np.int64))
@@ -211,13 +273,21 @@ class _Collector:
             return
         for hi, lo, n_hi, n_lo, larger in ((k_a, k_b, self.n_a, self.n_b, "a"), (k_b, k_a, self.n_b, self.n_a, "b")):
             near, power, ratio = _merits(hi, n_hi, lo, n_lo, self.n_test, self.delta, self.alpha)
-            best = np.lexsort((-ratio, -power, -near))[: self.keep]
-            bounds = np.atleast_1d(epsilon_lower_bound(hi[best], n_hi, lo[best], n_lo, self.delta, self.alpha))
-            for i, bound in zip(best, bounds):
-                self.items.append(Candidate(make_event(int(i)), larger, int(k_a[i]), int(k_b[i]), self.n_a,
-                                            self.n_b, float(bound), (float(near[i]), float(power[i]), float(ratio[i]))))
-        self.items.sort(key=rank)
-        del self.items[self.keep:]
+            by_merit = np.lexsort((-ratio, -power, -near))[: self.keep]
+            by_power = np.lexsort((-ratio, -near, -power))[: self.keep]
+            by_power = by_power[power[by_power] > 0]
+            chosen = np.unique(np.concatenate([by_merit, by_power]))
+            bounds = np.atleast_1d(epsilon_lower_bound(hi[chosen], n_hi, lo[chosen], n_lo, self.delta, self.alpha))
+            made = {}
+            for i, bound in zip(chosen, bounds):
+                made[int(i)] = Candidate(make_event(int(i)), larger, int(k_a[i]), int(k_b[i]), self.n_a, self.n_b,
+                                         float(bound), (float(near[i]), float(power[i]), float(ratio[i])))
+            self.by_merit += [made[int(i)] for i in by_merit]
+            self.by_power += [made[int(i)] for i in by_power]
+        self.by_merit.sort(key=rank)
+        del self.by_merit[self.keep:]
+        self.by_power.sort(key=lambda c: (-c.merit[1], -c.merit[0], -c.merit[2]))
+        del self.by_power[self.keep:]
 
 
 def rank(c: Candidate) -> tuple:
@@ -227,47 +297,57 @@ def rank(c: Candidate) -> tuple:
 
 def search_events(Xa: np.ndarray, Xb: np.ndarray, names, *, delta: float = 0.0, alpha: float = 0.05,
                   keep: int = 5, score: bool = True, n_test: int | None = None) -> list[Candidate]:
-    """The ``keep`` candidate events of most merit on these runs, best first (module notes).
+    """The ``keep`` candidate events of most merit on these runs, best first (module notes), then
+    up to ``keep`` more of most power (the favoured frequency) not among them (:class:`_Collector`).
 
     ``n_test``: the runs per dataset of the test the events are chosen for (default: as many as
     these runs).
     """
-    Xa = np.asarray(Xa, dtype=np.float64)
-    Xb = np.asarray(Xb, dtype=np.float64)
+    G, totals = table_totals(names)
+    Xa = _extended(np.asarray(Xa, dtype=np.float64), G)
+    Xb = _extended(np.asarray(Xb, dtype=np.float64), G)
+    names = list(names) + totals
     out = _Collector(Xa.shape[0], Xb.shape[0], delta, alpha, keep, n_test or max(Xa.shape[0], Xb.shape[0]))
     for j in range(Xa.shape[1]):
-        _add_column(out, j, Xa[:, j], Xb[:, j], names[j])
+        _add_column(out, j, Xa[:, j], Xb[:, j], names[j], extend=G if j >= len(names) - len(totals) else None)
     if score and Xa.shape[1] > 1:
         for weights, label in ((_discriminant(Xa, Xb), "linear score"), (_clipped(Xa, Xb), "clipped score")):
             if weights is not None:
                 probe = Event("score_ge", -1, weights=weights)
                 _add_column(out, -1, probe.statistic(Xa), probe.statistic(Xb), _score_label(weights, names, label),
-                            weights)
+                            weights, extend=G)
     return out.items
 
 
-def _add_column(out: _Collector, j, va, vb, label, weights=None) -> None:
+def _add_column(out: _Collector, j, va, vb, label, weights=None, extend=None) -> None:
     sa, sb = np.sort(va), np.sort(vb)
     t = _thresholds(np.concatenate([va, vb]))
     (ge_a, ge_b), (le_a, le_b) = _threshold_counts(sa, sb, t)
     ge, le = ("ge", "le") if j >= 0 else ("score_ge", "score_le")
-    out.add(lambda i: Event(ge, j, float(t[i]), weights=weights, label=f"{label} >= {t[i]:.6g}"), ge_a, ge_b)
-    out.add(lambda i: Event(le, j, float(t[i]), weights=weights, label=f"{label} <= {t[i]:.6g}"), le_a, le_b)
-    if j < 0:
-        return
+    out.add(lambda i: Event(ge, j, float(t[i]), weights=weights, label=f"{label} >= {t[i]:.6g}", extend=extend),
+            ge_a, ge_b)
+    out.add(lambda i: Event(le, j, float(t[i]), weights=weights, label=f"{label} <= {t[i]:.6g}", extend=extend),
+            le_a, le_b)
+    if j < 0 or extend is not None:
+        return  # a score or a table's total: thresholds only
     u, counts = np.unique(np.concatenate([va, vb]), return_counts=True)
     if u.size <= MAX_POINTS:
         ka = np.array([np.count_nonzero(va == v) for v in u])
         kb = counts - ka
         out.add(lambda i: Event("eq", j, float(u[i]), label=f"{label} = {u[i]:.6g}"), ka, kb)
-    if u.size > min(4 * MAX_POINTS, (va.size + vb.size) // 8):
+    # The set of values seen under one dataset only is defined on the first half of these runs and
+    # counted on the second (scaled to all the runs): counted on the runs that defined it, it has no
+    # hit under the other dataset by construction, and its merit would be pure selection bias.
+    ha, hb = va.size // 2, vb.size // 2
+    if u.size > min(4 * MAX_POINTS, (va.size + vb.size) // 8) or min(ha, hb) < 2:
         only_a = only_b = np.zeros(0)  # a continuous statistic: a value seen once says nothing
     else:
-        only_a, only_b = np.setdiff1d(np.unique(va), vb), np.setdiff1d(np.unique(vb), va)
+        only_a, only_b = np.setdiff1d(np.unique(va[:ha]), vb[:hb]), np.setdiff1d(np.unique(vb[:hb]), va[:ha])
     for only, side in ((only_a, "a"), (only_b, "b")):
         if only.size:
             values = tuple(float(v) for v in only)
-            k_a, k_b = np.count_nonzero(np.isin(va, only)), np.count_nonzero(np.isin(vb, only))
+            k_a = round(np.count_nonzero(np.isin(va[ha:], only)) * va.size / (va.size - ha))
+            k_b = round(np.count_nonzero(np.isin(vb[hb:], only)) * vb.size / (vb.size - hb))
             out.add(lambda i, values=values, side=side: Event(
                 "in", j, values=values, label=f"{label} takes a value seen only under {side} on the search runs "
                                               f"({len(values)} value{'s' if len(values) > 1 else ''})"), [k_a], [k_b])

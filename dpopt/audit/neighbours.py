@@ -83,7 +83,10 @@ def hot_cells(domain: Domain, steps) -> tuple[list[int], list[str]]:
     norms decide for Laplace steps, the squared L2 norms for Gaussian ones. Steps whose query is
     chosen during the run (None), or is over another domain (the binary encoding of the
     polynomial release, a unit's characteristics in a top-down release), say nothing: their
-    columns are not the audit domain's cells. Every cell when no step names one.
+    columns are not the audit domain's cells. Every cell when no step names one, the first and
+    the last first, then inwards (0, m-1, 1, m-2, ...): the adversarial pairs built from the first
+    few then put records in cells that differ in every attribute, not in neighbouring cells that
+    share all but the last.
     """
     cells, why = [], []
     for step in steps:
@@ -97,8 +100,10 @@ def hot_cells(domain: Domain, steps) -> tuple[list[int], list[str]]:
             if c not in cells:
                 cells.append(int(c))
                 why.append(f"its column attains the L{p} sensitivity of {getattr(step, 'label', query.name)!r}")
-    if not cells:
-        return list(range(domain.size)), ["every cell (no planned query is fixed in advance)"] * domain.size
+    if not cells:  # first and last cell first: records that differ in every attribute (for binary attributes,
+        # the last cell satisfies every monotone conjunction, the first none), then inwards
+        order = np.stack([np.arange(domain.size), np.arange(domain.size)[::-1]], axis=1).ravel()[: domain.size]
+        return [int(c) for c in order], ["every cell (no planned query is fixed in advance)"] * domain.size
     return cells, why
 
 

@@ -3,7 +3,8 @@ registered algorithm, the planted-bug mutants and the power of the audit.
 
 Run:  python examples/benchmarks/bench_audit.py [specs] [census] [auto] [planted] [mechanisms] [algorithms]
           [mutants] [power] [--spec-runs 1000] [--planted-runs 2000] [--mechanism-runs 10000]
-          [--algorithm-runs 3000] [--bugs halved_scale,...] [--workers 2] [--plots DIR] [--json FILE]
+          [--algorithm-runs 3000] [--bugs halved_scale,...] [--algorithms mwem,...] [--shipped] [--workers 2]
+          [--plots DIR] [--json FILE]
 
 Sections (all by default):
 
@@ -24,8 +25,10 @@ Sections (all by default):
     The bugs of :class:`dpopt.audit.mutants.Planted` (a halved noise scale, one answer without
     noise: the first or the last draw's, textbook float Laplace noise, zeros read off the data,
     a skipped charge) planted in the real runs of the quickstart and of one spec each of mwem,
-    dualquery (with its noisy record count), polynomial and topdown, at ``--planted-runs``
-    runs: caught or not. Bug by bug (``--bugs`` picks some), each row printed and written to
+    dualquery, polynomial and topdown, each in its *audit configuration*
+    (:mod:`dpopt.audit.configurations`: few rounds, a noisy record count, a small pure claim;
+    ``--shipped``: the shipped specs instead), at ``--planted-runs`` runs: caught or not. Bug
+    by bug (``--bugs`` and ``--algorithms`` pick some), each row printed and written to
     ``--json`` as it finishes.
 ``mechanisms``
     Laplace, discrete Gaussian, exponential and report-noisy-max at claimed ε = 0.5 (δ = 1e-6
@@ -272,20 +275,37 @@ PLANTED_SPECS = {"measure_reconstruct": "quickstart", "mwem": "nltcs_mwem", "dua
                  "polynomial": "nltcs_polynomial", "topdown": "census_topdown"}
 
 
-def planted(args) -> list[dict]:
-    rows = []
+def planted_specs(shipped: bool) -> dict:
+    """The spec each algorithm's planted bugs go into: its audit configuration
+    (:data:`dpopt.audit.configurations.AUDIT_CONFIGURATIONS`), or with ``shipped`` the shipped spec
+    (DualQuery's with a noisy record count, count_share = 0.1: the public-n default discloses n)."""
+    from dpopt.audit.configurations import configured_spec
+    from dpopt.spec import parse_spec
+
     chosen = {}
     for algorithm, name in PLANTED_SPECS.items():
+        if not shipped:
+            chosen[algorithm] = configured_spec(algorithm)
+            continue
         spec = load_spec(name)
-        if algorithm == "dualquery":  # the public-n default discloses n already: plant into the private form
+        if algorithm == "dualquery":
             raw = dict(spec.raw, dualquery=dict(spec.raw["dualquery"], count_share=0.1))
-            from dpopt.spec import parse_spec
-
             spec = parse_spec(raw, source=spec.source, base_dir=spec.base_dir)
         chosen[algorithm] = spec
+    return chosen
+
+
+def planted(args) -> list[dict]:
+    rows = []
+    chosen = planted_specs(args.shipped)
+    algorithms = args.algorithms.split(",") if args.algorithms else list(PLANTED_SPECS)  # in the order given
+    unknown = [a for a in algorithms if a not in PLANTED_SPECS]
+    if unknown:
+        raise SystemExit(f"--algorithms: no planted spec for {unknown[0]!r}; choose from {', '.join(PLANTED_SPECS)}")
     bugs = [b for b in PLANTED_BUGS if not args.bugs or b in args.bugs.split(",")]
     for bug in bugs:  # bug by bug: a run stopped early has each bug on every algorithm it reached
-        for algorithm, name in PLANTED_SPECS.items():
+        for algorithm in algorithms:
+            name = PLANTED_SPECS[algorithm] + ("" if args.shipped else " (audit configuration)")
             spec = chosen[algorithm]
             target, _, _ = spec_target(spec)
             mutant = Planted(target, bug)
@@ -310,16 +330,19 @@ def planted(args) -> list[dict]:
                          "cpu_seconds": report.cpu_seconds, "runs": report.total_runs,
                          "exact_disclosures": final.exact_disclosures, "pair": final.pair_text})
             checkpoint(args, "planted", rows)
-    print(f"\nPlanted bugs in real runs ({args.planted_runs:,} runs per dataset of the worst pair)")
-    print(f"  {'algorithm (spec)':<40} {'bug':<16} {'caught':<7} {'outcome':<18} {'eps >=':>8} {'claim':>7} "
-          f"{'wall':>8} {'CPU':>8}")
+    print(f"\nPlanted bugs in real runs ({args.planted_runs:,} runs per dataset of the worst pair; 'detects': the "
+          "excess over the claim the test would have detected with 95% probability)")
+    print(f"  {'algorithm (spec)':<52} {'bug':<16} {'caught':<7} {'outcome':<18} {'eps >=':>8} {'claim':>7} "
+          f"{'detects':>8} {'runs':>7} {'wall':>8} {'CPU':>8}")
     for r in rows:
         label = f"{r['algorithm']} ({r['spec']})"
         if r["caught"] is None:
-            print(f"  {label:<40} {r['bug']:<16} {'n/a':<7} (no released table to zero)")
+            print(f"  {label:<52} {r['bug']:<16} {'n/a':<7} (no released table to zero)")
             continue
-        print(f"  {label:<40} {r['bug']:<16} {'yes' if r['caught'] else 'NO':<7} {r['outcome']:<18} "
-              f"{r['epsilon_lower_bound']:>8.3f} {r['claimed']:>7.3g} {r['seconds']:>7.1f}s {r['cpu_seconds']:>7.1f}s")
+        det = "none" if math.isinf(r["detectable_excess"]) else f"+{r['detectable_excess']:.3g}"
+        print(f"  {label:<52} {r['bug']:<16} {'yes' if r['caught'] else 'NO':<7} {r['outcome']:<18} "
+              f"{r['epsilon_lower_bound']:>8.3f} {r['claimed']:>7.3g} {det:>8} {r['runs']:>7,} {r['seconds']:>7.1f}s "
+              f"{r['cpu_seconds']:>7.1f}s")
         print(f"  {'':<40} event: {r['event'][:100]}")
     return rows
 
@@ -441,6 +464,11 @@ def main() -> None:
     parser.add_argument("--spec-runs", type=int, default=1000)
     parser.add_argument("--planted-runs", type=int, default=2000)
     parser.add_argument("--bugs", type=str, default=None, help="planted: only these bugs (comma-separated)")
+    parser.add_argument("--algorithms", type=str, default=None,
+                        help="planted: only these algorithms, in this order (comma-separated: "
+                             + ", ".join(PLANTED_SPECS) + ")")
+    parser.add_argument("--shipped", action="store_true",
+                        help="planted: plant into the shipped specs instead of the audit configurations")
     parser.add_argument("--specs", type=str, default=None,
                         help="specs: only these shipped specs, by file stem (comma-separated)")
     parser.add_argument("--mechanism-runs", type=int, default=DEFAULT_RUNS)
