@@ -33,6 +33,17 @@ When the least-risk fit leaves cells at exactly 0, its partners are the positive
 when no blend is lower a positive fit within one standard error is preferred: the release is then
 positive, and its relative entropy to any table the data could hold finite.
 
+**The one-standard-error rule** (:func:`_one_standard_error`, ``select="one_se"``; opt-in, not
+the default :data:`DEFAULT_SELECTION`, as it did not pay off on generated data: docs page on
+auto). The least of a dozen noisy risk estimates is optimistic (the winner's estimate tends to
+have come out low), so the release is the simplest fit, in an order fixed before
+any data (:func:`simplicity_order`: least squares, total held then free, then the smooth fits from
+the heaviest weight down), whose estimate is within one standard error of the paired difference
+above the least's (Hastie, Tibshirani and Friedman, ESL §7.10); a blend replaces it only when it
+beats it by more than the blend's own standard error, and the positivity step takes the nearest
+positive fit or blend within one standard error. ``select="least"`` (the default) is the rule of
+the paragraphs above.
+
 Measurements outside the marginals algebra (ranges, HDMM's p-Identity) have no residual statistics;
 they are fitted by least squares under the constraints and non-negativity, and the report says that
 no risk estimate was made.
