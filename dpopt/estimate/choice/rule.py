@@ -503,18 +503,7 @@ def _blend_or_positive(best: Evidence, pool: list[Evidence], stats: ResidualStat
     partners = [e for e in pool if e.fitted is not None and e is not best and (not zeros or _positive(e, free))]
     if not partners:
         return best, ""
-    weights = np.array([t.weight for t in workload.tables], dtype=np.float64)
-    own = np.array([r.risk for r in best.tables])
-    matrix = table_set_matrix(stats, workload)
-    blends = []
-    for e in partners:
-        q0, q1, q2 = blend_risks(stats, workload, best.fitted, e.fitted, own, np.array([r.risk for r in e.tables]),
-                                 matrix)
-        c0, c1, c2 = float(weights @ q0), float(weights @ q1), float(weights @ q2)
-        alpha = min(max(-c1 / (2.0 * c2), 0.0), 1.0) if c2 > 0 else (1.0 if c1 < 0 else 0.0)
-        risk = c0 + c1 * alpha + c2 * alpha**2
-        if alpha > 0 and risk < best.risk:
-            blends.append((risk, alpha, e, q0 + q1 * alpha + q2 * alpha**2))
+    blends = _lowering_blends(best, partners, stats, workload)
     if blends:
         risk, alpha, other, tables = min(blends, key=lambda b: b[0])
         ev = _blend(best, other, alpha, risk, tables, stats, workload, cs)
@@ -536,6 +525,26 @@ def _blend_or_positive(best: Evidence, pool: list[Evidence], stats: ResidualStat
     return other, (f"; the least-risk fit ({best.candidate.name}, {best.risk:.6g}) leaves cells at exactly 0, and the "
                    f"positive {other.candidate.name} is within one standard error of it ({other.risk:.6g}, standard "
                    f"error of the difference {spread:.4g}): the positive fit is taken")
+
+
+def _lowering_blends(first: Evidence, partners: list[Evidence], stats: ResidualStatistics, workload) -> list:
+    """``(risk, α, partner, per-table risks)`` of the least-risk convex combination
+    ``(1 − α) x̂ + α x̂'`` of ``first`` with each partner, for those whose least is below ``first``'s
+    risk at an ``α > 0`` (the risk a quadratic in ``α``:
+    :func:`~dpopt.estimate.choice.risk.blend_risks`)."""
+    weights = np.array([t.weight for t in workload.tables], dtype=np.float64)
+    own = np.array([r.risk for r in first.tables])
+    matrix = table_set_matrix(stats, workload)
+    out = []
+    for e in partners:
+        q0, q1, q2 = blend_risks(stats, workload, first.fitted, e.fitted, own, np.array([r.risk for r in e.tables]),
+                                 matrix)
+        c0, c1, c2 = float(weights @ q0), float(weights @ q1), float(weights @ q2)
+        alpha = min(max(-c1 / (2.0 * c2), 0.0), 1.0) if c2 > 0 else (1.0 if c1 < 0 else 0.0)
+        risk = c0 + c1 * alpha + c2 * alpha**2
+        if alpha > 0 and risk < first.risk:
+            out.append((risk, alpha, e, q0 + q1 * alpha + q2 * alpha**2))
+    return out
 
 
 def simplicity_order(candidates: Sequence[EstimatorCandidate]) -> list[EstimatorCandidate]:
@@ -599,19 +608,8 @@ def _one_standard_error(best: Evidence, pool: list[Evidence], stats: ResidualSta
     partners = [e for e in scored if e is not preferred and (not zeros or _positive(e, free))]
     if not partners:
         return preferred, note
-    weights = np.array([t.weight for t in workload.tables], dtype=np.float64)
-    own = np.array([r.risk for r in preferred.tables])
-    matrix = table_set_matrix(stats, workload)
-    blends = []
-    for e in partners:
-        q0, q1, q2 = blend_risks(stats, workload, preferred.fitted, e.fitted, own,
-                                 np.array([r.risk for r in e.tables]), matrix)
-        c0, c1, c2 = float(weights @ q0), float(weights @ q1), float(weights @ q2)
-        alpha = min(max(-c1 / (2.0 * c2), 0.0), 1.0) if c2 > 0 else (1.0 if c1 < 0 else 0.0)
-        risk = c0 + c1 * alpha + c2 * alpha**2
-        if alpha > 0 and risk < preferred.risk:
-            se = alpha * difference_spread(stats, workload, preferred.fitted, e.fitted)
-            blends.append((risk, alpha, e, q0 + q1 * alpha + q2 * alpha**2, se))
+    blends = [(risk, alpha, e, tables, alpha * difference_spread(stats, workload, preferred.fitted, e.fitted))
+              for risk, alpha, e, tables in _lowering_blends(preferred, partners, stats, workload)]
     clear = [b for b in blends if preferred.risk - b[0] > b[4]]
     if clear:
         risk, alpha, other, tables, se = min(clear, key=lambda b: b[0])
@@ -621,7 +619,7 @@ def _one_standard_error(best: Evidence, pool: list[Evidence], stats: ResidualSta
                                f"that fit + {alpha:.3g} x {other.candidate.name} (estimated risk {risk:.6g})")
     if not zeros:
         return preferred, note
-    near = [(se, b) for b in blends for se in [b[4]]]  # blends lower the risk: within one standard error
+    near = [(b[4], b) for b in blends]  # these blends lower the risk: within one standard error
     near += [(s, e) for e in partners for s in [difference_spread(stats, workload, preferred.fitted, e.fitted)]
              if e.risk - preferred.risk <= s]
     for se, what in sorted(near, key=lambda p: p[0]):
