@@ -226,3 +226,58 @@ def test_a_release_with_exact_zeros_is_blended_to_a_positive_one_when_the_risk_a
                         spread = difference_spread(fc.statistics, W, best.fitted, e.fitted)
                         assert e.risk - best.risk > spread
     assert positive_seen > 0
+
+
+def test_simplicity_order_is_least_squares_then_heavier_smoothing():
+    from dpopt.estimate.choice.rule import DEFAULT_CANDIDATES, simplicity_order
+
+    names = [c.name for c in simplicity_order(DEFAULT_CANDIDATES)]
+    assert names[:2] == ["l2 on all", "l2 on all, total free"]
+    factors = [c.factor for c in simplicity_order(DEFAULT_CANDIDATES)[2:]]
+    assert factors == sorted(factors, reverse=True)
+    assert names[2:5] == ["smooth (c x 16) on all", "smooth (c x 16) on workload", "smooth (c x 16) on lower"]
+
+
+def test_one_standard_error_rule_against_its_closed_form():
+    """On one Gaussian identity measurement the paired standard error of two fits' risk estimates is,
+    with the fits held fixed, ``2 σ ‖Σ_T ω_T TᵀT (x̂¹ − x̂²)‖`` (the gradient of the difference of
+    ``Σ_T ω_T ‖T(x̂ − y)‖²`` in ``y``), computed here over the cells by brute force. The rule must release
+    the first fit, in the stated order of simplicity, within that of the least estimate; and a blend
+    only when it beats that fit by more than ``α`` times its standard error with the partner."""
+    from dpopt.estimate.choice.rule import simplicity_order
+
+    dom = Domain.from_dict({"a0": 2, "a1": 3, "a2": 2, "a3": 2})
+    W = Workload.all_k_way(dom, 2)
+    G = sum(t.weight * (lambda T: T.T @ T)(t.query(dom).to_sparse().toarray()) for t in W.tables)
+    gen = np.random.default_rng(5)  # test input and test noise
+    departed = 0
+    for _ in range(4):
+        x = np.where(gen.uniform(size=dom.size) < 0.3, 0.0, gen.integers(1, 25, dom.size).astype(float))
+        sd = 3.0
+        m = noisy(Identity(dom), x, sd, gen)
+        fits_only = choose_fit([m], ConstraintSet(dom), W, select="one_se", blend=False)
+        fits = [e for e in fits_only.evidence if e.status == "OPTIMAL" and np.isfinite(e.risk)]
+        keeps = [e for e in fits if all(r.risk <= nr for r, nr, dr in zip(e.tables, fits_only.noisy_risk,
+                                                                          fits_only.direct) if dr)]
+        pool = keeps or fits
+        best = min(pool, key=lambda e: e.risk)
+
+        def se(a, b):
+            return 2.0 * sd * np.linalg.norm(G @ (a.result.x - b.result.x))
+
+        by_name = {e.candidate.name: e for e in pool}
+        expected = next(by_name[c.name] for c in simplicity_order([e.candidate for e in pool])
+                        if by_name[c.name] is best or by_name[c.name].risk - best.risk <= se(by_name[c.name], best))
+        assert fits_only.chosen.candidate.name == expected.candidate.name
+        departed += expected is not best
+        blended = choose_fit([m], ConstraintSet(dom), W, select="one_se")
+        if blended.chosen.candidate.objective == "blend":
+            alpha = blended.chosen.candidate.factor
+            partner = next(e for e in pool if blended.chosen.candidate.name.endswith(" x " + e.candidate.name))
+            assert blended.chosen.candidate.name.startswith(f"blend: {expected.candidate.name} +")
+            assert np.allclose(blended.result.x, (1 - alpha) * expected.result.x + alpha * partner.result.x)
+            positive_needed = expected.result.x.min() <= 0
+            assert (expected.risk - blended.chosen.risk > alpha * se(expected, partner)) or positive_needed
+        elif blended.chosen.candidate.name == expected.candidate.name:
+            assert "blend" not in blended.rule
+    assert departed > 0  # the case exercises the rule: the least estimate is not always released

@@ -33,6 +33,17 @@ When the least-risk fit leaves cells at exactly 0, its partners are the positive
 when no blend is lower a positive fit within one standard error is preferred: the release is then
 positive, and its relative entropy to any table the data could hold finite.
 
+**The one-standard-error rule** (:func:`_one_standard_error`, ``select="one_se"``; opt-in, not
+the default :data:`DEFAULT_SELECTION`, as it did not pay off on generated data: docs page on
+auto). The least of a dozen noisy risk estimates is optimistic (the winner's estimate tends to
+have come out low), so the release is the simplest fit, in an order fixed before
+any data (:func:`simplicity_order`: least squares, total held then free, then the smooth fits from
+the heaviest weight down), whose estimate is within one standard error of the paired difference
+above the least's (Hastie, Tibshirani and Friedman, ESL §7.10); a blend replaces it only when it
+beats it by more than the blend's own standard error, and the positivity step takes the nearest
+positive fit or blend within one standard error. ``select="least"`` (the default) is the rule of
+the paragraphs above.
+
 Measurements outside the marginals algebra (ranges, HDMM's p-Identity) have no residual statistics;
 they are fitted by least squares under the constraints and non-negativity, and the report says that
 no risk estimate was made.
@@ -67,6 +78,10 @@ SMOOTHING_FACTORS = (0.25, 1.0, 4.0, 16.0)
 MAX_COORDINATES = 3000
 #: Least squares on a subfamily of residuals fits dense rows: at most this many entries.
 MAX_DENSE_L2 = 2_000_000
+#: How the rule selects among the scored fits (:func:`choose_fit`'s ``select``): ``"least"``, the
+#: least risk estimate then the least-risk blend; ``"one_se"``, the simplest fit within one standard
+#: error (:func:`_one_standard_error`).
+DEFAULT_SELECTION = "least"
 #: A fit whose residual rows ``m`` and cells ``n`` have ``m² n`` at most this is handed to the
 #: engines and the Jacobians as an explicit matrix (:func:`_explicit`).
 EXPLICIT_GRAM = 20_000_000
@@ -327,7 +342,7 @@ def _sigma_bar(stats: ResidualStatistics, sets) -> float:
 
 def choose_fit(measurements: Sequence[Measurement], constraints: ConstraintSet, workload,
                candidates: Sequence[EstimatorCandidate] = DEFAULT_CANDIDATES, time_limit: float | None = None,
-               blend: bool = True) -> FitChoice:
+               blend: bool = True, select: str | None = None) -> FitChoice:
     """Fit every candidate, estimate its risk, take the least (module notes).
 
     Parameters
@@ -344,8 +359,17 @@ def choose_fit(measurements: Sequence[Measurement], constraints: ConstraintSet, 
     blend : bool
         Whether blends and the positive preference (:func:`_blend_or_positive`) are considered
         (default; off only to measure what they bring).
+    select : {"least", "one_se"}, optional
+        ``"least"``: the least risk estimate, then the least-risk blend (:func:`_blend_or_positive`);
+        ``"one_se"``: the simplest fit within one standard error of the least, blended only when the
+        blend beats it by more than the blend's standard error (:func:`_one_standard_error`).
+        Default :data:`DEFAULT_SELECTION`.
     """
     from dpopt.estimate import reconstruct
+
+    select = DEFAULT_SELECTION if select is None else select
+    if select not in ("least", "one_se"):
+        raise DpoptError(f"choose_fit: select must be 'least' or 'one_se', not {select!r}")
 
     cs = constraints if constraints.nonnegative else ConstraintSet(constraints.domain,
                                                                     [*constraints.constraints, NonNegativity()])
@@ -409,7 +433,10 @@ def choose_fit(measurements: Sequence[Measurement], constraints: ConstraintSet, 
     keeps = [e for e in ok if all(r.risk <= nr for r, nr, dr in zip(e.tables, noisy_risk, direct) if dr)]
     pool = keeps or ok
     best = min(pool, key=lambda e: e.risk)
-    chosen, blend_note = _blend_or_positive(best, pool, stats, workload, cs) if blend else (best, "")
+    if select == "one_se":
+        chosen, blend_note = _one_standard_error(best, pool, stats, workload, cs, blend)
+    else:
+        chosen, blend_note = _blend_or_positive(best, pool, stats, workload, cs) if blend else (best, "")
     if chosen not in evidence:
         evidence.append(chosen)
     over = [(r.label, r.risk, nr) for r, nr, dr in zip(chosen.tables, noisy_risk, direct) if dr and r.risk > nr]
@@ -476,18 +503,7 @@ def _blend_or_positive(best: Evidence, pool: list[Evidence], stats: ResidualStat
     partners = [e for e in pool if e.fitted is not None and e is not best and (not zeros or _positive(e, free))]
     if not partners:
         return best, ""
-    weights = np.array([t.weight for t in workload.tables], dtype=np.float64)
-    own = np.array([r.risk for r in best.tables])
-    matrix = table_set_matrix(stats, workload)
-    blends = []
-    for e in partners:
-        q0, q1, q2 = blend_risks(stats, workload, best.fitted, e.fitted, own, np.array([r.risk for r in e.tables]),
-                                 matrix)
-        c0, c1, c2 = float(weights @ q0), float(weights @ q1), float(weights @ q2)
-        alpha = min(max(-c1 / (2.0 * c2), 0.0), 1.0) if c2 > 0 else (1.0 if c1 < 0 else 0.0)
-        risk = c0 + c1 * alpha + c2 * alpha**2
-        if alpha > 0 and risk < best.risk:
-            blends.append((risk, alpha, e, q0 + q1 * alpha + q2 * alpha**2))
+    blends = _lowering_blends(best, partners, stats, workload)
     if blends:
         risk, alpha, other, tables = min(blends, key=lambda b: b[0])
         ev = _blend(best, other, alpha, risk, tables, stats, workload, cs)
@@ -509,6 +525,114 @@ def _blend_or_positive(best: Evidence, pool: list[Evidence], stats: ResidualStat
     return other, (f"; the least-risk fit ({best.candidate.name}, {best.risk:.6g}) leaves cells at exactly 0, and the "
                    f"positive {other.candidate.name} is within one standard error of it ({other.risk:.6g}, standard "
                    f"error of the difference {spread:.4g}): the positive fit is taken")
+
+
+def _lowering_blends(first: Evidence, partners: list[Evidence], stats: ResidualStatistics, workload) -> list:
+    """``(risk, α, partner, per-table risks)`` of the least-risk convex combination
+    ``(1 − α) x̂ + α x̂'`` of ``first`` with each partner, for those whose least is below ``first``'s
+    risk at an ``α > 0`` (the risk a quadratic in ``α``:
+    :func:`~dpopt.estimate.choice.risk.blend_risks`)."""
+    weights = np.array([t.weight for t in workload.tables], dtype=np.float64)
+    own = np.array([r.risk for r in first.tables])
+    matrix = table_set_matrix(stats, workload)
+    out = []
+    for e in partners:
+        q0, q1, q2 = blend_risks(stats, workload, first.fitted, e.fitted, own, np.array([r.risk for r in e.tables]),
+                                 matrix)
+        c0, c1, c2 = float(weights @ q0), float(weights @ q1), float(weights @ q2)
+        alpha = min(max(-c1 / (2.0 * c2), 0.0), 1.0) if c2 > 0 else (1.0 if c1 < 0 else 0.0)
+        risk = c0 + c1 * alpha + c2 * alpha**2
+        if alpha > 0 and risk < first.risk:
+            out.append((risk, alpha, e, q0 + q1 * alpha + q2 * alpha**2))
+    return out
+
+
+def simplicity_order(candidates: Sequence[EstimatorCandidate]) -> list[EstimatorCandidate]:
+    """The candidates from simplest to least simple, for the one-standard-error rule: least squares
+    before the smooth estimate (no tuning weight; the fit the noisy answers' own projection gives),
+    the total held before left free (one more constraint), then the smooth fits from the heaviest
+    weight to the lightest (more smoothing, fewer effective degrees of freedom), each weight's
+    families in the order ``all``, ``workload``, ``lower``. The order is fixed before any data."""
+    families = {"all": 0, "workload": 1, "lower": 2}
+    return sorted(candidates, key=lambda c: (c.objective != "l2", not c.held, -c.factor if c.objective == "smooth"
+                                             else 0.0, families.get(c.family, 3)))
+
+
+def _one_standard_error(best: Evidence, pool: list[Evidence], stats: ResidualStatistics, workload,
+                        cs: ConstraintSet, blend: bool = True) -> tuple[Evidence, str]:
+    """The one-standard-error rule (Hastie, Tibshirani and Friedman, *The Elements of Statistical
+    Learning*, 2nd ed., §7.10), applied to the fit and to the blend alike.
+
+    The least of a dozen noisy risk estimates is optimistic: the fit that wins is, more often than
+    not, one whose estimate came out low. So:
+
+    1. **The preferred fit** is the first, in :func:`simplicity_order`, whose risk estimate is
+       within one standard error of the paired difference above the least's,
+       ``R̂(x̂) − R̂(x̂⁰) ≤ se(x̂, x̂⁰)`` (:func:`~dpopt.estimate.choice.risk.difference_spread`: the
+       noise both estimates share cancels).
+    2. **A blend** ``(1 − α) x̂ + α x̂'`` of the preferred fit with one other (the least-risk weight,
+       :func:`~dpopt.estimate.choice.risk.blend_risks`) is released only when its risk estimate is
+       below the preferred fit's by more than the standard error of that difference,
+       ``α · se(x̂, x̂')``; the least-risk such blend. The blend step cannot undo step 1: a blend
+       wins only as a fit would have had to.
+    3. **Positivity.** When the release so far has cells at exactly 0 (no structural zero fixing
+       them), the partners in 2 are the positive fits only, and when no blend clears its standard
+       error, the positive fit or blend (with a positive fit, at its least-risk weight) nearest the
+       preferred fit (least standard error of the difference) among those within one standard
+       error of it is released, so that relative entropy to any table the data could hold is
+       finite; else the preferred fit.
+
+    No tuned constant: the one standard error is the rule's own, and every figure comes from the
+    noisy answers and the public noise laws.
+    """
+    scored = [e for e in pool if e.fitted is not None]
+    if best.fitted is None or not scored:
+        return best, ""
+    by_candidate = {id(e.candidate): e for e in scored}
+    ordered = [by_candidate[id(c)] for c in simplicity_order([e.candidate for e in scored])]
+    preferred = best
+    for e in ordered:
+        if e is best or e.risk - best.risk <= difference_spread(stats, workload, best.fitted, e.fitted):
+            preferred = e
+            break
+    note = ""
+    if preferred is not best:
+        note = (f"; one-standard-error rule: {preferred.candidate.name} (risk {preferred.risk:.6g}) is the simplest "
+                f"fit within one standard error of the least ({best.candidate.name}, {best.risk:.6g})")
+    if not blend:
+        return preferred, note
+    free = np.ones(cs.domain.size, dtype=bool)
+    if cs.zero_rules:
+        free[cs.zero_mask()] = False
+    zeros = not _positive(preferred, free)
+    partners = [e for e in scored if e is not preferred and (not zeros or _positive(e, free))]
+    if not partners:
+        return preferred, note
+    blends = [(risk, alpha, e, tables, alpha * difference_spread(stats, workload, preferred.fitted, e.fitted))
+              for risk, alpha, e, tables in _lowering_blends(preferred, partners, stats, workload)]
+    clear = [b for b in blends if preferred.risk - b[0] > b[4]]
+    if clear:
+        risk, alpha, other, tables, se = min(clear, key=lambda b: b[0])
+        ev = _blend(preferred, other, alpha, risk, tables, stats, workload, cs)
+        if ev is not None:
+            return ev, note + (f"; a blend beats it by more than one standard error ({se:.4g}): {1 - alpha:.3g} x "
+                               f"that fit + {alpha:.3g} x {other.candidate.name} (estimated risk {risk:.6g})")
+    if not zeros:
+        return preferred, note
+    near = [(b[4], b) for b in blends]  # these blends lower the risk: within one standard error
+    near += [(s, e) for e in partners for s in [difference_spread(stats, workload, preferred.fitted, e.fitted)]
+             if e.risk - preferred.risk <= s]
+    for se, what in sorted(near, key=lambda p: p[0]):
+        if isinstance(what, Evidence):
+            return what, note + (f"; it leaves cells at exactly 0, and the positive {what.candidate.name} is the "
+                                 f"nearest fit within one standard error ({what.risk:.6g}, {se:.4g})")
+        risk, alpha, other, tables, _ = what
+        ev = _blend(preferred, other, alpha, risk, tables, stats, workload, cs)
+        if ev is not None:
+            return ev, note + (f"; it leaves cells at exactly 0: the nearest positive release within one standard "
+                               f"error is {1 - alpha:.3g} x that fit + {alpha:.3g} x {other.candidate.name} "
+                               f"(estimated risk {risk:.6g}, standard error {se:.4g})")
+    return preferred, note
 
 
 def _blend(first: Evidence, second: Evidence, alpha: float, risk: float, tables: np.ndarray,
