@@ -61,6 +61,7 @@ import numpy as np
 from dpopt.errors import BudgetExceededError, ParameterError
 from dpopt.privacy.accountant import PrivacyCost
 from dpopt.strategy.wide_selection import _stack  # the stacked marginals of one measurement
+from dpopt.strategy.wide_selection import selection_probabilities
 
 __all__ = ["TreePlan", "TreeSelection", "plan_tree", "run_tree", "tree_scores", "tree_probabilities",
            "tree_charge", "ONE_WAY_SHARE", "SELECT_SHARE"]
@@ -198,10 +199,8 @@ def tree_scores(pair_counts: list, one_way: dict, pairs: list) -> np.ndarray:
 
 def tree_probabilities(scores, epsilon) -> np.ndarray:
     """The exponential mechanism's law over pairs of ``scores`` (sensitivity 1), in closed form:
-    ``exp(ε q / 2) / Σ exp(ε q' / 2)``."""
-    q = np.asarray(scores, dtype=np.float64)
-    w = np.exp(float(epsilon) * (q - q.max()) / 2)
-    return w / w.sum()
+    ``exp(ε q / 2) / Σ exp(ε q' / 2)`` -- the same law as wide selection's rounds."""
+    return selection_probabilities(scores, epsilon)
 
 
 @dataclass
