@@ -12,7 +12,11 @@ Cases (``--cases``):
   seconds, the certified gap and why the solve stopped) and, with ``--pgm``, Private-PGM run in a
   child process whose outcome is recorded (its junction tree of all triples is the whole domain);
   ``adult-chain`` a chain of 3-way marginals (attributes i, i+1, i+2:
-  decomposable) where Private-PGM finishes, on the same measurements.
+  decomposable) where Private-PGM finishes, on the same measurements. ``--estimators`` picks the
+  estimator options run on those measurements: ``ls`` (default: least squares with
+  non-negativity, then records on the chain), ``shrink`` (``shrink=True``) and ``unconstrained``
+  (``nonnegative=False``: the consistent least-squares fit) and ``total-hat`` (least squares with
+  non-negativity and the total fixed at the unconstrained fit's total: post-processing only).
 * ``bn``     — binary data from a known sparse Bayesian network (``dpopt.datasets.bayes_net``,
   parents within 3 places, seed 1), n = 50,000, d = 27, 50, 100: every 2-way marginal (and every
   3-way at d = 27). ``space`` measures the workload; ``space (shrink)`` is the same estimate
@@ -43,6 +47,8 @@ Run::
     OPENBLAS_NUM_THREADS=1 nice -n 10 python examples/benchmarks/bench_wide.py --cases nltcs adult --pgm
     python examples/benchmarks/bench_wide.py --cases bn --eps 1 --plot wide.png   # error and time against d
     python examples/benchmarks/bench_wide.py --cases bn --eps 1 --no-mwem          # without MWEM's minutes
+    OPENBLAS_NUM_THREADS=1 nice -n 10 python examples/benchmarks/bench_wide.py --cases adult-chain \
+        --accounting zcdp --eps 0.1 1 --estimators ls shrink unconstrained total-hat   # estimator options, same measurements
 """
 
 from __future__ import annotations
@@ -65,6 +71,10 @@ from _common import load_adult_pgm, load_binary, peak_memory_mb  # noqa: E402
 BN_SIZES = (27, 50, 100)
 COLORS = {"space": "tab:blue", "auto wide": "tab:green", "mwem": "tab:orange", "independent (exact 1-way)": "tab:gray"}
 RECORDS = 50_000
+#: The adult cases' estimator options (``--estimators``): label and keyword arguments of estimate_marginals.
+ESTIMATORS = {"ls": ("space", {}), "shrink": ("space (shrink)", {"shrink": True}),
+              "unconstrained": ("space (no non-negativity)", {"nonnegative": False}),
+              "total-hat": ("space (total = its LS estimate)", {})}
 
 
 # ---- measurements ---------------------------------------------------------------------------------
@@ -93,11 +103,11 @@ def errors(estimates: dict, truths: dict, n: float) -> float:
 
 # ---- the cases ------------------------------------------------------------------------------------------
 def case_rows(case: str, eps: float, accounting: str, seed: int, pgm: bool, time_limit: float | None,
-              mwem: bool = True) -> list[dict]:
+              mwem: bool = True, estimators=("ls",)) -> list[dict]:
     if case == "nltcs":
         return nltcs_rows(eps, accounting, seed, pgm)
     if case.startswith("adult"):
-        return adult_rows(case, eps, accounting, seed, pgm, time_limit)
+        return adult_rows(case, eps, accounting, seed, pgm, time_limit, estimators)
     return bn_rows(int(case[2:].split("k")[0]), int(case.split("k")[1]), eps, accounting, seed, time_limit, mwem)
 
 
@@ -134,7 +144,7 @@ def nltcs_rows(eps, accounting, seed, pgm) -> list[dict]:
     return rows
 
 
-def adult_rows(case, eps, accounting, seed, pgm, time_limit) -> list[dict]:
+def adult_rows(case, eps, accounting, seed, pgm, time_limit, estimators=("ls",)) -> list[dict]:
     """``adult-chain`` (12 triples i, i+1, i+2) or ``adult``/``adult-3way`` (all 364 triples): the
     estimate (error per workload marginal, CPU seconds, certificate), its records on the chain,
     and Private-PGM on the same measurements when ``pgm`` (on all triples its outcome is recorded,
@@ -148,21 +158,37 @@ def adult_rows(case, eps, accounting, seed, pgm, time_limit) -> list[dict]:
     ms, _ = measure_sets(data, sets, accounting, eps, seed)
     truths = {s: data.marginal(s).astype(float) for s in sets}
     n = float(data.total)
-    cpu = time.process_time()
-    row, est = space_row("space", ms, sets, truths, n, time_limit=time_limit)
-    cert = est.info.get("certificate", {})
-    row.update(cpu_seconds=time.process_time() - cpu, gap=cert.get("gap"), stopped=est.info.get("stopped"),
-               iterations=est.nit)
-    if not est.success:  # the solver's incumbent, labelled as such: not an estimate dpopt would release
-        row["incumbent_error"] = errors(est.marginals(sets), truths, n)
-    rows = [row]
-    if est.success and case == "adult-chain":  # records of all 364 triples: not part of this benchmark
-        rows.append(records_row(est, data, sets, truths, n))
+    rows = []
+    for name in estimators:
+        cpu = time.process_time()
+        options = dict(ESTIMATORS[name][1])
+        if name == "total-hat":  # the total fixed at the unconstrained fit's (post-processing of the measurements only)
+            options["total"] = estimated_total(ms, sets)
+        row, est = space_row(ESTIMATORS[name][0], ms, sets, truths, n, time_limit=time_limit, **options)
+        cert = est.info.get("certificate", {})
+        row.update(cpu_seconds=time.process_time() - cpu, gap=cert.get("gap"), stopped=est.info.get("stopped"),
+                   iterations=est.nit)
+        if not est.success:  # the solver's incumbent, labelled as such: not an estimate dpopt would release
+            row["incumbent_error"] = errors(est.marginals(sets), truths, n)
+        print(json.dumps({"eps": eps, **row}, default=str), file=sys.stderr, flush=True)  # progress, case by case
+        rows.append(row)
+        if name == "ls" and est.success and case == "adult-chain":  # records of all 364 triples: not benchmarked
+            rows.append(records_row(est, data, sets, truths, n))
     if pgm and case == "adult-chain":
         rows.append(pgm_row(data, ms, sets, truths, n))
     elif pgm:
         rows.append(pgm_child(case, eps, accounting, seed))
     return rows
+
+
+def estimated_total(ms, sets) -> float:
+    """The record count of the consistent least-squares fit (no non-negativity): the inverse-variance
+    average of the measured totals, unbiased, unlike the total of the non-negative fit, which the
+    positive part of the noise inflates on marginals with far more cells than records."""
+    from dpopt.estimate.marginal_space import estimate_marginals
+
+    free = estimate_marginals(ms, sets, nonnegative=False)
+    return float(np.asarray(free.marginals([tuple(sets[0])])[tuple(sets[0])], float).sum())
 
 
 def pgm_child(case, eps, accounting, seed) -> dict:
@@ -303,7 +329,7 @@ def pgm_row(data, ms, sets, truths, n, iters: int = 1000) -> dict:
 # ---- driver -----------------------------------------------------------------------------------------------
 def run_one(args) -> None:
     rows = case_rows(args.one, args.eps[0], args.accounting[0], args.seed, args.pgm, args.time_limit,
-                     not args.no_mwem)
+                     not args.no_mwem, args.estimators)
     print(json.dumps({"rows": rows, "peak_mb": peak_memory_mb()}))
 
 
@@ -319,6 +345,8 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=None, help="seconds for each estimation")
     parser.add_argument("--no-mwem", action="store_true", help="bn: skip factored MWEM (minutes per case)")
     parser.add_argument("--plot", type=Path, default=None, help="write error and time against d to this PNG")
+    parser.add_argument("--estimators", nargs="+", default=["ls"], choices=list(ESTIMATORS),
+                        help="adult cases: the estimator options to run on the same measurements (default ls)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--pgm-only", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -341,7 +369,7 @@ def main() -> None:
                 cmd = [sys.executable, __file__, "--one", case, "--eps", str(eps), "--accounting", accounting,
                        "--seed", str(args.seed)] + (["--pgm"] if args.pgm else []) + \
                     (["--time-limit", str(args.time_limit)] if args.time_limit else []) + \
-                    (["--no-mwem"] if args.no_mwem else [])
+                    (["--no-mwem"] if args.no_mwem else []) + ["--estimators", *args.estimators]
                 out = subprocess.run(cmd, capture_output=True, text=True)
                 if out.returncode:
                     print(f"{case} {accounting} eps={eps}: FAILED\n{out.stderr[-2000:]}", flush=True)
