@@ -18,7 +18,9 @@ from dpopt.audit.neighbours import hot_cells
 from dpopt.audit.report import EXACT_DISCLOSURE
 from dpopt.audit.spec import spec_target
 from dpopt.errors import ParameterError
+from dpopt.model.data import Dataset
 from dpopt.model.domain import Domain
+from dpopt.privacy.randomness import SeededRandom
 
 
 @pytest.mark.parametrize("algorithm", sorted(AUDIT_CONFIGURATIONS))
@@ -102,3 +104,25 @@ def test_mwem_halved_scale_is_caught_in_its_audit_configuration():
     table's total alone (claim 1). Seeded; about 25 CPU seconds (the benchmark's 2,000 runs: 1.27)."""
     report = _planted("mwem", "halved_scale", 800)
     assert report.flagged and report.epsilon_lower_bound > 1.0
+
+
+def test_topdown_unnoised_answer_lands_on_a_structural_zero_and_leaks_nothing():
+    """Why the audit cannot catch top-down's planted unnoised answer in its configuration: the first
+    noise draw is the nation's detailed table, and its first cell (age 0-14, householder) is ruled
+    out by the census edit rules. No dataset the public constraints allow has a record there, so
+    that released noisy answer is 0 without noise on every one of them: the same public value,
+    whatever the neighbours (docs: audit configurations)."""
+    target, _, _ = spec_target(configured_spec("topdown"))
+    allowed = target.allowed_cells()
+    assert 0 not in allowed  # the cell the unnoised answer counts is a structural zero
+    m = target.domain.size
+    empty = Dataset.from_histogram(np.zeros(m, dtype=np.int64), target.domain)
+    every = Dataset.from_histogram(np.bincount(allowed, minlength=m).astype(np.int64), target.domain)
+    target.prepare(every, SeededRandom(0))
+    col = next(i for i, n in enumerate(target.names) if n.startswith("answer 'level nation' noisy["))
+    assert "age_group=0-14" in target.names[col] and "relationship=householder" in target.names[col]
+    mutant = Planted(target, "unnoised_answer")
+    for data in (empty, every):
+        planted = np.array([mutant.run(data, SeededRandom(s))[0][col] for s in range(4)])
+        correct = np.array([target.run(data, SeededRandom(s))[0][col] for s in range(4)])
+        assert np.all(planted == 0) and np.any(correct != 0)  # unnoised: the public 0; correct: noisy
