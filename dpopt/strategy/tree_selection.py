@@ -61,7 +61,7 @@ import numpy as np
 from dpopt.errors import BudgetExceededError, ParameterError
 from dpopt.privacy.accountant import PrivacyCost
 from dpopt.strategy.wide_selection import _stack  # the stacked marginals of one measurement
-from dpopt.strategy.wide_selection import selection_probabilities
+from dpopt.strategy.wide_selection import selection_probabilities, selection_scores
 
 __all__ = ["TreePlan", "TreeSelection", "plan_tree", "run_tree", "tree_scores", "tree_probabilities",
            "tree_charge", "ONE_WAY_SHARE", "SELECT_SHARE"]
@@ -180,7 +180,8 @@ def plan_tree(domain, total: PrivacyCost, mechanism: str) -> TreePlan:
 
 # ---- selection ---------------------------------------------------------------------------------------
 def tree_scores(pair_counts: list, one_way: dict, pairs: list) -> np.ndarray:
-    """MST's scores ``||M_ij(x) − n^ p^_i ⊗ p^_j||_1`` (module notes, step 2).
+    """MST's scores ``||M_ij(x) − n^ p^_i ⊗ p^_j||_1`` (module notes, step 2): wide selection's
+    :func:`~dpopt.strategy.wide_selection.selection_scores` against the independence model, no penalty.
 
     Parameters
     ----------
@@ -193,8 +194,8 @@ def tree_scores(pair_counts: list, one_way: dict, pairs: list) -> np.ndarray:
     laws = {a: np.maximum(np.asarray(v, dtype=np.float64), 0.0) for a, v in one_way.items()}
     total = max(float(np.mean([v.sum() for v in one_way.values()])), 1.0)
     laws = {a: (p / p.sum() if p.sum() > 0 else np.full(p.size, 1.0 / p.size)) for a, p in laws.items()}
-    return np.array([np.abs(np.asarray(c, dtype=np.float64) - total * np.outer(laws[i], laws[j]).ravel()).sum()
-                     for c, (i, j) in zip(pair_counts, pairs)])
+    model = [total * np.outer(laws[i], laws[j]).ravel() for i, j in pairs]
+    return selection_scores([np.asarray(c, dtype=np.float64) for c in pair_counts], model, np.zeros(len(pairs)))
 
 
 def tree_probabilities(scores, epsilon) -> np.ndarray:
