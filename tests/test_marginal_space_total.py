@@ -143,6 +143,20 @@ def test_unconstrained_fit_total_is_the_held_value(rng):
     assert not est.info["total"]["held"] and est.total == pytest.approx(n_hat, rel=1e-12)
 
 
+def test_a_negative_estimate_is_held_at_zero(rng):
+    """Heavy noise can make n̂ negative; under non-negativity the nearest feasible total is 0."""
+    x = np.zeros(DOM.size)
+    ms = [Measurement(m.query, m.values - 5.0, m.noise, m.scale, m.variance, label=m.label)
+          for m in measured(x, CHAIN, 6.0, rng)]
+    n_hat, _ = closed_form_total(ms)
+    assert n_hat < 0
+    for route in (SPACE, {}):
+        est = estimate_marginals(ms, **route)
+        assert est.success and est.info["total"]["held"] and est.info["total"]["value"] == 0.0
+        assert est.total == pytest.approx(0.0, abs=1e-6)
+        assert "nearest to n̂ < 0" in est.message
+
+
 # ---- priority, privacy, input ----------------------------------------------------------------------
 def test_a_public_total_keeps_priority(rng):
     x, ms = sparse_case(rng)

@@ -234,6 +234,8 @@ def estimate_marginals(
     if total_choice.held and not fit.fixed[empty]:  # hold n̂: the empty set's residual fixed at its estimate
         fit.fixed = fit.fixed.copy()
         fit.fixed[empty] = True
+        fit.target = fit.target.copy()
+        fit.target[index.set_offsets[empty]] = total_choice.value  # n̂, or 0 when n̂ < 0 (total.py)
     time_fit = time.perf_counter() - tick
 
     # An attribute nothing holds is released uniform (its residual stays at the prior's centre, 0):

@@ -56,7 +56,8 @@ i.e. when the squared error of the free total, ``B² + Var``, would exceed that 
 
 Where the data are dense against the noise (``n̂ ≫ D_S σ_S`` for some precise marginal) ``B̂`` is
 negligible and the free fit is kept: it is then the better estimate, as it uses the sign
-information of non-negativity. ``n̂ ≤ 0`` (possible under heavy noise) is read as 0 in (4).
+information of non-negativity. ``n̂ ≤ 0`` (possible under heavy noise) is read as 0 in (4), and a
+negative ``n̂`` is held at 0, its projection on the totals non-negativity allows.
 
 This module is post-processing only: it never sees data or randomness.
 """
@@ -104,7 +105,8 @@ class TotalChoice:
     held : bool
         The total was held at ``value`` (public or measured).
     value : float
-        The held total: the public count, or ``n̂`` of equation (2) (also reported when free).
+        The held total: the public count, or ``n̂`` of equation (2) (also reported when free; held
+        at 0 when ``n̂ < 0`` under non-negativity, the only feasible total nearest to it).
     stddev : float
         Standard error of ``n̂``, ``1/√W_∅`` (0 for a public total).
     bias : float
@@ -173,13 +175,17 @@ def choose_total(mode: str, estimate: float, weight: float, cells: np.ndarray, v
     else:
         bias = float("nan")
     evidence = f"predicted bias of the free total {bias:.4g} against the standard error {stddev:.4g} of n̂ = {estimate:.6g}"
+    # Under non-negativity no total below 0 is feasible: a negative n̂ (heavy noise) is held at 0, its
+    # projection on the feasible totals (the least squares of the total alone).
+    value = max(estimate, 0.0) if nonnegative else estimate
     if mode == "measured":
-        return TotalChoice(mode, True, estimate, stddev, bias, f"held at n̂ as asked (total='measured'); {evidence}")
+        return TotalChoice(mode, True, value, stddev, bias, f"held at n̂ as asked (total='measured'); {evidence}")
     if mode == "free":
         return TotalChoice(mode, False, estimate, stddev, bias, f"free as asked (total='free'); {evidence}")
     if not nonnegative:
         return TotalChoice(mode, False, estimate, stddev, bias,
                            "free: without non-negativity the fit's total is n̂ already")
     held = bool(bias > stddev)
-    verdict = "held at n̂ (bias above the standard error)" if held else "free (bias within the standard error)"
-    return TotalChoice(mode, held, estimate, stddev, bias, f"{verdict}: {evidence}")
+    at = "n̂" if value == estimate else "0, the feasible total nearest to n̂ < 0,"
+    verdict = f"held at {at} (bias above the standard error)" if held else "free (bias within the standard error)"
+    return TotalChoice(mode, held, value if held else estimate, stddev, bias, f"{verdict}: {evidence}")
