@@ -51,7 +51,7 @@ Run::
     python examples/benchmarks/bench_wide.py --cases bn --eps 1 --plot wide.png   # error and time against d
     python examples/benchmarks/bench_wide.py --cases bn --eps 1 --no-mwem          # without MWEM's minutes
     OPENBLAS_NUM_THREADS=1 nice -n 10 python examples/benchmarks/bench_wide.py --cases adult-chain \
-        --accounting zcdp --eps 0.1 1 --estimators ls free shrink unconstrained total-hat   # estimator options, same measurements
+        --accounting zcdp --eps 0.1 1 --estimators ls free shrink unconstrained total-hat  # options, same measurements
 """
 
 from __future__ import annotations

@@ -29,8 +29,6 @@ import time
 from itertools import combinations
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import load_binary, peak_memory_mb  # noqa: E402

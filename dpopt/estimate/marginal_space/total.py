@@ -174,7 +174,8 @@ def choose_total(mode: str, estimate: float, weight: float, cells: np.ndarray, v
         bias = float(np.sum(clipping_bias(t, laplace) / sd) / weight)
     else:
         bias = float("nan")
-    evidence = f"predicted bias of the free total {bias:.4g} against the standard error {stddev:.4g} of n̂ = {estimate:.6g}"
+    evidence = (f"predicted bias of the free total {bias:.4g} against the standard error {stddev:.4g} of "
+                f"n̂ = {estimate:.6g}")
     # Under non-negativity no total below 0 is feasible: a negative n̂ (heavy noise) is held at 0, its
     # projection on the feasible totals (the least squares of the total alone).
     value = max(estimate, 0.0) if nonnegative else estimate
