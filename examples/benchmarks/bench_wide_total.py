@@ -17,7 +17,7 @@ of D attributes), and ``autoDkK`` (the same data through ``auto``'s wide plan,
 Run::
 
     OPENBLAS_NUM_THREADS=1 nice -n 10 python examples/benchmarks/bench_wide_total.py \\
-        --cases nltcs bn27k3 bn27k2 bn50k2 bn100k2 auto27k3 auto100k2 --accounting zcdp pure --eps 1 0.1
+        --cases nltcs bn27k3 bn27k2 bn50k2 bn100k2 auto27k3 auto50k2 auto100k2 --accounting zcdp pure --eps 1 0.1
 """
 
 from __future__ import annotations
