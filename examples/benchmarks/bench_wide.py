@@ -13,10 +13,13 @@ Cases (``--cases``):
   child process whose outcome is recorded (its junction tree of all triples is the whole domain);
   ``adult-chain`` a chain of 3-way marginals (attributes i, i+1, i+2:
   decomposable) where Private-PGM finishes, on the same measurements. ``--estimators`` picks the
-  estimator options run on those measurements: ``ls`` (default: least squares with
-  non-negativity, then records on the chain), ``shrink`` (``shrink=True``) and ``unconstrained``
-  (``nonnegative=False``: the consistent least-squares fit) and ``total-hat`` (least squares with
-  non-negativity and the total fixed at the unconstrained fit's total: post-processing only).
+  estimator options run on those measurements: ``ls`` (default: the estimator's defaults, least
+  squares with non-negativity and ``total="auto"``, then records on the chain), ``free``
+  (``total="free"``: the total left to the non-negative fit, the default before the total rule),
+  ``shrink`` (``shrink=True``), ``unconstrained`` (``nonnegative=False``: the consistent
+  least-squares fit) and ``total-hat`` (``total="measured"``: the total held at the unconstrained
+  fit's, whatever the rule says). Each row gives the estimate's total and whether it was held.
+  The rule's validation away from adult is ``bench_wide_total.py``.
 * ``bn``     — binary data from a known sparse Bayesian network (``dpopt.datasets.bayes_net``,
   parents within 3 places, seed 1), n = 50,000, d = 27, 50, 100: every 2-way marginal (and every
   3-way at d = 27). ``space`` measures the workload; ``space (shrink)`` is the same estimate
@@ -48,7 +51,7 @@ Run::
     python examples/benchmarks/bench_wide.py --cases bn --eps 1 --plot wide.png   # error and time against d
     python examples/benchmarks/bench_wide.py --cases bn --eps 1 --no-mwem          # without MWEM's minutes
     OPENBLAS_NUM_THREADS=1 nice -n 10 python examples/benchmarks/bench_wide.py --cases adult-chain \
-        --accounting zcdp --eps 0.1 1 --estimators ls shrink unconstrained total-hat   # estimator options, same measurements
+        --accounting zcdp --eps 0.1 1 --estimators ls free shrink unconstrained total-hat  # options, same measurements
 """
 
 from __future__ import annotations
@@ -72,9 +75,10 @@ BN_SIZES = (27, 50, 100)
 COLORS = {"space": "tab:blue", "auto wide": "tab:green", "mwem": "tab:orange", "independent (exact 1-way)": "tab:gray"}
 RECORDS = 50_000
 #: The adult cases' estimator options (``--estimators``): label and keyword arguments of estimate_marginals.
-ESTIMATORS = {"ls": ("space", {}), "shrink": ("space (shrink)", {"shrink": True}),
+ESTIMATORS = {"ls": ("space", {}), "free": ("space (total free)", {"total": "free"}),
+              "shrink": ("space (shrink)", {"shrink": True}),
               "unconstrained": ("space (no non-negativity)", {"nonnegative": False}),
-              "total-hat": ("space (total = its LS estimate)", {})}
+              "total-hat": ("space (total = n̂, held)", {"total": "measured"})}
 
 
 # ---- measurements ---------------------------------------------------------------------------------
@@ -118,7 +122,7 @@ def space_row(label, ms, workload, truths, n, time_limit=None, **options) -> tup
     est = estimate_marginals(ms, workload, time_limit=time_limit, **options)
     seconds = time.perf_counter() - tick
     row = {"method": label, "seconds": seconds, "status": est.status.name, "polytope": est.info["polytope"],
-           "cells": est.info["clique_cells"]}
+           "cells": est.info["clique_cells"], "total": est.total, "total_held": est.info["total"]["held"]}
     if est.success:
         row["error"] = errors(est.marginals([tuple(s) for s in truths]), truths, n)
     return row, est
@@ -162,8 +166,6 @@ def adult_rows(case, eps, accounting, seed, pgm, time_limit, estimators=("ls",))
     for name in estimators:
         cpu = time.process_time()
         options = dict(ESTIMATORS[name][1])
-        if name == "total-hat":  # the total fixed at the unconstrained fit's (post-processing of the measurements only)
-            options["total"] = estimated_total(ms, sets)
         row, est = space_row(ESTIMATORS[name][0], ms, sets, truths, n, time_limit=time_limit, **options)
         cert = est.info.get("certificate", {})
         row.update(cpu_seconds=time.process_time() - cpu, gap=cert.get("gap"), stopped=est.info.get("stopped"),
@@ -179,16 +181,6 @@ def adult_rows(case, eps, accounting, seed, pgm, time_limit, estimators=("ls",))
     elif pgm:
         rows.append(pgm_child(case, eps, accounting, seed))
     return rows
-
-
-def estimated_total(ms, sets) -> float:
-    """The record count of the consistent least-squares fit (no non-negativity): the inverse-variance
-    average of the measured totals, unbiased, unlike the total of the non-negative fit, which the
-    positive part of the noise inflates on marginals with far more cells than records."""
-    from dpopt.estimate.marginal_space import estimate_marginals
-
-    free = estimate_marginals(ms, sets, nonnegative=False)
-    return float(np.asarray(free.marginals([tuple(sets[0])])[tuple(sets[0])], float).sum())
 
 
 def pgm_child(case, eps, accounting, seed) -> dict:
@@ -381,7 +373,8 @@ def main() -> None:
                     net = f"{row['error_vs_network']:.4f}" if "error_vs_network" in row else "-"
                     secs = f"{row['seconds']:8.1f} s" if "seconds" in row else " " * 10
                     extra = "".join(f" {k} {row[k]:.3g}" if isinstance(row[k], float) else f" {k} {row[k]}"
-                                    for k in ("cpu_seconds", "gap", "iterations", "stopped", "incumbent_error")
+                                    for k in ("cpu_seconds", "gap", "iterations", "stopped", "incumbent_error", "total",
+                                              "total_held")
                                     if row.get(k) is not None)
                     print(f"  {row['method']:<28} error {err:>8}  vs network {net:>8}  {secs}  "
                           f"{row.get('status', '')} {row.get('polytope', '')}{extra}", flush=True)

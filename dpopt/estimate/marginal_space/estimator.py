@@ -48,6 +48,7 @@ from dpopt.estimate.marginal_space.layout import ResidualIndex, SetFamily, check
 from dpopt.estimate.marginal_space.prior import independence_prior, shrink_to_independence
 from dpopt.estimate.marginal_space.projection import ProjectionProblem, project
 from dpopt.estimate.marginal_space.result import MarginalEstimate
+from dpopt.estimate.marginal_space.total import LAPLACE_NOISE, check_total, choose_total
 from dpopt.estimate.status import Status
 from dpopt.model.constraints import ConstraintSet
 from dpopt.model.domain import Domain
@@ -90,7 +91,7 @@ def estimate_marginals(
     workload: Iterable[Sequence[str]] | None = None,
     constraints: ConstraintSet | None = None,
     *,
-    total: float | None = None,
+    total: float | str = "auto",
     nonnegative: bool = True,
     shrink: bool = False,
     tol: float = CERTIFICATE_TOL,
@@ -119,8 +120,15 @@ def estimate_marginals(
         are held at zero), invariants on marginals and totals (exact residuals), integrality
         (ignored here: see :func:`~dpopt.estimate.marginal_space.sampling.synthetic_records`).
         Inequalities and invariants on other queries are refused.
-    total : float, optional
-        A public record count (fixes the total; as an invariant on the total would).
+    total : float or {"auto", "measured", "free"}
+        A number is a public record count (fixes the total, as an invariant on the total would).
+        Otherwise, what to do with the total when nothing public fixes it
+        (:mod:`~dpopt.estimate.marginal_space.total`): ``"measured"`` holds it at ``n̂``, the
+        inverse-variance average of the measured marginals' totals (the unconstrained fit's total,
+        unbiased, variance ``1/W_∅``); ``"free"`` leaves it to the non-negative fit, which the
+        positive part of the noise inflates on sparse marginals; ``"auto"`` (default) holds it when
+        the free total's predicted bias, from the noise scales, the marginals' cells and ``n̂``
+        only, exceeds ``n̂``'s standard error. ``info["total"]`` says which and why.
     nonnegative : bool
         Impose non-negativity (default). False gives the consistent least-squares marginals
         (structural zeros still held).
@@ -167,10 +175,8 @@ def estimate_marginals(
     zeros, exact = [], []
     if constraints is not None:
         zeros, exact = _constraint_parts(constraints, domain)
-    if total is not None:
-        total = float(total)
-        if not (math.isfinite(total) and total >= 0):
-            raise ParameterError(f"total must be a finite non-negative count, got {total!r}")
+    total = check_total(total)
+    if not isinstance(total, str):  # a public count: fixes the total, as an invariant on it would
         exact.append(((), np.array([total]), "public total"))
     if not isinstance(nonnegative, bool):
         raise ParameterError(f"nonnegative must be True or False, got {nonnegative!r}")
@@ -218,6 +224,18 @@ def estimate_marginals(
     values = [m.values for m in measurements] + [v for _, v, _ in exact]
     variances = np.concatenate([[float(m.variance) for m in measurements], np.zeros(len(exact))])
     fit = fit_residuals(index, fit_sets, values, variances, labels)
+    empty = index.position_of(())
+    noisy_ms = [m for m in measurements if m.variance > 0]
+    total_choice = choose_total(
+        "free" if not isinstance(total, str) else total, float(fit.target[index.set_offsets[empty]]),
+        float(fit.weight[empty]), np.array([m.query.num_rows for m in noisy_ms], dtype=np.float64),
+        np.array([m.variance for m in noisy_ms]), np.array([m.noise in LAPLACE_NOISE for m in noisy_ms], dtype=bool),
+        public=bool(fit.fixed[empty]), nonnegative=nonnegative)
+    if total_choice.held and not fit.fixed[empty]:  # hold n̂: the empty set's residual fixed at its estimate
+        fit.fixed = fit.fixed.copy()
+        fit.fixed[empty] = True
+        fit.target = fit.target.copy()
+        fit.target[index.set_offsets[empty]] = total_choice.value  # n̂, or 0 when n̂ < 0 (total.py)
     time_fit = time.perf_counter() - tick
 
     # An attribute nothing holds is released uniform (its residual stays at the prior's centre, 0):
@@ -248,8 +266,10 @@ def estimate_marginals(
     table = None
     problem = None
     if polytope == "table":
+        held = None if total_choice.mode == "public" or not total_choice.held else total_choice.value
         r, mu, status, message, certificate, nit, stopped, table = _solve_table(
-            measurements, constraints, total, nonnegative, remaining, family)
+            measurements, constraints, None if isinstance(total, str) else total, nonnegative, remaining, family,
+            held_total=held)
         time_project = time.perf_counter() - start - time_fit
         history: list = []
     else:
@@ -291,10 +311,13 @@ def estimate_marginals(
         "prior_ratio": PRIOR_RATIO, "curvature": None if problem is None else problem.lipschitz,
         "loose_attributes": [domain.attrs[a] for (a,) in loose], "shrinkage": shrinkage,
         "interior_point": interior is not None, "stopped": stopped,
-        "time_fit": time_fit, "time_project": time_project, "total_public": fixed_total, "history": history,
+        "time_fit": time_fit, "time_project": time_project, "total_public": total_choice.mode == "public",
+        "total": total_choice.info(), "history": history,
     }
     solver = (f"dpopt.estimate.reconstruct ({certificate.get('backend')})" if polytope == "table" else
               "residual least squares, then the dual by L-BFGS-B (scipy) and CG on its active face")
+    if total_choice.mode != "public":
+        message = f"{message}; total {total_choice.reason}"
     return MarginalEstimate(
         status=status, success=status is Status.OPTIMAL, message=message, fun=chi_square, objective="l2",
         backend="marginal_space", solver=solver,
@@ -306,10 +329,12 @@ def estimate_marginals(
         residual_weights=fit.weight)
 
 
-def _solve_table(measurements, constraints, total, nonnegative, time_limit, family: SetFamily):
+def _solve_table(measurements, constraints, total, nonnegative, time_limit, family: SetFamily,
+                 held_total: float | None = None):
     """The dense route: :func:`dpopt.estimate.reconstruct` (weighted least squares under the
     constraints, certified by its engine), and the residuals of its table (``adjoint / diagonal``
-    of the cliques' marginals, which are consistent)."""
+    of the cliques' marginals, which are consistent). ``held_total``: the measured total held
+    (:mod:`~dpopt.estimate.marginal_space.total`), as an equality like a public one."""
     from dpopt.estimate import reconstruct
     from dpopt.model.constraints import Invariant, NonNegativity
 
@@ -319,6 +344,8 @@ def _solve_table(measurements, constraints, total, nonnegative, time_limit, fami
         cs.add(NonNegativity())
     if total is not None:
         cs.add(Invariant(Total(domain), np.array([float(total)]), name="public total"))
+    elif held_total is not None:
+        cs.add(Invariant(Total(domain), np.array([float(held_total)]), name="measured total (held)"))
     result = reconstruct(measurements, cs, "l2", time_limit=time_limit, integer=False)
     certificate = {"dense": True, "backend": result.backend, "status": result.status.name,
                    "max_violation": result.max_violation, "ok": bool(result.success)}
