@@ -60,8 +60,9 @@ import pandas as pd
 
 from dpopt.errors import DpoptError
 from dpopt.estimate.choice.jacobian import DenseRows, EqualityRows, projection_jacobian, smooth_jacobian
-from dpopt.estimate.choice.risk import (TableRisk, blend_risks, difference_spread, identity_l2_risks, risk_spread,
-                                        table_risks, table_set_matrix, unbiased_risks)
+from dpopt.estimate.choice.risk import (TableRisk, absolute_risks, blend_risks, difference_spread, identity_l2_risks,
+                                        identity_l2_variances, risk_spread, table_risks, table_set_matrix,
+                                        table_variances, unbiased_risks)
 from dpopt.estimate.choice.statistics import ResidualStatistics, residual_statistics
 from dpopt.estimate.engines.smooth import default_smoothing
 from dpopt.estimate.status import Status
@@ -82,6 +83,8 @@ MAX_DENSE_L2 = 2_000_000
 #: least risk estimate then the least-risk blend; ``"one_se"``, the simplest fit within one standard
 #: error (:func:`_one_standard_error`).
 DEFAULT_SELECTION = "least"
+#: The selections :func:`choose_fit` offers (``"l1"``: :func:`_least_absolute`).
+SELECTIONS = ("least", "one_se", "l1")
 #: A fit whose residual rows ``m`` and cells ``n`` have ``m² n`` at most this is handed to the
 #: engines and the Jacobians as an explicit matrix (:func:`_explicit`).
 EXPLICIT_GRAM = 20_000_000
@@ -128,6 +131,10 @@ class Evidence:
     spread: float = float("nan")
     dof: float = float("nan")
     fitted: np.ndarray | None = None
+    #: The weighted workload's estimated expected absolute error, and per table
+    #: (:func:`~dpopt.estimate.choice.risk.absolute_risks`); nan / None when not estimated (a blend).
+    absolute_risk: float = float("nan")
+    absolute: np.ndarray | None = None
 
 
 @dataclass(eq=False)
@@ -162,11 +169,14 @@ class FitChoice:
     over_noisy: list[tuple[str, float, float]]
     rule: str
     statistics: ResidualStatistics | None = None
+    select: str = DEFAULT_SELECTION
 
     def frame(self) -> pd.DataFrame:
-        """One row per candidate: its estimated risk (weighted workload), status and time."""
+        """One row per candidate: its estimated risk (weighted workload; squared error, and absolute
+        error where estimated), status and time."""
         return pd.DataFrame([{"estimator": e.candidate.name, "residual_sets": e.sets, "risk": e.risk,
-                              "status": e.status, "seconds": e.seconds, "chosen": e is self.chosen}
+                              "absolute_risk": e.absolute_risk, "status": e.status, "seconds": e.seconds,
+                              "chosen": e is self.chosen}
                              for e in self.evidence])
 
     def table_frame(self, workload) -> pd.DataFrame:
@@ -187,6 +197,8 @@ class FitChoice:
             for e in self.evidence:
                 mark = "*" if e is self.chosen else " "
                 figure = f"risk {e.risk:.6g}" if np.isfinite(e.risk) else f"{e.status}: {e.message}".rstrip(": ")
+                if self.select == "l1" and np.isfinite(e.absolute_risk):
+                    figure += f", absolute {e.absolute_risk:.6g}"
                 out.append(f"  {mark} {e.candidate.name:<28} {figure}  ({e.sets} residual sets, {e.seconds:.2f} s)")
             frame = self.table_frame(workload)
             for row in frame.head(max_tables).itertuples(index=False):
@@ -359,17 +371,18 @@ def choose_fit(measurements: Sequence[Measurement], constraints: ConstraintSet, 
     blend : bool
         Whether blends and the positive preference (:func:`_blend_or_positive`) are considered
         (default; off only to measure what they bring).
-    select : {"least", "one_se"}, optional
+    select : {"least", "one_se", "l1"}, optional
         ``"least"``: the least risk estimate, then the least-risk blend (:func:`_blend_or_positive`);
         ``"one_se"``: the simplest fit within one standard error of the least, blended only when the
-        blend beats it by more than the blend's standard error (:func:`_one_standard_error`).
-        Default :data:`DEFAULT_SELECTION`.
+        blend beats it by more than the blend's standard error (:func:`_one_standard_error`);
+        ``"l1"``: the least estimated absolute error on the workload's cells, then the positivity
+        step only (:func:`_least_absolute`). Default :data:`DEFAULT_SELECTION`.
     """
     from dpopt.estimate import reconstruct
 
     select = DEFAULT_SELECTION if select is None else select
-    if select not in ("least", "one_se"):
-        raise DpoptError(f"choose_fit: select must be 'least' or 'one_se', not {select!r}")
+    if select not in SELECTIONS:
+        raise DpoptError(f"choose_fit: select must be one of {', '.join(map(repr, SELECTIONS))}, not {select!r}")
 
     cs = constraints if constraints.nonnegative else ConstraintSet(constraints.domain,
                                                                     [*constraints.constraints, NonNegativity()])
@@ -433,7 +446,10 @@ def choose_fit(measurements: Sequence[Measurement], constraints: ConstraintSet, 
     keeps = [e for e in ok if all(r.risk <= nr for r, nr, dr in zip(e.tables, noisy_risk, direct) if dr)]
     pool = keeps or ok
     best = min(pool, key=lambda e: e.risk)
-    if select == "one_se":
+    absolute_note = ""
+    if select == "l1":
+        chosen, blend_note, absolute_note = _least_absolute(best, pool, stats, workload, cs, blend)
+    elif select == "one_se":
         chosen, blend_note = _one_standard_error(best, pool, stats, workload, cs, blend)
     else:
         chosen, blend_note = _blend_or_positive(best, pool, stats, workload, cs) if blend else (best, "")
@@ -451,6 +467,8 @@ def choose_fit(measurements: Sequence[Measurement], constraints: ConstraintSet, 
     else:
         rule = f"the least Stein unbiased risk estimate of the weighted workload error among {len(ok)} fitted candidates" \
             + searched
+    if absolute_note:
+        rule += absolute_note
     if blend_note:
         rule += blend_note
     if not complete:
@@ -459,7 +477,37 @@ def choose_fit(measurements: Sequence[Measurement], constraints: ConstraintSet, 
     if any(direct):
         rule += ("; among the fits that keep every directly measured table at or below its noisy answers" if keeps
                  else "; no candidate keeps every directly measured table at or below its noisy answers")
-    return FitChoice(chosen.result, chosen, evidence, noisy_risk, direct, over, rule, stats)
+    return FitChoice(chosen.result, chosen, evidence, noisy_risk, direct, over, rule, stats, select)
+
+
+def _least_absolute(best: Evidence, pool: list[Evidence], stats: ResidualStatistics, workload, cs: ConstraintSet,
+                    blend: bool = True) -> tuple[Evidence, str, str]:
+    """``select="l1"``: the fit of least estimated absolute error on the workload's cells
+    (:func:`~dpopt.estimate.choice.risk.absolute_risks`: each table's squared-error risk estimate
+    split into its fitted cells' variance, from the fit's Jacobian, and the rest, read as bias;
+    ``E |bias + noise|`` of a Gaussian per cell). The squared-error rule ranks a fit whose error is
+    bias the same as one whose error is noise at equal squared error; absolute error does not (a
+    noise-only error is ``√(2/π)`` of an even bias's), and the benchmark's metric is absolute.
+
+    Then positivity only: when the fit leaves cells at exactly 0, the positivity step of
+    :func:`_blend_or_positive` (the least-squared-risk blend with a positive fit, or the nearest
+    positive fit within one standard error). No blend is formed otherwise: a blend's absolute error
+    is not estimated (its cells' variance needs the two fits' covariance), and a blend scored by
+    the squared-error risk would lean back to that rule's choice. ``(chosen, blend note, rule note)``."""
+    scored = [e for e in pool if np.isfinite(e.absolute_risk)]
+    if not scored:
+        return best, "", ("; no fit had an absolute-error estimate, so the least squared-error risk was taken "
+                          "(select='l1')")
+    first = min(scored, key=lambda e: e.absolute_risk)
+    note = (f"; by the least estimated absolute error (select='l1'): {first.candidate.name}, "
+            f"{first.absolute_risk:.6g} (least squared-error risk: {best.candidate.name})")
+    free = np.ones(cs.domain.size, dtype=bool)
+    if cs.zero_rules:
+        free[cs.zero_mask()] = False
+    if not blend or _positive(first, free):
+        return first, "", note
+    chosen, blend_note = _blend_or_positive(first, pool, stats, workload, cs)
+    return chosen, blend_note, note
 
 
 def _positive(ev: Evidence, free: np.ndarray) -> bool:
@@ -715,6 +763,7 @@ def _fit_one(cand, stats, sets, cs, held, workload, time_limit, reconstruct, ori
     free = np.ones(cs.domain.size, dtype=bool)
     if cs.zero_rules:
         free[cs.zero_mask()] = False
+    unfitted = _unfitted_sets(stats, workload, sets)
     if cand.objective == "l2":
         if list(sets) == list(stats.sets) and _entries(originals) <= MAX_DENSE_L2:
             # Every measured residual: the same fit as the original measurements' (their objectives
@@ -743,15 +792,45 @@ def _fit_one(cand, stats, sets, cs, held, workload, time_limit, reconstruct, ori
             return Evidence(cand, result.status.name, message=result.message, result=result)
         x = result.x
         J = smooth_jacobian(fit_meas.query, eq, result.info["iterates"], float(result.info["lambda"]),
-                            prior_scales_with_total=source is not None)
+                            prior_scales_with_total=source is not None, cells=bool(unfitted))
+        if unfitted:
+            J, moves = J
     diag = np.diag(J)
     traces = {a: float(diag[query.rows_of(i)].sum()) for i, a in enumerate(query.sets)}
     fitted = stats.of_table(x)
     tables = table_risks(stats, workload, fitted, traces)
-    risk = float(np.dot([t.weight for t in workload.tables], [r.risk for r in tables]))
+    weights = np.array([t.weight for t in workload.tables], dtype=np.float64)
+    risk = float(np.dot(weights, [r.risk for r in tables]))
+    # Var ĉ_r = s_r² Σ_r' J_rr'² (J is in the whitened units of d, unit variance per row).
+    variances = {a: stats.variance_of(a) * float(np.sum(J[query.rows_of(i)] ** 2)) for i, a in enumerate(query.sets)}
+    absolute = None
+    if cand.objective != "l2" and unfitted:
+        variances.update(_coordinate_variances(stats, unfitted, moves))
+    if cand.objective != "l2" or not unfitted:  # (least squares on a subfamily: no ∂x̂/∂d at hand)
+        absolute = absolute_risks(workload, tables, table_variances(stats, workload, variances))
     status = result.status.name if isinstance(result.status, Status) else str(result.status)
     return Evidence(cand, status, risk, tables, result=result, message=result.message,
-                    spread=risk_spread(stats, workload, fitted), dof=float(diag.sum()), fitted=fitted)
+                    spread=risk_spread(stats, workload, fitted), dof=float(diag.sum()), fitted=fitted,
+                    absolute_risk=float(weights @ absolute) if absolute is not None else float("nan"),
+                    absolute=absolute)
+
+
+def _unfitted_sets(stats: ResidualStatistics, workload, sets) -> list[tuple[str, ...]]:
+    """The measured sets of the workload's tables that a fit of ``sets`` does not fit (a fit of the
+    lower orders leaves out the top ones): their fitted coordinates move with the others."""
+    fitted = set(sets)
+    return [a for a in stats.sets if a in set(workload.closure()) and a not in fitted]
+
+
+def _coordinate_variances(stats: ResidualStatistics, unfitted, moves: np.ndarray) -> dict:
+    """``{a: Σ_r Var ĉ_r}`` over the coordinates of the sets ``unfitted``, from ``∂x̂/∂d``
+    (``moves``, ``n × m``, unit-variance ``d``): ``Var ĉ_a = ‖B_a ∂x̂/∂d‖_F²`` (one residual transform
+    per fitted coordinate, not per cell)."""
+    from dpopt.model.queries.residual import Residuals
+
+    basis = Residuals(stats.domain, unfitted)
+    coords = np.column_stack([basis.coordinates(basis.matvec(moves[:, j])) for j in range(moves.shape[1])])
+    return {a: float(np.sum(coords[basis.rows_of(i)] ** 2)) for i, a in enumerate(unfitted)}
 
 
 def _fit_identity_l2(cand, cs, held, workload, time_limit, reconstruct, originals, identity, stats=None) -> Evidence:
@@ -773,6 +852,9 @@ def _fit_identity_l2(cand, cs, held, workload, time_limit, reconstruct, original
         free[cs.zero_mask()] = False
     tables = identity_l2_risks(workload, y, result.x, free, variance, scale, moving)
     fitted = stats.of_table(result.x) if stats is not None else None
-    risk = float(np.dot([t.weight for t in workload.tables], [r.risk for r in tables]))
+    weights = np.array([t.weight for t in workload.tables], dtype=np.float64)
+    risk = float(np.dot(weights, [r.risk for r in tables]))
+    absolute = absolute_risks(workload, tables, identity_l2_variances(workload, result.x, free, variance, moving))
     status = result.status.name if isinstance(result.status, Status) else str(result.status)
-    return Evidence(cand, status, risk, tables, result=result, message=result.message, fitted=fitted)
+    return Evidence(cand, status, risk, tables, result=result, message=result.message, fitted=fitted,
+                    absolute_risk=float(weights @ absolute), absolute=absolute)
