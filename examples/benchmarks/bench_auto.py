@@ -528,7 +528,7 @@ def adaptive_bn(cases=((10, 2000), (14, 5000)), seeds: int = 3) -> None:
 
 
 def select_generated(cases=((6, 70), (6, 300), (6, 1841), (7, 5000)), networks: int = 3, runs: int = 20,
-                     rules=("least", "one_se", "l1"), epsilons=(0.1, 1.0)) -> list[dict]:
+                     rules=("least", "one_se", "l1", "stack", "ewa"), epsilons=(0.1, 1.0)) -> list[dict]:
     """The fit rule's selections (``choose_fit``'s ``select``) on the same draws, on generated data
     (``random_sparse_network``, seeds 600+; not the benchmark tables): identity + Laplace, all
     3-way marginals. For every rule against ``"least"``: the change in the chosen fit's true

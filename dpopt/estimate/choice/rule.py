@@ -60,9 +60,9 @@ import pandas as pd
 
 from dpopt.errors import DpoptError
 from dpopt.estimate.choice.jacobian import DenseRows, EqualityRows, projection_jacobian, smooth_jacobian
-from dpopt.estimate.choice.risk import (TableRisk, absolute_risks, blend_risks, difference_spread, identity_l2_risks,
-                                        identity_l2_variances, risk_spread, table_risks, table_set_matrix,
-                                        table_variances, unbiased_risks)
+from dpopt.estimate.choice.risk import (TableRisk, absolute_risks, blend_risks, coordinate_weights, difference_spread,
+                                        identity_l2_risks, identity_l2_variances, risk_spread, table_risks,
+                                        table_set_matrix, table_variances, unbiased_risks)
 from dpopt.estimate.choice.statistics import ResidualStatistics, residual_statistics
 from dpopt.estimate.engines.smooth import default_smoothing
 from dpopt.estimate.status import Status
@@ -84,7 +84,7 @@ MAX_DENSE_L2 = 2_000_000
 #: error (:func:`_one_standard_error`).
 DEFAULT_SELECTION = "least"
 #: The selections :func:`choose_fit` offers (``"l1"``: :func:`_least_absolute`).
-SELECTIONS = ("least", "one_se", "l1")
+SELECTIONS = ("least", "one_se", "l1", "stack", "ewa")
 #: A fit whose residual rows ``m`` and cells ``n`` have ``m² n`` at most this is handed to the
 #: engines and the Jacobians as an explicit matrix (:func:`_explicit`).
 EXPLICIT_GRAM = 20_000_000
@@ -449,6 +449,8 @@ def choose_fit(measurements: Sequence[Measurement], constraints: ConstraintSet, 
     absolute_note = ""
     if select == "l1":
         chosen, blend_note, absolute_note = _least_absolute(best, pool, stats, workload, cs, blend)
+    elif select in ("stack", "ewa"):
+        chosen, blend_note = _aggregate(best, pool, stats, workload, cs, select)
     elif select == "one_se":
         chosen, blend_note = _one_standard_error(best, pool, stats, workload, cs, blend)
     else:
@@ -508,6 +510,140 @@ def _least_absolute(best: Evidence, pool: list[Evidence], stats: ResidualStatist
         return first, "", note
     chosen, blend_note = _blend_or_positive(first, pool, stats, workload, cs)
     return chosen, blend_note, note
+
+
+def _combination_risks(fits: list[Evidence], stats: ResidualStatistics, workload):
+    """``(M, D)`` with the risk estimate of ``Σ_k π_k x̂_k`` (``π`` fixed, ``Σ π = 1``) on table ``T``
+    equal to ``πᵀ M[T] π + D[T] π`` exactly (the same estimate as the fits'; the pairwise form is
+    :func:`~dpopt.estimate.choice.risk.blend_risks`): ``M[T]_kl`` the table's inner product of the gaps
+    ``ĉ_k − û``, ``l``'s, and ``D[T]_k`` the rest of fit ``k``'s risk (its Jacobian term)."""
+    matrix = table_set_matrix(stats, workload)
+    gaps = [e.fitted - stats.coordinates for e in fits]
+    K = len(fits)
+    M = np.zeros((len(workload.tables), K, K))
+    for k in range(K):
+        for l in range(k, K):
+            M[:, k, l] = M[:, l, k] = matrix @ _per_set_products(stats, gaps[k], gaps[l])
+    D = np.array([[r.risk for r in e.tables] for e in fits]).T - np.einsum("tkk->tk", M)
+    return M, D
+
+
+def _per_set_products(stats: ResidualStatistics, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    starts = np.concatenate([[0], np.cumsum(stats._basis.dims)[:-1]]).astype(int)
+    return np.add.reduceat(a * b, starts)
+
+
+def _simplex_least(M: np.ndarray, d: np.ndarray) -> np.ndarray | None:
+    """``argmin πᵀMπ + dᵀπ`` over the simplex (``M`` positive semidefinite: a convex QP of a dozen
+    weights), by SLSQP from the best vertex; the KKT conditions are checked here (every weight used
+    has the least gradient, to 1e-6 of the objective's scale); None when they do not hold."""
+    from scipy.optimize import minimize
+
+    K = d.size
+    scale = max(float(np.abs(M).max()), float(np.abs(d).max()), 1e-300)
+    Ms, ds = M / scale, d / scale
+    start = np.zeros(K)
+    start[int(np.argmin(np.diag(Ms) + ds))] = 1.0
+    res = minimize(lambda p: p @ Ms @ p + ds @ p, start, jac=lambda p: 2 * Ms @ p + ds, method="SLSQP",
+                   bounds=[(0.0, 1.0)] * K, constraints=[{"type": "eq", "fun": lambda p: p.sum() - 1.0,
+                                                          "jac": lambda p: np.ones(K)}],
+                   options={"ftol": 1e-12, "maxiter": 500})
+    p = np.clip(res.x, 0.0, None)
+    if not np.isfinite(p).all() or p.sum() <= 0:
+        return None
+    p /= p.sum()
+    grad = 2 * Ms @ p + ds
+    level = float(grad @ p)
+    used = p > 1e-8
+    tol = 1e-6 * max(1.0, float(np.abs(grad).max()))
+    if np.any(np.abs(grad[used] - level) > tol) or np.any(grad[~used] < level - tol):
+        return None
+    return p
+
+
+def _aggregate(best: Evidence, pool: list[Evidence], stats: ResidualStatistics, workload, cs: ConstraintSet,
+               how: str) -> tuple[Evidence, str]:
+    """A convex combination of every scored fit instead of one of them (``select="stack"`` or
+    ``"ewa"``): the least risk estimate is one draw of a noisy minimum, and a combination hedges it.
+
+    * ``"stack"``: the weights of least risk estimate over the simplex, an exact quadratic
+      (:func:`_combination_risks`; stacking, Breiman, *Machine Learning* 24 (1996), scored by the
+      risk estimate instead of cross-validation; the pairwise blends of :func:`_blend_or_positive`
+      are its two-fit case).
+    * ``"ewa"``: exponential weights ``π_k ∝ exp(−R̂_k / β)`` at the temperature ``β = 8 σ²``
+      of Dalalyan and Salmon (*Ann. Statist.* 40 (2012), Thm. 1: for affine estimators under
+      Gaussian noise ``E‖x̂_π − x‖² ≤ min_k E‖x̂_k − x‖² + β log K``), ``σ²`` read as the largest
+      noise of a coordinate in the loss's own units, ``max_r ω_r s_r²`` over the coordinates where
+      the fits differ (the loss is weighted and the noise heteroscedastic: the isotropic bound of
+      the theorem covers it by that maximum). No tuned constant.
+
+    The combination keeps every linear constraint the fits keep (re-checked) and its per-table risk
+    is convex in ``π``, so a table every fit keeps at or below its noisy answers stays there."""
+    scored = [e for e in pool if e.fitted is not None and np.isfinite(e.risk)]
+    if len(scored) < 2:
+        return best, ""
+    M, D = _combination_risks(scored, stats, workload)
+    weights = np.array([t.weight for t in workload.tables], dtype=np.float64)
+    Mw, dw = np.einsum("t,tkl->kl", weights, M), weights @ D
+    if how == "stack":
+        pi = _simplex_least(Mw, dw)
+        if pi is None:
+            return best, "; the stacking weights failed their optimality check: the least-risk fit is taken"
+        what = "stacking (the least risk estimate over convex combinations of every fit)"
+    else:
+        gaps = np.array([e.fitted for e in scored])
+        differ = np.ptp(gaps, axis=0) > 1e-9 * max(1.0, float(np.abs(gaps).max()))
+        w = coordinate_weights(stats, workload)
+        s2 = np.repeat(stats.variances, stats._basis.dims)
+        beta = 8.0 * float(np.max((w * s2)[differ])) if differ.any() else 1.0
+        risks = np.array([e.risk for e in scored])
+        pi = np.exp(-(risks - risks.min()) / beta)
+        pi /= pi.sum()
+        what = f"exponential weights exp(-risk / {beta:.4g}) (temperature 8 x the largest coordinate noise)"
+    tables = np.einsum("k,tkl,l->t", pi, M, pi) + D @ pi
+    ev = _combination(scored, pi, float(weights @ tables), tables, stats, workload, cs)
+    if ev is None:
+        return best, "; the combination broke a constraint its fits keep: the least-risk fit is taken"
+    top = np.argsort(pi)[::-1][:3]
+    parts = ", ".join(f"{pi[k]:.3g} x {scored[k].candidate.name}" for k in top if pi[k] > 1e-3)
+    return ev, f"; released: {what}, {parts} (estimated risk {ev.risk:.6g})"
+
+
+def _combination(fits: list[Evidence], pi: np.ndarray, risk: float, tables: np.ndarray, stats: ResidualStatistics,
+                 workload, cs: ConstraintSet) -> Evidence | None:
+    """The evidence of ``Σ_k π_k x̂_k`` (:func:`_blend`'s, for any number of fits)."""
+    from dpopt.estimate.result import Result
+
+    first = fits[int(np.argmax(pi))]
+    x = np.einsum("k,kn->n", pi, np.array([e.result.x for e in fits]))
+    result = Result(dict(first.result))
+    result.x = x
+    result.message = "convex combination of " + ", ".join(f"{p:.4g} x ({e.candidate.name})"
+                                                          for p, e in zip(pi, fits) if p > 0)
+    result.info = {**dict(first.result.get("info") or {}),
+                   "combination": {e.candidate.name: float(p) for p, e in zip(pi, fits) if p > 0}}
+    kept = set.intersection(*[set(e.result.constraint_residuals["constraint"]) for e in fits
+                              if len(e.result.constraint_residuals)] or [set()])
+    rows = [r for r in cs.residuals(x) if r["constraint"] in kept]
+    result.constraint_residuals = pd.DataFrame(rows, columns=["constraint", "max_violation", "satisfied"])
+    result.max_violation = float(result.constraint_residuals["max_violation"].max()) if rows else 0.0
+    scale = max(1.0, float(np.abs(x).max(initial=0.0)))
+    rounding = {c.key for c in cs.constraints if isinstance(c, Integrality)}
+    for r in rows:
+        if r["constraint"] in rounding:
+            continue
+        allowed = max(dict(zip(e.result.constraint_residuals["constraint"],
+                               e.result.constraint_residuals["max_violation"])).get(r["constraint"], 0.0) for e in fits)
+        if r["max_violation"] > allowed + 1e-9 * scale:
+            return None
+    cand = EstimatorCandidate("blend", first.candidate.family, float(pi.max()), first.candidate.held,
+                              label="combination: " + " + ".join(f"{p:.2g} x {e.candidate.name}"
+                                                                 for p, e in zip(pi, fits) if p > 1e-3))
+    risks = [TableRisk(t.label, float(r), all(e.tables[i].complete for e in fits))
+             for i, (t, r) in enumerate(zip(workload.tables, tables))]
+    fitted = np.einsum("k,kn->n", pi, np.array([e.fitted for e in fits]))
+    return Evidence(cand, first.status, risk, risks, result=result, message=result.message, sets=first.sets,
+                    spread=risk_spread(stats, workload, fitted), fitted=fitted)
 
 
 def _positive(ev: Evidence, free: np.ndarray) -> bool:
