@@ -528,10 +528,11 @@ def adaptive_bn(cases=((10, 2000), (14, 5000)), seeds: int = 3) -> None:
 
 
 def select_generated(cases=((6, 70), (6, 300), (6, 1841), (7, 5000)), networks: int = 3, runs: int = 20,
-                     rules=("least", "one_se", "l1", "stack", "ewa"), epsilons=(0.1, 1.0)) -> list[dict]:
+                     rules=("least", "one_se", "l1", "stack", "ewa"), epsilons=(0.1, 1.0), noise: str = "laplace"
+                     ) -> list[dict]:
     """The fit rule's selections (``choose_fit``'s ``select``) on the same draws, on generated data
-    (``random_sparse_network``, seeds 600+; not the benchmark tables): identity + Laplace, all
-    3-way marginals. For every rule against ``"least"``: the change in the chosen fit's true
+    (``random_sparse_network``, seeds 600+; not the benchmark tables): identity + Laplace (scale
+    1/ε) or, with ``noise="gaussian"``, the zCDP equivalent (ρ = ε²/2: σ = 1/ε), all 3-way marginals. For every rule against ``"least"``: the change in the chosen fit's true
     squared 3-way error (counts; what ``"least"`` targets) and in the benchmark's metric, the mean
     absolute 3-way error on proportions (what ``"l1"`` targets), each as mean ± standard error of
     the paired differences over the draws, relative to ``"least"``'s mean. Returns the rows."""
@@ -556,14 +557,15 @@ def select_generated(cases=((6, 70), (6, 300), (6, 1841), (7, 5000)), networks: 
                 gen = np.random.default_rng(177 + net)  # simulation noise: a benchmark
                 for _ in range(runs):
                     m = Measurement(Identity(data.domain), x + gen.laplace(0, b, x.size), "laplace", math.sqrt(2) * b,
-                                    2 * b * b)
+                                    2 * b * b) if noise == "laplace" else \
+                        Measurement(Identity(data.domain), x + gen.normal(0, b, x.size), "gaussian", b, b * b)
                     for select in rules:
                         fit = choose_fit([m], ConstraintSet(data.domain), W, select=select).result.x
                         e = three.matvec(fit - x)
                         err[select, "l2"].append(float(e @ e))
                         err[select, "l1"].append(float(np.abs(three.matvec(fit) / fit.sum() - true3).mean()))
-            row = {"d": d, "n": n, "eps": eps, "draws": networks * runs, "cpu_s": time.process_time() - start}
-            line = [f"d={d} n={n:,} eps={eps:g}, {networks} networks x {runs} draws:"]
+            row = {"noise": noise, "d": d, "n": n, "eps": eps, "draws": networks * runs, "cpu_s": time.process_time() - start}
+            line = [f"{noise} d={d} n={n:,} eps={eps:g}, {networks} networks x {runs} draws:"]
             for metric, label in (("l2", "squared 3-way error"), ("l1", "3-way mean abs error (proportions)")):
                 base = np.array(err["least", metric])
                 row[f"least_{metric}"] = float(base.mean())
@@ -599,6 +601,8 @@ def main() -> None:
     parser.add_argument("--select-generated", action="store_true",
                         help="generated data: the one-standard-error and least-absolute-error selections against the "
                         "least risk, same draws")
+    parser.add_argument("--generated-noise", choices=["laplace", "gaussian"], default="laplace",
+                        help="--select-generated: Laplace (pure eps) or Gaussian (the zCDP equivalent) noise")
     args = parser.parse_args()
     if args.select:
         import dpopt.estimate.choice.rule as rule
@@ -619,7 +623,7 @@ def main() -> None:
     elif args.adaptive_bn:
         adaptive_bn()
     elif args.select_generated:
-        select_generated()
+        select_generated(noise=args.generated_noise)
     else:
         table(args.datasets, args.accounting, args.peer, args.peer_results, args.plots)
 
