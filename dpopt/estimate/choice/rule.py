@@ -427,7 +427,7 @@ def choose_fit(measurements: Sequence[Measurement], constraints: ConstraintSet, 
         start = time.perf_counter()
         try:
             ev = _fit_one(cand, stats, sets, cs, held if cand.held else None, workload, time_limit, reconstruct,
-                          noisy, identity if closed_form else None)
+                          noisy, identity if closed_form else None, absolute=select == "l1")
         except DpoptError as exc:
             ev = Evidence(cand, "refused", message=str(exc).split("\n")[0])
         ev.seconds = time.perf_counter() - start
@@ -871,9 +871,13 @@ def _explicit(meas: Measurement) -> Measurement:
     return replace(meas, query=DenseRows(q))
 
 
-def _fit_one(cand, stats, sets, cs, held, workload, time_limit, reconstruct, originals, identity=None) -> Evidence:
+def _fit_one(cand, stats, sets, cs, held, workload, time_limit, reconstruct, originals, identity=None,
+             absolute: bool = False) -> Evidence:
+    """Fit ``cand`` and score it; ``absolute``: also estimate its absolute error (``select="l1"``,
+    which for a fit of the lower orders costs one residual transform per fitted coordinate)."""
     if identity is not None:
-        return _fit_identity_l2(cand, cs, held, workload, time_limit, reconstruct, originals, identity, stats)
+        return _fit_identity_l2(cand, cs, held, workload, time_limit, reconstruct, originals, identity, stats,
+                                absolute)
     meas = stats.measurement(sets)
     query = meas.query
     fit_meas = _explicit(meas)
@@ -899,7 +903,7 @@ def _fit_one(cand, stats, sets, cs, held, workload, time_limit, reconstruct, ori
     free = np.ones(cs.domain.size, dtype=bool)
     if cs.zero_rules:
         free[cs.zero_mask()] = False
-    unfitted = _unfitted_sets(stats, workload, sets)
+    unfitted = _unfitted_sets(stats, workload, sets) if absolute else []
     if cand.objective == "l2":
         if list(sets) == list(stats.sets) and _entries(originals) <= MAX_DENSE_L2:
             # Every measured residual: the same fit as the original measurements' (their objectives
@@ -938,12 +942,13 @@ def _fit_one(cand, stats, sets, cs, held, workload, time_limit, reconstruct, ori
     weights = np.array([t.weight for t in workload.tables], dtype=np.float64)
     risk = float(np.dot(weights, [r.risk for r in tables]))
     # Var ĉ_r = s_r² Σ_r' J_rr'² (J is in the whitened units of d, unit variance per row).
-    variances = {a: stats.variance_of(a) * float(np.sum(J[query.rows_of(i)] ** 2)) for i, a in enumerate(query.sets)}
-    absolute = None
-    if cand.objective != "l2" and unfitted:
+    variances = {a: stats.variance_of(a) * float(np.sum(J[query.rows_of(i)] ** 2)) for i, a in enumerate(query.sets)} \
+        if absolute else {}
+    if absolute and cand.objective != "l2" and unfitted:
         variances.update(_coordinate_variances(stats, unfitted, moves))
-    if cand.objective != "l2" or not unfitted:  # (least squares on a subfamily: no ∂x̂/∂d at hand)
-        absolute = absolute_risks(workload, tables, table_variances(stats, workload, variances))
+    # (least squares on a subfamily: no ∂x̂/∂d at hand for the sets it leaves out)
+    absolute = absolute_risks(workload, tables, table_variances(stats, workload, variances)) \
+        if absolute and (cand.objective != "l2" or not unfitted) else None
     status = result.status.name if isinstance(result.status, Status) else str(result.status)
     return Evidence(cand, status, risk, tables, result=result, message=result.message,
                     spread=risk_spread(stats, workload, fitted), dof=float(diag.sum()), fitted=fitted,
@@ -969,7 +974,8 @@ def _coordinate_variances(stats: ResidualStatistics, unfitted, moves: np.ndarray
     return {a: float(np.sum(coords[basis.rows_of(i)] ** 2)) for i, a in enumerate(unfitted)}
 
 
-def _fit_identity_l2(cand, cs, held, workload, time_limit, reconstruct, originals, identity, stats=None) -> Evidence:
+def _fit_identity_l2(cand, cs, held, workload, time_limit, reconstruct, originals, identity, stats=None,
+                     absolute: bool = False) -> Evidence:
     """Least squares on one identity measurement (the projection of the noisy histogram onto the
     non-negative tables with the total held, or the clamp with it free), scored in closed form."""
     y, variance, scale = identity
@@ -990,7 +996,9 @@ def _fit_identity_l2(cand, cs, held, workload, time_limit, reconstruct, original
     fitted = stats.of_table(result.x) if stats is not None else None
     weights = np.array([t.weight for t in workload.tables], dtype=np.float64)
     risk = float(np.dot(weights, [r.risk for r in tables]))
-    absolute = absolute_risks(workload, tables, identity_l2_variances(workload, result.x, free, variance, moving))
+    absolute = absolute_risks(workload, tables, identity_l2_variances(workload, result.x, free, variance, moving)) \
+        if absolute else None
     status = result.status.name if isinstance(result.status, Status) else str(result.status)
     return Evidence(cand, status, risk, tables, result=result, message=result.message, fitted=fitted,
-                    absolute_risk=float(weights @ absolute), absolute=absolute)
+                    absolute_risk=float(weights @ absolute) if absolute is not None else float("nan"),
+                    absolute=absolute)
