@@ -10,8 +10,8 @@
     python examples/benchmarks/bench_auto.py --rounding           # integer output against the fractional fit
     python examples/benchmarks/bench_auto.py --adaptive           # 15 seeds: auto, the forced tree, the noisy histogram
     python examples/benchmarks/bench_auto.py --adaptive-bn        # generated Bayesian networks: auto with / without the tree
-    python examples/benchmarks/bench_auto.py --select-generated   # generated data: the fit rule's selections, same draws
-    python examples/benchmarks/bench_auto.py --select l1 ...      # any mode with another selection (choose_fit's select)
+    python examples/benchmarks/bench_auto.py --select-generated   # generated data: the selections, same draws
+    python examples/benchmarks/bench_auto.py --select ewa ...     # any mode with another selection
 
 **The table.** For each binary table (nltcs, czech, rochdale, mildew from ``../shared/data``) and
 ε in {0.1, 0.5, 1}, the spec ``{[workload] marginals = "all 3-way", [privacy] ...}`` (no total,
@@ -532,7 +532,8 @@ def select_generated(cases=((6, 70), (6, 300), (6, 1841), (7, 5000)), networks: 
                      ) -> list[dict]:
     """The fit rule's selections (``choose_fit``'s ``select``) on the same draws, on generated data
     (``random_sparse_network``, seeds 600+; not the benchmark tables): identity + Laplace (scale
-    1/ε) or, with ``noise="gaussian"``, the zCDP equivalent (ρ = ε²/2: σ = 1/ε), all 3-way marginals. For every rule against ``"least"``: the change in the chosen fit's true
+    1/ε) or, with ``noise="gaussian"``, the zCDP equivalent (ρ = ε²/2: σ = 1/ε), all 3-way marginals.
+    For every rule against ``"least"``: the change in the chosen fit's true
     squared 3-way error (counts; what ``"least"`` targets) and in the benchmark's metric, the mean
     absolute 3-way error on proportions (what ``"l1"`` targets), each as mean ± standard error of
     the paired differences over the draws, relative to ``"least"``'s mean. Returns the rows."""
@@ -564,7 +565,8 @@ def select_generated(cases=((6, 70), (6, 300), (6, 1841), (7, 5000)), networks: 
                         e = three.matvec(fit - x)
                         err[select, "l2"].append(float(e @ e))
                         err[select, "l1"].append(float(np.abs(three.matvec(fit) / fit.sum() - true3).mean()))
-            row = {"noise": noise, "d": d, "n": n, "eps": eps, "draws": networks * runs, "cpu_s": time.process_time() - start}
+            row = {"noise": noise, "d": d, "n": n, "eps": eps, "draws": networks * runs,
+                   "cpu_s": time.process_time() - start}
             line = [f"{noise} d={d} n={n:,} eps={eps:g}, {networks} networks x {runs} draws:"]
             for metric, label in (("l2", "squared 3-way error"), ("l1", "3-way mean abs error (proportions)")):
                 base = np.array(err["least", metric])
@@ -596,7 +598,8 @@ def main() -> None:
     parser.add_argument("--rounding", action="store_true", help="integer against fractional error, census example")
     parser.add_argument("--adaptive", action="store_true", help="15 seeds: auto, the forced tree, the noisy histogram")
     parser.add_argument("--adaptive-bn", action="store_true", help="generated Bayesian networks: with / without the tree")
-    parser.add_argument("--select", choices=["least", "one_se", "l1", "stack", "ewa"], help="the fit rule's selection for this run "
+    parser.add_argument("--select", choices=["least", "one_se", "l1", "stack", "ewa"],
+                        help="the fit rule's selection for this run "
                         "(choose_fit's select; default: the library's)")
     parser.add_argument("--select-generated", action="store_true",
                         help="generated data: the one-standard-error and least-absolute-error selections against the "

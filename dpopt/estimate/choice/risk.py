@@ -279,7 +279,8 @@ def folded_mean(bias2: np.ndarray, variance: np.ndarray) -> np.ndarray:
     root = np.sqrt(np.maximum(beta, 0.0))
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(sd > 0, root / np.where(sd > 0, sd, 1.0), np.inf)
-        positive = sd * np.sqrt(2.0 / np.pi) * np.exp(-0.5 * np.minimum(ratio, 40.0) ** 2) + root * erf(ratio / np.sqrt(2))
+        positive = (sd * np.sqrt(2.0 / np.pi) * np.exp(-0.5 * np.minimum(ratio, 40.0) ** 2)
+                    + root * erf(ratio / np.sqrt(2)))
         tangent = np.maximum(sd * np.sqrt(2.0 / np.pi) + beta / (np.sqrt(2.0 * np.pi) * np.where(sd > 0, sd, 1.0)), 0.0)
     out = np.where(beta >= 0, positive, tangent)
     return np.where(sd > 0, out, root)
