@@ -432,3 +432,24 @@ def test_exponential_weights_against_their_closed_form():
     got = np.array([fc.result.info["combination"].get(e.candidate.name, 0.0) for e in fits])
     assert np.allclose(got, expected, rtol=1e-9, atol=1e-12)
     assert np.allclose(fc.result.x, expected @ np.array([e.result.x for e in fits]), atol=1e-9)
+
+
+def test_the_l1_selection_takes_the_least_absolute_estimate():
+    """``select="l1"``: every fit carries its absolute-error estimate (per table and weighted), and the
+    release is the least of them, or (when that fit has exact zeros) the positivity step's
+    blend of it or positive fit, named in the rule."""
+    for seed, laplace in ((3, False), (4, True)):
+        dom, W, m = _scored_fits(seed, laplace)
+        fc = choose_fit([m], ConstraintSet(dom), W, select="l1")
+        fits = [e for e in fc.evidence if e.status == "OPTIMAL" and np.isfinite(e.risk)
+                and e.candidate.objective != "blend"]
+        assert fits and all(np.isfinite(e.absolute_risk) for e in fits)
+        for e in fits:
+            assert np.isclose(e.absolute_risk, np.dot([t.weight for t in W.tables], e.absolute))
+        least = min(fits, key=lambda e: e.absolute_risk)
+        assert f"select='l1'): {least.candidate.name}," in fc.rule
+        if least.result.x.min() > 0:
+            assert fc.chosen is least
+        else:
+            assert fc.chosen is least or fc.chosen.result.x.min() > 0
+        assert "absolute" in "\n".join(fc.lines(W))
