@@ -117,9 +117,15 @@ def _frame(gen, n, dom):
     return pd.DataFrame(gen.integers(0, 2, (n, len(dom))), columns=dom.attrs)
 
 
-def test_the_choice_reads_no_data_beyond_the_noisy_answers(monkeypatch):
-    """Two different datasets under the same noisy answers: the same choice and the same table."""
+@pytest.mark.parametrize("select", [None, "l1", "stack", "ewa"])
+def test_the_choice_reads_no_data_beyond_the_noisy_answers(monkeypatch, select):
+    """Two different datasets under the same noisy answers: the same choice and the same table, under
+    every selection rule."""
     import dpopt.algorithms.auto as auto_module
+    import dpopt.estimate.choice.rule as rule
+
+    if select is not None:
+        monkeypatch.setattr(rule, "DEFAULT_SELECTION", select)
 
     dom = Domain.from_dict({f"a{i}": 2 for i in range(4)})
     gen = np.random.default_rng(0)  # test input
@@ -281,3 +287,169 @@ def test_one_standard_error_rule_against_its_closed_form():
         elif blended.chosen.candidate.name == expected.candidate.name:
             assert "blend" not in blended.rule
     assert departed > 0  # the case exercises the rule: the least estimate is not always released
+
+
+def test_the_smooth_fits_cell_jacobian_matches_finite_differences():
+    """``smooth_jacobian(..., cells=True)`` also gives ``∂x̂/∂d`` over the cells (what a fit of the lower
+    orders does to the top-order coordinates it does not fit): against central differences, and
+    ``C ∂x̂/∂d`` is the Jacobian itself."""
+    dom, meas = _derived_problem()
+    q = meas.query
+    i0 = list(q.sets).index(())
+    w0, offset = q.weights[i0], int(q.offsets[i0])
+
+    def fit(d):
+        total = d[offset] / w0
+        cs = ConstraintSet(dom, [NonNegativity(), Invariant(Total(dom), np.array([total]), name="held total")])
+        return reconstruct([Measurement(q, d, "derived", 1.0, 1.0)], cs, "smooth",
+                           prior=np.full(dom.size, total / dom.size), iterates=True, smoothing=2.0)
+
+    d = np.array(meas.values)
+    r = fit(d)
+    J, dx = smooth_jacobian(q, EqualityRows([Total(dom)], 0, (offset, w0)), r.info["iterates"], r.info["lambda"],
+                            True, cells=True)
+    h = 1e-5
+    fd = np.column_stack([(fit(d + h * e).x - fit(d - h * e).x) / (2 * h) for e in np.eye(d.size)])
+    assert np.abs(dx - fd).max() < 1e-5 * max(1.0, np.abs(fd).max())
+    assert np.allclose(q.to_sparse() @ dx, J, atol=1e-10)
+
+
+def test_the_absolute_risk_against_simulation():
+    """The absolute-error estimate (``select="l1"``) on an affine fit under Gaussian noise, 2,000 draws.
+
+    Least squares on one identity measurement with large counts (no cell at 0) and the total held
+    at a fixed value ``N₀``: ``x̂ = y − (Σ y − N₀)/n``, a bias of ``(N₀ − N)/n`` per cell, the same in
+    every cell of a table (the even spread :func:`absolute_risks` reads), so the expected absolute
+    error has a closed form, ``Σ_T C_T folded_mean(b_T², v_T)``. With ``N₀ = N`` (no bias) the
+    estimate is that closed form exactly, and the simulated mean matches it within sampling error;
+    with a bias the simulated mean matches the closed form (the variances of
+    ``identity_l2_variances`` are the fit's), and the plug-in estimate of the bias, through the
+    concave ``folded_mean``, is low by at most 3 % (Jensen: measured −1 to −2 % here)."""
+    from dpopt.estimate.choice.risk import absolute_risks, folded_mean, identity_l2_risks, identity_l2_variances
+
+    dom = Domain.from_dict({"a0": 2, "a1": 3, "a2": 2, "a3": 2})
+    W = Workload.all_k_way(dom, 2)
+    Ts = [t.query(dom).to_sparse().toarray() for t in W.tables]
+    gen = np.random.default_rng(11)  # test input and test noise
+    x = gen.integers(200, 400, dom.size).astype(float)
+    sd, n = 3.0, dom.size
+    free = np.ones(n, dtype=bool)
+    for offset in (0.0, 100.0):
+        target = x.sum() + offset
+        closed = sum(T.shape[0] * folded_mean((n / T.shape[0] * offset / n) ** 2,
+                                              sd**2 * (n / T.shape[0] - (n / T.shape[0]) ** 2 / n)) for T in Ts)
+        noise = gen.normal(0, sd, (2000, n))
+        est, true = [], []
+        for z in noise:
+            y = x + z
+            fitted = y - (y.sum() - target) / n
+            assert fitted.min() > 0
+            risks = identity_l2_risks(W, y, fitted, free, sd**2, None, "fixed")
+            est.append(absolute_risks(W, risks, identity_l2_variances(W, fitted, free, sd**2, "fixed")).sum())
+            true.append(sum(np.abs(T @ (fitted - x)).sum() for T in Ts))
+        est, true = np.array(est), np.array(true)
+        se = true.std(ddof=1) / np.sqrt(true.size)
+        assert abs(true.mean() - closed) <= 4 * se, (offset, true.mean(), closed)
+        assert -0.03 * closed <= est.mean() - closed <= 4 * est.std(ddof=1) / np.sqrt(est.size), (est.mean(), closed)
+
+
+def _scored_fits(seed=3, laplace=False):
+    dom = Domain.from_dict({"a0": 2, "a1": 3, "a2": 2, "a3": 2})
+    W = Workload.all_k_way(dom, 2)
+    gen = np.random.default_rng(seed)  # test input and test noise
+    x = np.where(gen.uniform(size=dom.size) < 0.3, 0.0, gen.integers(1, 25, dom.size).astype(float))
+    m = Measurement(Identity(dom), x + gen.laplace(0, 2.0, x.size), "laplace", 2.0 * np.sqrt(2), 8.0) if laplace \
+        else noisy(Identity(dom), x, 3.0, gen)
+    return dom, W, m
+
+
+def test_stacking_is_the_least_risk_convex_combination():
+    """``select="stack"``: the released table is ``Σ π_k x̂_k`` over the fits, its risk estimate is the
+    exact quadratic (two fits: ``blend_risks``), and no convex combination does better: not a single
+    fit, not any pair on a grid of weights, not 2,000 random points of the simplex (brute force)."""
+    from dpopt.estimate.choice.risk import blend_risks
+    from dpopt.estimate.choice.rule import _combination_risks
+
+    for seed, laplace in ((3, False), (4, True)):
+        dom, W, m = _scored_fits(seed, laplace)
+        fc = choose_fit([m], ConstraintSet(dom), W, select="stack")
+        fits = [e for e in fc.evidence if e.status == "OPTIMAL" and np.isfinite(e.risk)
+                and e.candidate.objective != "blend" and e.fitted is not None]
+        weights = np.array([t.weight for t in W.tables])
+        M, D = _combination_risks(fits, fc.statistics, W)
+        Mw, dw = np.einsum("t,tkl->kl", weights, M), weights @ D
+
+        def risk(p):
+            return float(p @ Mw @ p + dw @ p)
+
+        assert np.allclose([risk(np.eye(len(fits))[k]) for k in range(len(fits))], [e.risk for e in fits], rtol=1e-9)
+        q0, q1, q2 = blend_risks(fc.statistics, W, fits[0].fitted, fits[1].fitted,
+                                 np.array([r.risk for r in fits[0].tables]), np.array([r.risk for r in fits[1].tables]))
+        for a in (0.25, 0.7):
+            p = np.zeros(len(fits))
+            p[0], p[1] = 1 - a, a
+            assert np.isclose(risk(p), weights @ (q0 + q1 * a + q2 * a * a), rtol=1e-9)
+        chosen = fc.chosen
+        assert chosen.candidate.objective == "blend" and chosen.risk <= min(e.risk for e in fits) + 1e-9
+        pi = np.array([fc.result.info["combination"].get(e.candidate.name, 0.0) for e in fits])
+        assert np.isclose(pi.sum(), 1.0) and pi.min() >= 0
+        assert np.allclose(fc.result.x, sum(p * e.result.x for p, e in zip(pi, fits)), atol=1e-9)
+        assert np.isclose(chosen.risk, risk(pi), rtol=1e-9)
+        gen = np.random.default_rng(0)  # brute-force search points
+        others = [risk(p) for p in gen.dirichlet(np.ones(len(fits)), 2000)]
+        for k in range(len(fits)):
+            for l in range(k + 1, len(fits)):
+                for a in np.linspace(0, 1, 21):
+                    p = np.zeros(len(fits))
+                    p[k], p[l] = 1 - a, a
+                    others.append(risk(p))
+        assert chosen.risk <= min(others) + 1e-7 * abs(min(others))
+        assert fc.result.x.min() >= -1e-9
+
+
+def test_exponential_weights_against_their_closed_form():
+    """``select="ewa"``: ``π_k ∝ exp(−R̂_k / β)`` with ``β = 8 max_r ω_r s_r²`` over the coordinates where
+    the fits differ, ``ω_r`` the coordinate's weight in the workload error computed here by brute force
+    (``Σ_T ω_T ‖T b_r‖²`` for the coordinate's orthonormal basis vector ``b_r``)."""
+    from dpopt.model.queries import Residuals
+
+    dom, W, m = _scored_fits(5)
+    fc = choose_fit([m], ConstraintSet(dom), W, select="ewa")
+    fits = [e for e in fc.evidence if e.status == "OPTIMAL" and np.isfinite(e.risk)
+            and e.candidate.objective != "blend" and e.fitted is not None]
+    st = fc.statistics
+    basis = Residuals(dom, st.sets)
+    B = basis.to_sparse().toarray() / basis.row_norm()[:, None]
+    omega = np.array([sum(t.weight * np.sum((t.query(dom).to_sparse().toarray() @ b) ** 2) for t in W.tables)
+                      for b in B])
+    s2 = np.repeat(st.variances, basis.dims)
+    F = np.array([e.fitted for e in fits])
+    differ = F.max(axis=0) - F.min(axis=0) > 1e-9 * max(1.0, np.abs(F).max())
+    beta = 8 * np.max((omega * s2)[differ])
+    risks = np.array([e.risk for e in fits])
+    expected = np.exp(-(risks - risks.min()) / beta)
+    expected /= expected.sum()
+    got = np.array([fc.result.info["combination"].get(e.candidate.name, 0.0) for e in fits])
+    assert np.allclose(got, expected, rtol=1e-9, atol=1e-12)
+    assert np.allclose(fc.result.x, expected @ np.array([e.result.x for e in fits]), atol=1e-9)
+
+
+def test_the_l1_selection_takes_the_least_absolute_estimate():
+    """``select="l1"``: every fit carries its absolute-error estimate (per table and weighted), and the
+    release is the least of them, or (when that fit has exact zeros) the positivity step's
+    blend of it or positive fit, named in the rule."""
+    for seed, laplace in ((3, False), (4, True)):
+        dom, W, m = _scored_fits(seed, laplace)
+        fc = choose_fit([m], ConstraintSet(dom), W, select="l1")
+        fits = [e for e in fc.evidence if e.status == "OPTIMAL" and np.isfinite(e.risk)
+                and e.candidate.objective != "blend"]
+        assert fits and all(np.isfinite(e.absolute_risk) for e in fits)
+        for e in fits:
+            assert np.isclose(e.absolute_risk, np.dot([t.weight for t in W.tables], e.absolute))
+        least = min(fits, key=lambda e: e.absolute_risk)
+        assert f"select='l1'): {least.candidate.name}," in fc.rule
+        if least.result.x.min() > 0:
+            assert fc.chosen is least
+        else:
+            assert fc.chosen is least or fc.chosen.result.x.min() > 0
+        assert "absolute" in "\n".join(fc.lines(W))

@@ -79,7 +79,7 @@ __all__ = ["Auto", "AutoParams", "AutoPlan", "ESTIMATORS"]
 #: ``estimator`` choices: the rule, or one objective forced (still under non-negativity).
 ESTIMATORS = ("auto", "l2", "smooth")
 #: Keys of the optional ``[auto]`` table.
-AUTO_KEYS = ("strategy", "candidates", "estimator", "mechanism", "time_limit", "nonnegative")
+AUTO_KEYS = ("strategy", "candidates", "estimator", "select", "mechanism", "time_limit", "nonnegative")
 
 
 @dataclass(frozen=True)
@@ -98,6 +98,10 @@ class AutoParams(AlgorithmParams):
     estimator : {"auto", "l2", "smooth"}
         ``"auto"``: the risk rule of :mod:`dpopt.estimate.choice.rule`; otherwise only that objective's
         candidates are scored.
+    select : str or None
+        How the scored fits become the release (:func:`~dpopt.estimate.choice.rule.choose_fit`'s
+        ``select``: ``"least"``, ``"one_se"``, ``"l1"``, ``"stack"``, ``"ewa"``); None: the library's
+        default (:data:`~dpopt.estimate.choice.rule.DEFAULT_SELECTION`).
     mechanism : {"laplace", "gaussian"} or None
         Default: the budget's natural noise.
     time_limit : float or None
@@ -112,6 +116,7 @@ class AutoParams(AlgorithmParams):
     strategy: str = "best"
     candidates: tuple[str, ...] = DEFAULT_CANDIDATES
     estimator: str = "auto"
+    select: str | None = None
     mechanism: str | None = None
     time_limit: float | None = None
     nonnegative: bool = True
@@ -131,6 +136,10 @@ class AutoParams(AlgorithmParams):
             raise ParameterError(f"strategy must be 'best' or one of {list(CANDIDATES)}, got {self.strategy!r}")
         if self.estimator not in ESTIMATORS:
             raise ParameterError(f"estimator must be one of {list(ESTIMATORS)}, got {self.estimator!r}")
+        from dpopt.estimate.choice.rule import SELECTIONS
+
+        if self.select is not None and self.select not in SELECTIONS:
+            raise ParameterError(f"select must be one of {list(SELECTIONS)}, got {self.select!r}")
         if self.mechanism is not None and self.mechanism not in MECHANISMS:
             raise ParameterError(f"mechanism must be one of {list(MECHANISMS)}, got {self.mechanism!r}")
         if self.time_limit is not None and not (isinstance(self.time_limit, (int, float)) and self.time_limit > 0):
@@ -159,6 +168,9 @@ class AutoParams(AlgorithmParams):
         strategy = t.str("strategy", default="best", choices=("best",) + CANDIDATES)
         candidates = tuple(t.str_list("candidates", default=list(DEFAULT_CANDIDATES), choices=CANDIDATES))
         estimator = t.str("estimator", default="auto", choices=ESTIMATORS)
+        from dpopt.estimate.choice.rule import SELECTIONS
+
+        select = t.str("select", default=None, choices=SELECTIONS)
         mechanism = t.str("mechanism", default=None, choices=MECHANISMS)
         if mechanism is not None:
             try:
@@ -167,7 +179,7 @@ class AutoParams(AlgorithmParams):
                 raise t.error(("mechanism",), str(exc)) from None
         time_limit = t.float("time_limit", default=None, positive=True)
         nonnegative = t.bool("nonnegative", default=True)
-        return cls(workload, strategy, candidates, estimator, mechanism, time_limit, nonnegative)
+        return cls(workload, strategy, candidates, estimator, select, mechanism, time_limit, nonnegative)
 
 
 @dataclass(frozen=True, eq=False)
@@ -409,7 +421,8 @@ class Auto(Algorithm):
             candidates = tuple(c for c in candidates if c.objective == self.params.estimator)
         if constraints.inequalities:
             candidates = tuple(c for c in candidates if c.objective == "l2")  # smooth takes no inequalities
-        return choose_fit(measurements, constraints, workload, candidates, time_limit=self.params.time_limit)
+        return choose_fit(measurements, constraints, workload, candidates, time_limit=self.params.time_limit,
+                          select=self.params.select)
 
     # ---- report -------------------------------------------------------------------------------------
     @staticmethod

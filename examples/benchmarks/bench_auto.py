@@ -10,6 +10,8 @@
     python examples/benchmarks/bench_auto.py --rounding           # integer output against the fractional fit
     python examples/benchmarks/bench_auto.py --adaptive           # 15 seeds: auto, the forced tree, the noisy histogram
     python examples/benchmarks/bench_auto.py --adaptive-bn        # generated Bayesian networks: auto with / without the tree
+    python examples/benchmarks/bench_auto.py --select-generated   # generated data: the selections, same draws
+    python examples/benchmarks/bench_auto.py --select ewa ...     # any mode with another selection
 
 **The table.** For each binary table (nltcs, czech, rochdale, mildew from ``../shared/data``) and
 ε in {0.1, 0.5, 1}, the spec ``{[workload] marginals = "all 3-way", [privacy] ...}`` (no total,
@@ -525,38 +527,61 @@ def adaptive_bn(cases=((10, 2000), (14, 5000)), seeds: int = 3) -> None:
                 f"{np.mean([v[2] for v in vals]):.1f} CPU s" for k, vals in out.items()), flush=True)
 
 
-def select_generated(cases=((6, 70), (6, 300), (6, 1841), (7, 5000)), networks: int = 3, runs: int = 20) -> None:
-    """The fit rule's two selections (``choose_fit``'s ``select``) on the same draws, on generated
-    data (``random_sparse_network``, seeds 600+; not the benchmark tables): identity + Laplace, all
-    3-way marginals; the change in the chosen fit's true squared error against ``"least"``."""
+def select_generated(cases=((6, 70), (6, 300), (6, 1841), (7, 5000)), networks: int = 3, runs: int = 20,
+                     rules=("least", "one_se", "l1", "stack", "ewa"), epsilons=(0.1, 1.0), noise: str = "laplace"
+                     ) -> list[dict]:
+    """The fit rule's selections (``choose_fit``'s ``select``) on the same draws, on generated data
+    (``random_sparse_network``, seeds 600+; not the benchmark tables): identity + Laplace (scale
+    1/ε) or, with ``noise="gaussian"``, the zCDP equivalent (ρ = ε²/2: σ = 1/ε), all 3-way marginals.
+    For every rule against ``"least"``: the change in the chosen fit's true
+    squared 3-way error (counts; what ``"least"`` targets) and in the benchmark's metric, the mean
+    absolute 3-way error on proportions (what ``"l1"`` targets), each as mean ± standard error of
+    the paired differences over the draws, relative to ``"least"``'s mean. Returns the rows."""
     from dpopt.datasets.bayes_net import random_sparse_network
     from dpopt.estimate.choice.rule import choose_fit
     from dpopt.model.constraints import ConstraintSet
     from dpopt.model.measurement import Measurement
     from dpopt.strategy.tables import Workload
 
+    rows = []
     for d, n in cases:
-        for eps in (0.1, 1.0):
+        for eps in epsilons:
             err = defaultdict(list)
+            start = time.process_time()
             for net in range(networks):
                 data = random_sparse_network(d, seed=600 + net).sample(n, 1900 + net)
                 x = data.histogram().astype(float)
                 W = Workload.all_k_way(data.domain, 3)
                 three = MarginalWorkload(data.domain, [m.attrs for m in all_marginals(data.domain, 3)])
+                true3 = three.matvec(x) / x.sum()
                 b = 1.0 / eps
                 gen = np.random.default_rng(177 + net)  # simulation noise: a benchmark
                 for _ in range(runs):
                     m = Measurement(Identity(data.domain), x + gen.laplace(0, b, x.size), "laplace", math.sqrt(2) * b,
-                                    2 * b * b)
-                    for select in ("least", "one_se"):
-                        e = three.matvec(choose_fit([m], ConstraintSet(data.domain), W, select=select).result.x
-                                         - x)
-                        err[select].append(float(e @ e))
-            base, other = np.array(err["least"]), np.array(err["one_se"])
-            diff = other - base
-            print(f"d={d} n={n:,} eps={eps:g}, {networks} networks x {runs} draws: squared 3-way error least "
-                  f"{base.mean():.5g}, one_se {other.mean():.5g} ({100 * diff.mean() / base.mean():+.1f}% +- "
-                  f"{100 * diff.std(ddof=1) / math.sqrt(diff.size) / base.mean():.1f}%)", flush=True)
+                                    2 * b * b) if noise == "laplace" else \
+                        Measurement(Identity(data.domain), x + gen.normal(0, b, x.size), "gaussian", b, b * b)
+                    for select in rules:
+                        fit = choose_fit([m], ConstraintSet(data.domain), W, select=select).result.x
+                        e = three.matvec(fit - x)
+                        err[select, "l2"].append(float(e @ e))
+                        err[select, "l1"].append(float(np.abs(three.matvec(fit) / fit.sum() - true3).mean()))
+            row = {"noise": noise, "d": d, "n": n, "eps": eps, "draws": networks * runs,
+                   "cpu_s": time.process_time() - start}
+            line = [f"{noise} d={d} n={n:,} eps={eps:g}, {networks} networks x {runs} draws:"]
+            for metric, label in (("l2", "squared 3-way error"), ("l1", "3-way mean abs error (proportions)")):
+                base = np.array(err["least", metric])
+                row[f"least_{metric}"] = float(base.mean())
+                parts = [f"least {base.mean():.5g}"]
+                for select in rules[1:]:
+                    diff = np.array(err[select, metric]) - base
+                    change = 100 * diff.mean() / base.mean()
+                    se = 100 * diff.std(ddof=1) / math.sqrt(diff.size) / base.mean()
+                    row[f"{select}_{metric}"], row[f"{select}_{metric}_se"] = change, se
+                    parts.append(f"{select} {change:+.1f}% +- {se:.1f}%")
+                line.append(f"{label}: " + ", ".join(parts))
+            print(" ".join(line) + f" ({row['cpu_s']:.0f} CPU s)", flush=True)
+            rows.append(row)
+    return rows
 
 
 def main() -> None:
@@ -573,10 +598,14 @@ def main() -> None:
     parser.add_argument("--rounding", action="store_true", help="integer against fractional error, census example")
     parser.add_argument("--adaptive", action="store_true", help="15 seeds: auto, the forced tree, the noisy histogram")
     parser.add_argument("--adaptive-bn", action="store_true", help="generated Bayesian networks: with / without the tree")
-    parser.add_argument("--select", choices=["least", "one_se"], help="the fit rule's selection for this run "
+    parser.add_argument("--select", choices=["least", "one_se", "l1", "stack", "ewa"],
+                        help="the fit rule's selection for this run "
                         "(choose_fit's select; default: the library's)")
     parser.add_argument("--select-generated", action="store_true",
-                        help="generated data: the one-standard-error selection against the least risk, same draws")
+                        help="generated data: the one-standard-error and least-absolute-error selections against the "
+                        "least risk, same draws")
+    parser.add_argument("--generated-noise", choices=["laplace", "gaussian"], default="laplace",
+                        help="--select-generated: Laplace (pure eps) or Gaussian (the zCDP equivalent) noise")
     args = parser.parse_args()
     if args.select:
         import dpopt.estimate.choice.rule as rule
@@ -597,7 +626,7 @@ def main() -> None:
     elif args.adaptive_bn:
         adaptive_bn()
     elif args.select_generated:
-        select_generated()
+        select_generated(noise=args.generated_noise)
     else:
         table(args.datasets, args.accounting, args.peer, args.peer_results, args.plots)
 

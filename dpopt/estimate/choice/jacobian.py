@@ -196,7 +196,7 @@ def _equality_basis(eq: EqualityRows, moving: np.ndarray):
 
 
 def smooth_jacobian(query: LinearQuery, eq: EqualityRows, iterates: Sequence[np.ndarray], lam: float,
-                    prior_scales_with_total: bool) -> np.ndarray:
+                    prior_scales_with_total: bool, cells: bool = False):
     """``∂(C x_K)/∂d`` of the ``K``-step smooth estimate (module notes).
 
     Cells that stay at 0 whatever ``d`` (structural zeros, and cells a zero-target equality row
@@ -214,6 +214,14 @@ def smooth_jacobian(query: LinearQuery, eq: EqualityRows, iterates: Sequence[np.
         ``λ`` in the units of the counts.
     prior_scales_with_total : bool
         Whether the first prior is uniform with the held total ``N̂`` (so it moves with ``d``).
+    cells : bool
+        Also return ``∂x_K/∂d = D_K Rᵀ Λ_K`` (``n × m``, 0 on the cells that do not move): what the
+        fit does to coordinates it does not fit (the top-order interactions of a fit of the lower
+        orders), for their variance (:func:`~dpopt.estimate.choice.risk.absolute_risks`).
+
+    Returns
+    -------
+    ndarray, or (ndarray, ndarray) with ``cells``
     """
     m = query.num_rows
     if len(iterates) < 2:
@@ -246,4 +254,10 @@ def smooth_jacobian(query: LinearQuery, eq: EqualityRows, iterates: Sequence[np.
         except la.LinAlgError:
             step = np.linalg.lstsq(H, rhs, rcond=None)[0]
         Lam = Lam - step / lam
-    return G[:m] @ Lam
+    if not cells:
+        return G[:m] @ Lam
+    x = np.where(moving, np.asarray(iterates[-1], dtype=np.float64), 0.0)
+    back = np.asarray(sp.csr_matrix(query.to_sparse()).T @ Lam[:m])
+    if E is not None and e:
+        back = back + np.asarray(E.T @ Lam[m:])
+    return G[:m] @ Lam, x[:, None] * back
