@@ -158,3 +158,21 @@ def test_auto_refuses_ranges_beyond_the_dense_table(wide):
             "workload": {"ranges": ["x000"]}}
     with pytest.raises(SpecError, match="ranges need the table"):
         plan(spec, data=data)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_auto_total_reaches_the_wide_estimate_and_the_report(wide):
+    """``[auto] total`` is the marginal-space estimator's ``total=`` beyond the dense table; the
+    release's info, report.json and notes carry the choice."""
+    net, data = wide
+    pairs = [list(net.domain.attrs[i:i + 2]) for i in range(0, 8, 2)]
+    spec = {"name": "wide-auto-total", "domain": {"attributes": {a: 2 for a in net.domain.attrs}},
+            "data": {"source": "file"}, "privacy": {"accounting": "zcdp", "rho": 0.5},
+            "workload": {"marginals": pairs}, "auto": {"total": "measured"}}
+    release = run(spec, data=data, seed=2)
+    assert release.success and release.info["marginal_space"]
+    chosen = release.reconstruction.info["total"]
+    assert release.info["total"] == chosen and chosen["mode"] == "measured" and chosen["held"]
+    assert release.reconstruction.total == pytest.approx(chosen["measured"], rel=1e-9)
+    assert release.report["algorithm"]["total"]["reason"] == chosen["reason"]
+    assert any(n.startswith("Record count ([auto] total = 'measured')") for n in release.notes)
