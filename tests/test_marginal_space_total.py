@@ -165,6 +165,7 @@ def test_a_public_total_keeps_priority(rng):
                    {"constraints": ConstraintSet(DOM, [Invariant(Total(DOM), np.array([public]), name="n")])}):
         est = estimate_marginals(ms, **kwargs, **SPACE)
         assert est.success and est.info["total"]["mode"] == "public" and est.info["total_public"]
+        assert est.info["total"]["value"] == public and math.isnan(est.info["total"]["measured"])  # none estimated
         assert est.total == pytest.approx(public, rel=1e-9)
 
 

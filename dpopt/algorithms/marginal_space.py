@@ -137,7 +137,7 @@ class MarginalSpace(Algorithm):
     supports = frozenset({"nonnegative", "integer", "structural_zeros", "hierarchy", "invariants"})
     sections = {"measure": ("label", "query", "attrs", "k", "mechanism", "share"),
                 "marginal_space": ("workload", "time_limit", "records", "max_parents", "exact_cells", "shrink",
-                                         "total")}
+                                   "total")}
     dense_domain = False
     Params = MarginalSpaceParams
 

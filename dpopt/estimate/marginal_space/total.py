@@ -114,7 +114,8 @@ class TotalChoice:
     reason : str
         One sentence for reports.
     estimate : float
-        ``n̂`` itself (equation (2)), whatever was done with it (NaN when not computed).
+        ``n̂`` itself (equation (2)), whatever was done with it (NaN for a public total: none is
+        estimated).
     """
 
     mode: str
@@ -170,7 +171,7 @@ def choose_total(mode: str, estimate: float, weight: float, cells: np.ndarray, v
     """
     if public:
         return TotalChoice("public", True, estimate, 0.0, float("nan"),
-                           "the total is public (an invariant, an exact measurement or total=<count>)", estimate)
+                           "the total is public (an invariant, an exact measurement or total=<count>)")
     stddev = 1.0 / math.sqrt(weight) if weight > 0 else float("inf")
     cells = np.asarray(cells, dtype=np.float64)
     sd = np.sqrt(np.asarray(variances, dtype=np.float64))
