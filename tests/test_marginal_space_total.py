@@ -165,6 +165,7 @@ def test_a_public_total_keeps_priority(rng):
                    {"constraints": ConstraintSet(DOM, [Invariant(Total(DOM), np.array([public]), name="n")])}):
         est = estimate_marginals(ms, **kwargs, **SPACE)
         assert est.success and est.info["total"]["mode"] == "public" and est.info["total_public"]
+        assert est.info["total"]["value"] == public and math.isnan(est.info["total"]["measured"])  # none estimated
         assert est.total == pytest.approx(public, rel=1e-9)
 
 
@@ -196,3 +197,76 @@ def test_bad_total_is_one_line_error(bad, rng):
     with pytest.raises(ParameterError, match="total must be") as err:
         estimate_marginals(ms, total=bad, **SPACE)
     assert "\n" not in str(err.value)
+
+
+# ---- the spec faces: [marginal_space] total and [auto] total -----------------------------------------
+def records_of(x):
+    """The records behind a table of counts over DOM (one row per record; labels are the codes)."""
+    import pandas as pd
+
+    codes = np.column_stack(np.unravel_index(np.repeat(np.arange(DOM.size), x.astype(int)), DOM.sizes))
+    return pd.DataFrame(codes, columns=list(DOM.attrs))
+
+
+def space_spec(**marginal_space):
+    return {"name": "total-face", "algorithm": "marginal_space",
+            "domain": {"attributes": dict(zip(DOM.attrs, DOM.sizes))}, "data": {"source": "file"},
+            "privacy": {"accounting": "pure", "epsilon": 1},
+            "measure": [{"label": ", ".join(s), "query": "marginal", "attrs": list(s), "mechanism": "laplace",
+                         "share": "1/3"} for s in CHAIN],
+            "marginal_space": {"exact_cells": 0, "records": False, **marginal_space},
+            "output": {"formats": ["csv"], "plots": False}}
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # a seeded run is not private: a test input
+@pytest.mark.parametrize("mode", ["free", "measured", "auto"])
+def test_spec_total_reaches_the_estimator_and_the_report(mode, rng):
+    """``[marginal_space] total`` is the estimator's ``total=``; the release's info, report.json's
+    algorithm section and the summary's notes carry the choice and its evidence."""
+    from dpopt.release import run
+
+    x, _ = sparse_case(rng)
+    spec = space_spec() if mode == "auto" else space_spec(total=mode)
+    release = run(spec, data=records_of(x), seed=3)
+    assert release.success
+    chosen = release.reconstruction.info["total"]
+    assert release.info["total"] == chosen and chosen["mode"] == mode
+    if mode != "auto":
+        assert chosen["held"] is (mode == "measured")
+    if chosen["held"]:
+        assert release.reconstruction.total == pytest.approx(chosen["measured"], rel=1e-9)
+    reported = release.report["algorithm"]["total"]
+    assert {k: reported[k] for k in ("mode", "held", "measured", "stddev", "reason")} == \
+        {k: chosen[k] for k in ("mode", "held", "measured", "stddev", "reason")}
+    assert reported["predicted_bias"] == pytest.approx(chosen["predicted_bias"], rel=1e-12)
+    note = next(n for n in release.report["algorithm"]["notes"] if n.startswith("Record count"))
+    assert f"[marginal_space] total = {mode!r}" in note and "predicted bias" in note
+
+
+@pytest.mark.parametrize("bad, says", [("bogus", "unknown value 'bogus'"), (48842, "invariant"),
+                                       (True, "must be a string")])
+def test_spec_bad_total_is_one_line_error_naming_the_key(bad, says, rng):
+    from dpopt.errors import SpecError
+    from dpopt.release import plan
+
+    x, _ = sparse_case(rng)
+    with pytest.raises(SpecError, match="marginal_space.total") as err:
+        plan(space_spec(total=bad), data=records_of(x))
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_auto_total_is_refused_free_on_the_dense_table(rng):
+    """The dense fit always holds the total; ``[auto] total = "free"`` is refused there (it reaches
+    the estimator beyond the dense table: ``test_wide_specs``)."""
+    from dpopt.errors import SpecError
+    from dpopt.release import plan
+
+    x, _ = sparse_case(rng)
+    spec = {"name": "dense-auto", "domain": {"attributes": dict(zip(DOM.attrs, DOM.sizes))},
+            "data": {"source": "file"}, "privacy": {"accounting": "pure", "epsilon": 1},
+            "workload": {"marginals": [list(s) for s in CHAIN]}, "auto": {"total": "free"}}
+    with pytest.raises(SpecError, match="auto.total") as err:
+        plan(spec, data=records_of(x))
+    assert "beyond the dense table" in str(err.value) and "\n" not in str(err.value)
+    spec["auto"]["total"] = "measured"
+    assert plan(spec, data=records_of(x)).algorithm.params.total == "measured"

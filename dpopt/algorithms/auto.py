@@ -58,7 +58,7 @@ from dpopt.algorithms.base import (
     register,
     round_release,
 )
-from dpopt.errors import DpoptError, ParameterError
+from dpopt.errors import DpoptError, ParameterError, at_key
 from dpopt.estimate.status import Status
 from dpopt.model.constraints import ConstraintSet, NonNegativity
 from dpopt.model.measurement import Measurement
@@ -79,7 +79,7 @@ __all__ = ["Auto", "AutoParams", "AutoPlan", "ESTIMATORS"]
 #: ``estimator`` choices: the rule, or one objective forced (still under non-negativity).
 ESTIMATORS = ("auto", "l2", "smooth")
 #: Keys of the optional ``[auto]`` table.
-AUTO_KEYS = ("strategy", "candidates", "estimator", "select", "mechanism", "time_limit", "nonnegative")
+AUTO_KEYS = ("strategy", "candidates", "estimator", "select", "mechanism", "time_limit", "nonnegative", "total")
 
 
 @dataclass(frozen=True)
@@ -108,6 +108,10 @@ class AutoParams(AlgorithmParams):
         Seconds for each solve and for the rounding.
     nonnegative : bool
         Non-negativity (on by default; counts cannot be negative).
+    total : {"auto", "measured", "free"}
+        Beyond the dense table: the marginal-space estimator's record count
+        (:mod:`dpopt.estimate.marginal_space.total`; default its rule). The dense fit always holds
+        the total at its measured estimate (``"auto"`` and ``"measured"``; ``"free"`` is refused there).
     fitter : callable or None
         Replaces :meth:`Auto.fit`: ``fitter(measurements, constraints, workload, params) -> FitChoice``.
     """
@@ -120,6 +124,7 @@ class AutoParams(AlgorithmParams):
     mechanism: str | None = None
     time_limit: float | None = None
     nonnegative: bool = True
+    total: str = "auto"
     fitter: Callable | None = field(default=None, repr=False, compare=False)
 
     def validate(self) -> None:
@@ -146,6 +151,9 @@ class AutoParams(AlgorithmParams):
             raise ParameterError(f"time_limit must be a positive number of seconds, got {self.time_limit!r}")
         if not isinstance(self.nonnegative, bool):
             raise ParameterError(f"nonnegative must be true or false, got {self.nonnegative!r}")
+        from dpopt.algorithms.marginal_space import check_total_mode
+
+        check_total_mode(self.total)
         if self.fitter is not None and not callable(self.fitter):
             raise ParameterError("fitter must be callable")
 
@@ -179,7 +187,10 @@ class AutoParams(AlgorithmParams):
                 raise t.error(("mechanism",), str(exc)) from None
         time_limit = t.float("time_limit", default=None, positive=True)
         nonnegative = t.bool("nonnegative", default=True)
-        return cls(workload, strategy, candidates, estimator, select, mechanism, time_limit, nonnegative)
+        from dpopt.algorithms.marginal_space import total_from_spec
+
+        return cls(workload, strategy, candidates, estimator, select, mechanism, time_limit, nonnegative,
+                   total_from_spec(t))
 
 
 @dataclass(frozen=True, eq=False)
@@ -237,6 +248,9 @@ class Auto(Algorithm):
         mechanism = budget.noise(params.mechanism)
         if not self.holds_dense_table(domain):
             return self._plan_marginal_space(domain, constraints, budget, workload, mechanism)
+        if params.total == "free":  # the dense fit's risk estimates are derived with the total held
+            raise at_key(ParameterError("total = 'free' applies beyond the dense table only (marginal space); the "
+                                        "dense fit always holds the total at its measured estimate"), ("auto", "total"))
         label = "strategy"
         cost = budget.shares({label: 1})[label]
         if params.strategy == "tree":  # forced: compared with the unbiased candidates it is charged against
@@ -373,7 +387,7 @@ class Auto(Algorithm):
         return self.new_plan(domain, constraints, budget, steps=selection.steps(), details=details, lines=lines)
 
     def _run_marginal_space(self, plan, data, accountant, rng) -> Release:
-        from dpopt.algorithms.marginal_space import marginal_release_answers
+        from dpopt.algorithms.marginal_space import marginal_release_answers, not_certified_message, total_note
         from dpopt.estimate.marginal_space import estimate_marginals
         from dpopt.model.data import decode_codes
         from dpopt.strategy.wide_selection import run_wide_selection
@@ -382,18 +396,18 @@ class Auto(Algorithm):
         selection = run_wide_selection(details.selection, data, accountant, rng)
         measurements = selection.measurements
         estimate = estimate_marginals(measurements, list(details.sets), plan.constraints,
-                                      nonnegative=self.params.nonnegative, time_limit=self.params.time_limit)
+                                      nonnegative=self.params.nonnegative, time_limit=self.params.time_limit,
+                                      total=self.params.total)
         info = {"marginal_space": True, "marginals": len(details.sets), "cells": details.cells,
-                "wide_selection": selection.info()}
+                "wide_selection": selection.info(), "total": estimate.info["total"]}
         if not estimate.success:
             return make_release(self, plan, accountant, status=estimate.status, measurements=measurements,
-                                reconstruction=estimate, info=info,
-                                message=f"the marginal-space estimate ended with status {estimate.status.name}: "
-                                        f"{estimate.message}")
+                                reconstruction=estimate, info={**info, "spec_key": ("auto",)},
+                                message=not_certified_message(estimate))
         integral = plan.constraints.integral
         records = estimate.records(rng=rng) if integral else None
         notes = [f"the domain has {plan.domain.size:.3g} cells: {selection.describe()}; estimated in marginal space "
-                 f"({estimate.info['polytope']} polytope); no table was formed"]
+                 f"({estimate.info['polytope']} polytope); no table was formed", total_note(estimate, "[auto] total")]
         if integral:
             notes.append("integer marginals: those of synthetic records drawn from the estimate (whole persons, "
                          "consistent); the estimate's fractional counts are in the 'fitted' column")

@@ -33,6 +33,7 @@ from dpopt.algorithms.measure_reconstruct import parse_measure_tables, plan_meas
 from dpopt.errors import DomainError, DpoptError, ParameterError, QueryError, at_key
 from dpopt.estimate.marginal_space import EXACT_CELLS, MAX_CLIQUE_CELLS, MarginalFrameMap, estimate_marginals
 from dpopt.estimate.marginal_space.layout import maximal_sets
+from dpopt.estimate.marginal_space.total import TOTAL_MODES
 from dpopt.estimate.status import Status
 from dpopt.privacy.mechanisms import measure
 from dpopt.spec.model import MeasureSpec
@@ -72,6 +73,11 @@ class MarginalSpaceParams(AlgorithmParams):
     shrink : bool
         Empirical-Bayes shrinkage of the measured interactions towards independence
         (``estimate_marginals(shrink=True)``); off by default.
+    total : {"auto", "measured", "free"}
+        The record count when nothing public fixes it (``estimate_marginals(total=...)``,
+        :mod:`~dpopt.estimate.marginal_space.total`): held at its measured estimate ``n̂``, left to
+        the non-negative fit, or (default) held when the free total's predicted bias exceeds
+        ``n̂``'s standard error. A public count is an invariant on the total (``[constraints]``).
     """
 
     measures: tuple[MeasureSpec, ...] = ()
@@ -81,6 +87,7 @@ class MarginalSpaceParams(AlgorithmParams):
     max_parents: int | None = None
     exact_cells: int = EXACT_CELLS
     shrink: bool = False
+    total: str = "auto"
 
     def validate(self) -> None:
         if not self.measures:
@@ -99,6 +106,7 @@ class MarginalSpaceParams(AlgorithmParams):
             raise ParameterError(f"exact_cells must be an integer >= 0, got {self.exact_cells!r}")
         if not isinstance(self.shrink, bool):
             raise ParameterError(f"shrink must be true or false, got {self.shrink!r}")
+        check_total_mode(self.total)
 
     def describe(self) -> str:
         w = self.workload
@@ -114,7 +122,7 @@ class MarginalSpaceParams(AlgorithmParams):
         workload = parse_marginals(t, "workload") if t.has("workload") else None
         return cls(measures, workload, t.float("time_limit", positive=True), t.bool("records", default=True),
                    t.int("max_parents", minimum=0), t.int("exact_cells", default=EXACT_CELLS, minimum=0),
-                   t.bool("shrink", default=False))
+                   t.bool("shrink", default=False), total_from_spec(t))
 
 
 @register
@@ -128,7 +136,8 @@ class MarginalSpace(Algorithm):
     accountings = ("pure", "approx", "zcdp")
     supports = frozenset({"nonnegative", "integer", "structural_zeros", "hierarchy", "invariants"})
     sections = {"measure": ("label", "query", "attrs", "k", "mechanism", "share"),
-                "marginal_space": ("workload", "time_limit", "records", "max_parents", "exact_cells", "shrink")}
+                "marginal_space": ("workload", "time_limit", "records", "max_parents", "exact_cells", "shrink",
+                                   "total")}
     dense_domain = False
     Params = MarginalSpaceParams
 
@@ -183,12 +192,12 @@ class MarginalSpace(Algorithm):
         workload = list(dict.fromkeys([tuple(getattr(m.query, "attrs", ())) for m in measurements
                                        if getattr(m.query, "attrs", ())] + list(plan.details or [])))
         estimate = estimate_marginals(measurements, workload or None, plan.constraints, time_limit=p.time_limit,
-                                      exact_cells=p.exact_cells, shrink=p.shrink)
+                                      exact_cells=p.exact_cells, shrink=p.shrink, total=p.total)
         if not estimate.success:
             return make_release(self, plan, accountant, status=estimate.status, measurements=measurements,
-                                reconstruction=estimate, info={"spec_key": ("marginal_space",)},
-                                message=f"the marginal-space estimate ended with status {estimate.status.name}: "
-                                        f"{estimate.message}")
+                                reconstruction=estimate,
+                                info={"spec_key": ("marginal_space",), "total": estimate.info["total"]},
+                                message=not_certified_message(estimate))
         if estimate.get("table") is not None:  # a small domain, solved as a table: release it as a table
             return self._release_table(plan, accountant, estimate, measurements)
         records = None
@@ -201,6 +210,7 @@ class MarginalSpace(Algorithm):
                     "marginal": "the marginals are decomposable, so the fit is that of the best table.",
                     "local": "a relaxation: every released marginal is non-negative and consistent with every "
                              "other, but no single table need have them all."}[estimate.info["polytope"]]]
+        notes.append(total_note(estimate))
         if records is not None:
             notes.append("Synthetic records: drawn from a Bayesian network fitted to the estimate (post-processing); "
                          "each family's counts within one record of its conditional law.")
@@ -214,7 +224,7 @@ class MarginalSpace(Algorithm):
                             records=None if records is None or not p.records else decode_codes(records, plan.domain),
                             notes=notes, info={"polytope": estimate.info["polytope"],
                                                "certificate": estimate.info["certificate"],
-                                               "marginals": len(estimate.workload)})
+                                               "marginals": len(estimate.workload), "total": estimate.info["total"]})
         release.answers = answers  # a lazy mapping: frames are built when read
         return release
 
@@ -234,14 +244,48 @@ class MarginalSpace(Algorithm):
         return make_release(self, plan, accountant, status=Status.OPTIMAL, message=estimate.message, counts=counts,
                             answers=answers, measurements=measurements, reconstruction=estimate, rounding=rounding,
                             notes=[f"The domain has {plan.domain.size:,} cells, at most exact_cells = "
-                                   f"{self.params.exact_cells:,}: solved as a table, exactly."],
-                            info={"polytope": "table"})
+                                   f"{self.params.exact_cells:,}: solved as a table, exactly.", total_note(estimate)],
+                            info={"polytope": "table", "total": estimate.info["total"]})
 
     @classmethod
     def example(cls, domain):
         from dpopt.algorithms.measure_reconstruct import MeasureReconstruct
 
         return cls.Params(MeasureReconstruct.example(domain).measures)  # three pair marginals
+
+
+def check_total_mode(total) -> str:
+    """``total`` of ``[marginal_space]`` / ``[auto]``: one of the estimator's modes (ParameterError)."""
+    if not isinstance(total, str) or total not in TOTAL_MODES:
+        raise ParameterError(f"total must be one of {', '.join(map(repr, TOTAL_MODES))}, got {total!r}")
+    return total
+
+
+def total_from_spec(table) -> str:
+    """The ``total`` key of a spec table: a mode of :data:`~dpopt.estimate.marginal_space.total.TOTAL_MODES`
+    (default ``"auto"``). A number is refused with the way to state a public count: an invariant."""
+    value = table.raw.get("total")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        raise table.error(("total",), f"must be one of {', '.join(map(repr, TOTAL_MODES))}, got {value!r}; a record "
+                                      "count that is public is an invariant: [constraints] invariants = "
+                                      f"[{{ query = \"total\", values = [{value!r}] }}]")
+    return table.str("total", default="auto", choices=TOTAL_MODES)
+
+
+def total_note(estimate, key: str = "[marginal_space] total") -> str:
+    """The release note saying which total the estimate used and why (``info["total"]``); ``key``
+    names the spec key that sets the mode."""
+    t = estimate.info["total"]
+    if t["mode"] == "public":
+        return f"Record count: {t['reason']}."
+    return f"Record count ({key} = {t['mode']!r}): {t['reason']}."
+
+
+def not_certified_message(estimate) -> str:
+    """One line for a marginal-space estimate that is not an estimate (status not OPTIMAL): the
+    status, what was not certified, and that nothing was released."""
+    return (f"the marginal-space estimate is not certified ({estimate.status.name}), so nothing was released: "
+            f"{estimate.message}")
 
 
 def clique_cells(domain, sets) -> int:

@@ -113,6 +113,9 @@ class TotalChoice:
         ``B̂`` of equation (5), the free total's predicted inflation (NaN when not computed).
     reason : str
         One sentence for reports.
+    estimate : float
+        ``n̂`` itself (equation (2)), whatever was done with it (NaN for a public total: none is
+        estimated).
     """
 
     mode: str
@@ -121,11 +124,14 @@ class TotalChoice:
     stddev: float
     bias: float
     reason: str
+    estimate: float = float("nan")
 
     def info(self) -> dict:
-        return {"mode": self.mode, "held": self.held, "value": self.value, "stddev": self.stddev,
-                "predicted_bias": self.bias, "rule": "hold when predicted bias > stddev (total.py, (3))",
-                "reason": self.reason}
+        """Plain data for ``info["total"]`` and the report: what was asked, whether the total was
+        held and at what, ``n̂`` with its standard error, the predicted bias, the rule, the reason."""
+        return {"mode": self.mode, "held": self.held, "value": self.value, "measured": self.estimate,
+                "stddev": self.stddev, "predicted_bias": self.bias,
+                "rule": "hold when predicted bias > stddev (total.py, (3))", "reason": self.reason}
 
 
 def check_total(total) -> float | str:
@@ -180,13 +186,15 @@ def choose_total(mode: str, estimate: float, weight: float, cells: np.ndarray, v
     # projection on the feasible totals (the least squares of the total alone).
     value = max(estimate, 0.0) if nonnegative else estimate
     if mode == "measured":
-        return TotalChoice(mode, True, value, stddev, bias, f"held at n̂ as asked (total='measured'); {evidence}")
+        return TotalChoice(mode, True, value, stddev, bias, f"held at n̂ as asked (total='measured'); {evidence}",
+                           estimate)
     if mode == "free":
-        return TotalChoice(mode, False, estimate, stddev, bias, f"free as asked (total='free'); {evidence}")
+        return TotalChoice(mode, False, estimate, stddev, bias, f"free as asked (total='free'); {evidence}",
+                           estimate)
     if not nonnegative:
         return TotalChoice(mode, False, estimate, stddev, bias,
-                           "free: without non-negativity the fit's total is n̂ already")
+                           "free: without non-negativity the fit's total is n̂ already", estimate)
     held = bool(bias > stddev)
     at = "n̂" if value == estimate else "0, the feasible total nearest to n̂ < 0,"
     verdict = f"held at {at} (bias above the standard error)" if held else "free (bias within the standard error)"
-    return TotalChoice(mode, held, value if held else estimate, stddev, bias, f"{verdict}: {evidence}")
+    return TotalChoice(mode, held, value if held else estimate, stddev, bias, f"{verdict}: {evidence}", estimate)
