@@ -157,7 +157,7 @@ class ReleaseStatistics:
         out = [1.0 if release is not None and release.get("success", False) else 0.0]
         for kind, key, size in self.parts:
             if out[0] == 0.0:
-                out.append(np.zeros(size + (1 if kind != "answers" else 0)))
+                out.append(np.zeros(size + (1 if kind in ("counts", "records") else 0)))  # their totals
                 continue
             if kind == "counts":
                 v = np.asarray(release["counts"], dtype=np.float64).ravel()
