@@ -198,3 +198,76 @@ def test_transcript_frame_of_measurements_outside_the_workload_and_bad_lengths()
     assert len(transcript_frame([])) == 0
     with pytest.raises(ValueError, match="1 answers for 2 rows"):
         transcript_frame([m], [(0, np.array([0, 1]), "a")])
+
+
+# ---- what the audit sees (issue 29: the float-Laplace plant) ----------------------------------------
+def _audit_statistics(alg, transcript, bug, records, runs):
+    """``runs`` runs of ``alg``'s audit configuration (transcript on or off) on ``records`` records in
+    the first cell, with ``bug`` planted (or none): the statistics matrix and their names."""
+    from dpopt.audit.configurations import AUDIT_CONFIGURATIONS, configured_spec
+    from dpopt.audit.mutants import Planted
+    from dpopt.audit.spec import spec_target
+
+    config = AUDIT_CONFIGURATIONS[alg]
+    assert config.replace[alg]["transcript"] is True  # the configuration turns it on
+    original = dict(config.replace[alg])
+    try:
+        config.replace[alg]["transcript"] = transcript
+        target, _, _ = spec_target(configured_spec(alg))
+    finally:
+        config.replace[alg].clear()
+        config.replace[alg].update(original)
+    data = Dataset.from_histogram(np.eye(1, target.domain.size, dtype=np.int64).ravel() * records, target.domain)
+    target.prepare(data, SeededRandom(1))
+    run = Planted(target, bug).run if bug else target.run
+    rows = np.array([run(data, SeededRandom(1000 + i))[0] for i in range(runs)])
+    return rows, target.names
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("transcript", [False, True], ids=["table-only", "with-transcript"])
+def test_the_float_laplace_plant_is_invisible_in_mwems_table_and_visible_in_its_transcript(transcript):
+    """MWEM's audit configuration (1 round, a noisy count, an integer table): with floating-point
+    Laplace noise planted, every statistic of the table alone is an integer (nothing for an
+    exact-value event to see), while the transcript's noisy count has bits below 2^-53 far more
+    often with no record than with one: near 0 a double keeps bits that ``1 + noise`` rounds away
+    (Mironov 2012). The correct algorithm's transcript is all integers (exact discrete noise)."""
+    from dpopt.audit.events import Event
+
+    from scipy.stats import fisher_exact
+
+    runs = 100 if transcript else 30
+    empty, names = _audit_statistics("mwem", transcript, "float_laplace", 0, runs)
+    one, _ = _audit_statistics("mwem", transcript, "float_laplace", 1, runs)
+    if not transcript:
+        assert not any(n.startswith("transcript") for n in names)
+        assert np.array_equal(empty, np.round(empty)) and np.array_equal(one, np.round(one))
+        return
+    j = names.index("transcript noisy[0]")
+    fine = Event("offgrid", j, 53.0)  # the audit's own exact-value event
+    k_empty, k_one = int(fine.hits(empty).sum()), int(fine.hits(one).sum())
+    # At 1 record the count lies in [1/2, ...) when |noise| < 1/2 (a grid of 2^-53 or coarser) and
+    # never has those bits; at 0 a noise below 1/2 in size usually has them (P about 0.2 at the
+    # count's scale 4/3). The gap must be significant, not just present.
+    assert k_one == 0
+    assert fisher_exact([[k_empty, runs - k_empty], [k_one, runs - k_one]], alternative="greater")[1] < 1e-3, k_empty
+    correct, _ = _audit_statistics("mwem", True, None, 0, 30)
+    cols = [i for i, n in enumerate(names) if n.startswith("transcript")]
+    assert np.array_equal(correct[:, cols], np.round(correct[:, cols]))
+
+
+def test_the_audit_reads_the_transcript_in_a_fixed_layout_failed_runs_included():
+    """A run that releases nothing gives zeros in the same layout (a DualQuery run may fail)."""
+    from dpopt.audit import AlgorithmTarget
+
+    target = AlgorithmTarget(_mwem("query", True), DOMAIN, Budget.pure(1), CONSTRAINTS)
+    target.prepare(DATA, SeededRandom(2))
+    names = target.names
+    assert [n for n in names if n.startswith("transcript")] == [f"transcript {c}[{i}]" for c in ("block", "row", "noisy")
+                                                                 for i in range(5)]  # the count and 4 rounds
+    values, problem = target.run(DATA, SeededRandom(3))
+    assert problem is None and values.size == len(names)
+    release, accountant, _ = target._release(DATA, SeededRandom(3))
+    np.testing.assert_array_equal(values[names.index("transcript noisy[0]"):][:5], release["transcript"]["noisy"])
+    failed, _ = target.statistics(None, accountant)
+    assert failed.size == len(names) and not failed.any()
