@@ -39,8 +39,8 @@ AUDIT_CONFIGURATIONS = {
         "of the public n, so neighbours add or remove a record and the claim is not doubled, and most "
         "of the budget is in one released statistic, the table's total; the measurement transcript "
         "(transcript = true: the noisy count and answer as drawn, which the integer table hides) is "
-        "released and audited with the table, so every mechanism output is tested and the bound "
-        "covers the table, a function of them"),
+        "released and its noisy answers audited with the table, which is computed from them and the "
+        "selection: the bound covers both"),
     "dualquery": AuditConfiguration(
         "kdd99_dualquery", {"dualquery": {"count_share": 0.75, "transcript": True}},
         "a noisy record count (count_share = 0.75) in place of the public n: neighbours add or remove "

@@ -119,7 +119,7 @@ class ReleaseStatistics:
 
     The layout comes from a probe release: its table (one statistic per cell, and the total),
     each answer table's ``count`` and ``noisy`` columns (one statistic per row), its measurement
-    transcript when it has one (the selected block, row and noisy answer of every draw:
+    transcript when it has one (the noisy answer of every draw:
     :mod:`dpopt.algorithms.transcript`), and the
     histogram of its records over the domain (and their number). A run that releases nothing
     (a failed solve) gives zeros and ``released = 0``: failing is an output too.
