@@ -256,6 +256,27 @@ def test_info_reports_wall_and_cpu_seconds_of_each_phase(small):
     assert res.info["cpu_update"] > 0  # six rounds of four passes take measurable CPU
 
 
+def test_factored_info_reports_wall_and_cpu_seconds_of_each_phase():
+    """factored MWEM's ``time_*`` (wall) have ``cpu_*`` beside them over the same spans, each bounded by
+    the process's own measure of the run (issue 30)."""
+    import time
+
+    from dpopt.algorithms.mwem_factored import factored_mwem
+
+    dom = Domain.from_dict({f"x{i}": 2 for i in range(8)})
+    codes = np.random.default_rng(3).integers(0, 2, size=(400, 8))
+    data = Dataset(codes, dom)
+    cpu, wall = time.process_time(), time.perf_counter()
+    res = factored_mwem(data, 2, 2, rounds=6, rng=make_random(11), repeat_passes=4)
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    phases = ("data", "score", "mask", "select", "measure", "update")
+    for clock, spent in (("time", wall), ("cpu", cpu)):
+        values = [res.info[f"{clock}_{phase}"] for phase in phases]
+        assert all(v >= 0 for v in values) and sum(values) <= spent + 1e-6, clock
+        assert res.info[f"{clock}_logic"] == pytest.approx(sum(values[1:]), abs=1e-12), clock
+    assert res.info["cpu_update"] > 0  # six rounds of four passes take measurable CPU
+
+
 # ---- issue 30: the fast update matches the update it replaced, bit for bit ------------------------
 def _run_with_state(state_cls, monkeypatch, *args, **kwargs):
     """``mwem`` with ``MWState`` replaced by ``state_cls`` for this one call."""

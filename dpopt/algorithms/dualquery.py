@@ -142,6 +142,12 @@ class DualQueryParams(AlgorithmParams):
         None (default): the record count is public, as in the paper. A share in (0, 1): the
         count is measured with that share of ε first and the game runs with the noisy count as
         ``n`` on the rest (:mod:`dpopt.algorithms.record_count`); excludes ``records``.
+    transcript : bool
+        Also release the measurement transcript (:mod:`dpopt.algorithms.transcript`): the noisy
+        record count exactly as drawn (with ``count_share``; empty with the public n). No
+        privacy cost and no other output changes; it lets an audit see the count's low-order
+        bits, which the integer ``n`` the game uses hides. The query samples are not in it
+        (``T·s`` rows; the records are the data player's best responses to them). Default False.
     """
 
     workload: str | Conjunctions = "marginals"
@@ -160,9 +166,12 @@ class DualQueryParams(AlgorithmParams):
     project: bool = False
     table_cells: int = TABLE_CELLS
     count_share: Fraction | None = None
+    transcript: bool = False
 
     def validate(self) -> None:
         object.__setattr__(self, "count_share", check_count_share(self.count_share))
+        if not isinstance(self.transcript, bool):
+            raise ParameterError(f"transcript must be true or false, got {self.transcript!r}")
         if self.count_share is not None and self.records is not None:
             raise ParameterError("give records (a public n) or count_share (a noisy n), not both")
         if isinstance(self.workload, str):
@@ -237,7 +246,7 @@ class DualQueryParams(AlgorithmParams):
                    records=t.int("records", default=None, minimum=1),
                    project=t.bool("project", default=False),
                    table_cells=t.int("table_cells", default=TABLE_CELLS, minimum=1),
-                   count_share=t.budget("count_share", unit=True))
+                   count_share=t.budget("count_share", unit=True), transcript=t.bool("transcript", default=False))
 
 
 def build_workload(domain: Domain, params: DualQueryParams) -> Conjunctions:
@@ -273,7 +282,7 @@ class DualQuery(Algorithm):
     supports = frozenset({"nonnegative", "integer", "structural_zeros", "hierarchy", "invariants"})
     sections = {"dualquery": ("workload", "order", "queries", "workload_seed", "attributes", "eta", "rounds",
                               "samples", "solver", "time_limit", "work_limit", "mip_gap", "records", "project",
-                              "table_cells", "count_share")}
+                              "table_cells", "count_share", "transcript")}
     Params = DualQueryParams
 
     @classmethod
@@ -393,21 +402,31 @@ class DualQuery(Algorithm):
                              + (", rounded to integers keeping the total n." if constraints.integral else ".")
                              + (" It already met every constraint, so no projection was needed." if p.project else ""))
             if failure is not None:
-                return make_release(self, plan, accountant, status=Status.NUMERICAL_ERROR, message=failure,
-                                    records=records, reconstruction=reconstruction, rounding=rounding, notes=notes,
-                                    measurements=measured,
-                                    info={"rounds_log": log, "spec_key": ("dualquery", "project")})
+                return self._with_transcript(make_release(
+                    self, plan, accountant, status=Status.NUMERICAL_ERROR, message=failure, records=records,
+                    reconstruction=reconstruction, rounding=rounding, notes=notes, measurements=measured,
+                    info={"rounds_log": log, "spec_key": ("dualquery", "project")}))
         info = {"rounds": rounds, "samples": samples, "eta": str(p.eta), "records": n,
                 "epsilon_of_the_guarantee": str(epsilon), "delta": str(plan.budget.delta),
                 "workload_rows": plan.details.num_rows, "rounds_log": log, "multiplicities": multiplicities,
                 "record_codes": game.records,
                 "ip_time_median": float(log["time"].median()), "ip_time_max": float(log["time"].max()),
                 "ip_timeouts": n_time, "ip_work_limits": n_work, "fallbacks": n_fall, "timings": game.timings}
-        return make_release(self, plan, accountant, status=Status.COMPLETED,
-                            message=f"dualquery ran its {rounds} rounds (no optimality claim: the records are the "
-                                    f"data player's best responses; {n_opt} proved optimal)",
-                            counts=counts, records=records, reconstruction=reconstruction, rounding=rounding,
-                            measurements=measured, notes=notes, info=info)
+        return self._with_transcript(make_release(
+            self, plan, accountant, status=Status.COMPLETED,
+            message=f"dualquery ran its {rounds} rounds (no optimality claim: the records are the data player's "
+                    f"best responses; {n_opt} proved optimal)",
+            counts=counts, records=records, reconstruction=reconstruction, rounding=rounding, measurements=measured,
+            notes=notes, info=info))
+
+    def _with_transcript(self, release: Release) -> Release:
+        """``release`` with its measurement transcript when the option asks for it (the noisy
+        record count: :mod:`dpopt.algorithms.transcript`)."""
+        if self.params.transcript:
+            from dpopt.algorithms.transcript import transcript_frame
+
+            release["transcript"] = transcript_frame(release.measurements)
+        return release
 
     def resized(self, records, budget):
         """The game sized for datasets of a few records (the privacy audit's); the rule:

@@ -499,6 +499,12 @@ class MWEMParams(AlgorithmParams):
         count is measured with that share of the budget first and used as ``n``
         (:mod:`dpopt.algorithms.record_count`), so the release is private for added or
         removed records.
+    transcript : bool
+        Also release the measurement transcript (:mod:`dpopt.algorithms.transcript`): every
+        noisy answer drawn, exactly as used, with the query each round selected. No privacy
+        cost (they are the mechanisms' outputs; the table is post-processing of them) and no
+        other output changes; it lets an audit see the answers' low-order bits, which the
+        rounded table hides. Default False.
     """
 
     marginals: int | tuple[tuple[str, ...], ...] = 2
@@ -507,12 +513,16 @@ class MWEMParams(AlgorithmParams):
     repeat_passes: int = 0
     workload: "WorkloadSpec | LinearQuery | None" = None
     count_share: Fraction | None = None
+    transcript: bool = False
 
     def validate(self) -> None:
         from dpopt.spec.queries import WorkloadSpec
 
         check_marginals(self.marginals, "marginals")
         _check_options(self.rounds, self.select, "last", self.repeat_passes, 0, 1.0, 0.0)
+        object.__setattr__(self, "count_share", check_count_share(self.count_share))
+        if not isinstance(self.transcript, bool):
+            raise ParameterError(f"transcript must be true or false, got {self.transcript!r}")
         if self.workload is not None:
             if not isinstance(self.workload, (WorkloadSpec, LinearQuery)):
                 raise ParameterError(f"workload must be a WorkloadSpec or a LinearQuery, got "
@@ -533,7 +543,6 @@ class MWEMParams(AlgorithmParams):
             out.pop("marginals", None)
             out["workload"] = w.name if isinstance(w, LinearQuery) else w.describe()
         return out
-        object.__setattr__(self, "count_share", check_count_share(self.count_share))
 
     @classmethod
     def from_spec(cls, reader) -> "MWEMParams":
@@ -549,7 +558,7 @@ class MWEMParams(AlgorithmParams):
                           "the noise of its most covered cell; use \"query\"")
         return cls(parse_marginals(t) if workload is None else 2, rounds=t.int("rounds", default=10, minimum=1),
                    select=select, repeat_passes=t.int("repeat_passes", default=0, minimum=0), workload=workload,
-                   count_share=t.budget("count_share", unit=True))
+                   count_share=t.budget("count_share", unit=True), transcript=t.bool("transcript", default=False))
 
 
 #: Workload kinds ``[mwem] workload`` takes (marginals are given by ``marginals``).
@@ -567,7 +576,7 @@ class MWEM(Algorithm):
     accountings = ("pure", "zcdp")
     supports = frozenset({"nonnegative", "integer", "structural_zeros", "hierarchy", "invariants"})
     sections = {"mwem": ("marginals", "rounds", "select", "repeat_passes", "workload", "attrs", "k", "count",
-                         "workload_seed", "product", "count_share")}
+                         "workload_seed", "product", "count_share", "transcript")}
     Params = MWEMParams
 
     def plan(self, domain, constraints, budget):
@@ -603,7 +612,8 @@ class MWEM(Algorithm):
                                   res.rounds, info={"selected": [{"block": _block_name(workload[b]), "row": r}
                                                                  for b, r in res.selected],
                                                     "round_budgets": list(res.info.get("round_budgets", []))},
-                                  marginals=tables, count=count)
+                                  marginals=tables, count=count,
+                                  transcript=_selections(workload, res.selected) if p.transcript else None)
 
     @classmethod
     def example(cls, domain):
@@ -618,6 +628,13 @@ def _workload_blocks(workload, domain: Domain) -> list[LinearQuery]:
             raise QueryError(f"the workload is over {workload.domain}, not the plan's {domain}")
         return [workload]
     return workload.blocks(domain)
+
+
+def _selections(workload, selected) -> list[tuple[int, np.ndarray, str]]:
+    """Each round's ``(block, rows, name)`` for the transcript: the selected row, or every row of
+    the selected block (``select = "block"``)."""
+    return [(b, np.arange(workload[b].num_rows) if row is None else np.array([row]), _block_name(workload[b]))
+            for b, row in selected]
 
 
 def _block_name(query: LinearQuery) -> str:
@@ -664,9 +681,13 @@ def round_steps(rounds: int, budget: Budget, workload, select: str, label: str,
 
 
 def release_mwem_table(algorithm, plan, accountant, x, n, measurements, rounds, *, info, marginals,
-                       count=None) -> Release:
+                       count=None, transcript=None) -> Release:
     """An MWEM table as a release: rounded to integers keeping the total ``n`` when integral (the
-    public n, or the noisy ``count`` measured first: :mod:`dpopt.algorithms.record_count`)."""
+    public n, or the noisy ``count`` measured first: :mod:`dpopt.algorithms.record_count`).
+
+    ``transcript``: None, or each of ``measurements``' ``(block, rows, name)``; the release then
+    holds ``transcript``, the table of :func:`~dpopt.algorithms.transcript.transcript_frame`
+    (the noisy count first, outside the workload)."""
     from dpopt.model.constraints import ConstraintSet, Invariant, NonNegativity
     from dpopt.model.queries.basic import Total
 
@@ -678,8 +699,9 @@ def release_mwem_table(algorithm, plan, accountant, x, n, measurements, rounds, 
     notes = [count_note(round(n), share) if count is not None else public,
              "Each round spends half its budget selecting a badly fit query (exponential mechanism) and half "
              "measuring it; the ledger lists both.",
-             "The released marginals are read from the released table and have no 'noisy' column; the noisy "
-             "answers of the selected queries are in the report's measurements."]
+             "The released marginals are read from the released table and have no 'noisy' column; the report "
+             "lists each measurement's query and noise, and the option transcript = true releases the noisy answers "
+             "themselves (the measurement transcript, at no privacy cost)."]
     if constraints.integral:
         if abs(n - round(n)) > 1e-9:
             raise ParameterError(f"the public total {n!r} is not an integer")
@@ -691,11 +713,17 @@ def release_mwem_table(algorithm, plan, accountant, x, n, measurements, rounds, 
         notes.append("The last iterate was rounded to the L1-closest non-negative integer table with the same total.")
     counts, rounding, failure = round_release(np.asarray(x, dtype=np.float64), constraints, method="cellwise")
     if failure is not None:
-        return make_release(algorithm, plan, accountant, status=rounding.status, message=failure,
-                            measurements=measurements, rounding=rounding, notes=notes,
-                            info={**info, "spec_key": ("constraints", "integer")})
-    return make_release(algorithm, plan, accountant, status=Status.COMPLETED,
-                        message=f"{algorithm.name} ran its {rounds} rounds (no optimality claim: the last iterate "
-                                "is released)",
-                        counts=counts, answers=marginal_answers(plan.domain, counts, marginals),
-                        measurements=measurements, rounding=rounding, notes=notes, info=info)
+        release = make_release(algorithm, plan, accountant, status=rounding.status, message=failure,
+                               measurements=measurements, rounding=rounding, notes=notes,
+                               info={**info, "spec_key": ("constraints", "integer")})
+    else:
+        release = make_release(algorithm, plan, accountant, status=Status.COMPLETED,
+                               message=f"{algorithm.name} ran its {rounds} rounds (no optimality claim: the last "
+                                       "iterate is released)",
+                               counts=counts, answers=marginal_answers(plan.domain, counts, marginals),
+                               measurements=measurements, rounding=rounding, notes=notes, info=info)
+    if transcript is not None:
+        from dpopt.algorithms.transcript import transcript_frame
+
+        release["transcript"] = transcript_frame(measurements, ([None] if count is not None else []) + list(transcript))
+    return release

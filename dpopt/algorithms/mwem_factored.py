@@ -122,7 +122,9 @@ class FactoredMWEMResult(Release):
     info : dict
         ``time_data`` (the data's answers, once) and the MWEM logic: ``time_score``,
         ``time_mask`` (the capped-group mask), ``time_select``, ``time_measure``,
-        ``time_update``, their sum ``time_logic``; ``group_sizes`` (attributes per final
+        ``time_update``, their sum ``time_logic``: wall seconds; ``cpu_data``, ``cpu_score``,
+        ..., ``cpu_logic``: the process's CPU seconds over the same spans (user + system, all
+        threads: less inflated than wall time on a loaded machine); ``group_sizes`` (attributes per final
         group, largest first), ``largest_group_cells``, ``merges``, ``candidates``,
         ``excluded_candidates`` (per round, candidates left out by the group cap: cells with
         ``select="query"``, marginals with ``"block"``; zeros with ``on_large_group="error"``),
@@ -224,15 +226,20 @@ def factored_mwem(
         rounds = default_rounds(kind, budget, len(domain))
     sel_share, rng, n = run_setup(data, selection_share, rng, total)
 
-    timings = dict.fromkeys(
-        ("time_data", "time_score", "time_mask", "time_select", "time_measure", "time_update"), 0.0
-    )
-    tick = time.perf_counter()
+    phases = ("data", "score", "mask", "select", "measure", "update")
+    timings = {f"{clock}_{phase}": 0.0 for clock in ("time", "cpu") for phase in phases}
+
+    def lap(phase: str, since: tuple[float, float]) -> None:
+        """Add the wall and CPU seconds since ``since`` to ``phase``."""
+        timings[f"time_{phase}"] += time.perf_counter() - since[0]
+        timings[f"cpu_{phase}"] += time.process_time() - since[1]
+
+    tick = _clocks()
     true = data.binary_marginal_counts(k)  # the data's answers, once
-    timings["time_data"] = time.perf_counter() - tick
+    lap("data", tick)
 
     zeros, invariants, n = _factored_constraints(constraints, domain, n)
-    tick = time.perf_counter()
+    tick = _clocks()
     table = FactoredTable(domain, n, max_group_cells=max_group_cells)
     for attrs, mask in zeros:
         table.pin_zeros(attrs, mask)
@@ -244,10 +251,10 @@ def factored_mwem(
     cells = 2**k
     errors = np.abs(n * model.cells - true)
     block_scores = errors.sum(axis=1) - cells if select == "block" else None
-    timings["time_score"] += time.perf_counter() - tick
-    tick = time.perf_counter()
+    lap("score", tick)
+    tick = _clocks()
     within = table.within_cap(model.combos) if on_large_group == "exclude" else None
-    timings["time_mask"] += time.perf_counter() - tick
+    lap("mask", tick)
 
     measurements: list[Measurement] = []
     selected: list[tuple[int, int | None]] = []
@@ -263,19 +270,19 @@ def factored_mwem(
         budgets.append(str(round_budget))
         eps_sel, meas_budget = split_round_budget(kind, round_budget, sel_share)
 
-        tick = time.perf_counter()
+        tick = _clocks()
         idx = model.refresh()
         if idx.size:
             errors[idx] = np.abs(n * model.cells[idx] - true[idx])
             if block_scores is not None:
                 block_scores[idx] = errors[idx].sum(axis=1) - cells
-        timings["time_score"] += time.perf_counter() - tick
+        lap("score", tick)
 
         # Capped groups: which marginals may be measured, from the group structure alone.
         # A marginal's admission changes only when a group holding one of its attributes
         # changes, and a merge always creates a changed group: the marginals just
         # refreshed are the only ones to look at again.
-        tick = time.perf_counter()
+        tick = _clocks()
         admitted = None  # None: every marginal (scores passed unchanged, as in the dense mwem)
         if within is not None:
             if idx.size:
@@ -291,9 +298,9 @@ def factored_mwem(
                     error.round = t  # type: ignore[attr-defined]
                     raise error
         excluded.append(0 if admitted is None else (len(model.combos) - admitted.size) * per_marginal)
-        timings["time_mask"] += time.perf_counter() - tick
+        lap("mask", tick)
 
-        tick = time.perf_counter()
+        tick = _clocks()
         label = f"factored mwem round {t}"
         if select == "query":
             scores = errors if admitted is None else errors[admitted]
@@ -309,9 +316,9 @@ def factored_mwem(
             b = b if admitted is None else int(admitted[b])
             row, rows = None, np.arange(cells)
         attrs = tuple(domain.attrs[i] for i in model.combos[b])
-        timings["time_select"] += time.perf_counter() - tick
+        lap("select", tick)
 
-        tick = time.perf_counter()
+        tick = _clocks()
         spanned = np.unique(table.owner[model.combos[b]]).size
         try:
             table.merge(attrs)  # the size guard raises here, before the measurement is paid
@@ -323,36 +330,37 @@ def factored_mwem(
             error.round = t  # type: ignore[attr-defined]  (for callers exploring feasible T)
             raise error from exc
         merges += spanned > 1
-        timings["time_update"] += time.perf_counter() - tick
+        lap("update", tick)
 
-        tick = time.perf_counter()
+        tick = _clocks()
         marginal = Marginal(domain, attrs)
         query: LinearQuery = SelectedRows(marginal, rows) if row is not None else marginal
         m = measure_round(query, data, kind, meas_budget, accountant, rng, f"{label}: measure", true[b][rows])
         measurements.append(m)
         selected.append((int(b), row))
         chosen.append(attrs)
-        timings["time_measure"] += time.perf_counter() - tick
+        lap("measure", tick)
 
-        tick = time.perf_counter()
+        tick = _clocks()
         state.add_measurement(attrs, rows, m.values, key=attrs)
         if repeat_passes > 0:
             passes_done += state.passes(repeat_passes, group=attrs[0] if pass_scope == "group" else None)
         else:  # Fig. 1, step 3: the update of the new measurement alone
             state.update_once(attrs, rows, m.values)
         table.fit_invariants(invariants)
-        timings["time_update"] += time.perf_counter() - tick
+        lap("update", tick)
         remaining -= round_budget
 
-    tick = time.perf_counter()
+    tick = _clocks()
     if final_passes > 0:
         passes_done += state.passes(final_passes)
         table.fit_invariants(invariants)
-    timings["time_update"] += time.perf_counter() - tick
+    lap("update", tick)
     sizes = sorted((len(g) for g in table.groups), reverse=True)
     info = dict(
         timings,
-        time_logic=sum(v for key, v in timings.items() if key != "time_data"),
+        time_logic=sum(timings[f"time_{phase}"] for phase in phases[1:]),
+        cpu_logic=sum(timings[f"cpu_{phase}"] for phase in phases[1:]),
         passes=passes_done, updates=state.updates, round_budgets=budgets, total=n,
         total_public=total is None, select=select, kind=kind, ways=k, pass_scope=pass_scope,
         marginals=len(model.combos), candidates=len(model.combos) * per_marginal,
@@ -366,6 +374,11 @@ def factored_mwem(
                               status=Status.COMPLETED, success=True, algorithm="mwem_factored",
                               reference=FactoredMWEM.reference, domain=domain,
                               message=f"factored MWEM ran its {rounds} rounds (no optimality claim)")
+
+
+def _clocks() -> tuple[float, float]:
+    """Wall and process CPU seconds now (the timings' two clocks)."""
+    return time.perf_counter(), time.process_time()
 
 
 def default_rounds(kind: str, amount, attributes: int) -> int:

@@ -33,15 +33,20 @@ class AuditConfiguration:
 AUDIT_CONFIGURATIONS = {
     "measure_reconstruct": AuditConfiguration("quickstart", {}, "the quickstart as shipped"),
     "mwem": AuditConfiguration(
-        "nltcs_mwem", {"mwem": {"rounds": 1, "count_share": 0.75}},
+        "nltcs_mwem", {"mwem": {"rounds": 1, "count_share": 0.75, "transcript": True}},
         "one round (T = 1), so what the round measures is what the table is fitted to (later rounds "
         "overwrite it); a noisy record count (count_share = 0.75, MWEM's documented option) in place "
         "of the public n, so neighbours add or remove a record and the claim is not doubled, and most "
-        "of the budget is in one released statistic, the table's total"),
+        "of the budget is in one released statistic, the table's total; the measurement transcript "
+        "(transcript = true: the noisy count and answer as drawn, which the integer table hides) is "
+        "released and its noisy answers audited with the table, which is computed from them and the "
+        "selection: the bound covers both"),
     "dualquery": AuditConfiguration(
-        "kdd99_dualquery", {"dualquery": {"count_share": 0.75}},
+        "kdd99_dualquery", {"dualquery": {"count_share": 0.75, "transcript": True}},
         "a noisy record count (count_share = 0.75) in place of the public n: neighbours add or remove "
-        "a record, and most of the budget is in one released statistic, the number of records"),
+        "a record, and most of the budget is in one released statistic, the number of records; the "
+        "measurement transcript (transcript = true: the noisy count as drawn, which the integer n the "
+        "game uses hides) is released and audited with the records"),
     "polynomial": AuditConfiguration(
         "nltcs_polynomial",
         {"polynomial": {"workload": [["item01"]], "queries": "disjunctions", "universe": "monotone", "records": None,

@@ -118,7 +118,9 @@ class ReleaseStatistics:
     """The output statistics of a :class:`~dpopt.algorithms.base.Release`, in a fixed layout.
 
     The layout comes from a probe release: its table (one statistic per cell, and the total),
-    each answer table's ``count`` and ``noisy`` columns (one statistic per row), and the
+    each answer table's ``count`` and ``noisy`` columns (one statistic per row), its measurement
+    transcript when it has one (the noisy answer of every draw:
+    :mod:`dpopt.algorithms.transcript`), and the
     histogram of its records over the domain (and their number). A run that releases nothing
     (a failed solve) gives zeros and ``released = 0``: failing is an output too.
     """
@@ -138,6 +140,13 @@ class ReleaseStatistics:
                 if col in frame.columns:
                     self.parts.append(("answers", (label, col), len(frame)))
                     names += [f"answer '{label}' {col}[{r}]" for r in rows]
+        transcript = probe.get("transcript")  # the noisy answers drawn (dpopt.algorithms.transcript)
+        if transcript is not None:
+            from dpopt.algorithms.transcript import TRANSCRIPT_STATISTICS
+
+            for col in TRANSCRIPT_STATISTICS:
+                self.parts.append(("transcript", col, len(transcript)))
+                names += [f"transcript {col}[{i}]" for i in range(len(transcript))]
         if probe.get("records") is not None:
             self.parts.append(("records", None, domain.size))
             names += [f"records[{c}]" for c in self.cells] + ["records total"]
@@ -148,7 +157,7 @@ class ReleaseStatistics:
         out = [1.0 if release is not None and release.get("success", False) else 0.0]
         for kind, key, size in self.parts:
             if out[0] == 0.0:
-                out.append(np.zeros(size + (1 if kind != "answers" else 0)))
+                out.append(np.zeros(size + (1 if kind in ("counts", "records") else 0)))  # their totals
                 continue
             if kind == "counts":
                 v = np.asarray(release["counts"], dtype=np.float64).ravel()
@@ -158,6 +167,9 @@ class ReleaseStatistics:
                 frame = (release.get("answers") or {}).get(label)
                 v = np.zeros(size) if frame is None else frame[col].to_numpy(dtype=np.float64)
                 out.append(v)
+            elif kind == "transcript":
+                frame = release.get("transcript")
+                out.append(np.zeros(size) if frame is None else frame[key].to_numpy(dtype=np.float64))
             else:
                 records = release.get("records")
                 h = (np.zeros(size) if records is None or len(records) == 0

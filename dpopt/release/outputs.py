@@ -143,7 +143,8 @@ def write_release(release: ReleaseResult, out: str | Path, *, overwrite: bool = 
 
     Layout: ``release.{csv,parquet}`` (the table), the answer tables (``marginals/<label>.{csv,parquet}``,
     or all of them in ``marginals.{csv,parquet}`` with a ``table`` column: :func:`marginals_layout`),
-    ``synthetic.{csv,parquet}``, ``plots/*.png``, ``report.json``, ``summary.{md,html}``,
+    ``synthetic.{csv,parquet}``, ``transcript.{csv,parquet}`` (algorithms asked to release their
+    measurement transcript), ``plots/*.png``, ``report.json``, ``summary.{md,html}``,
     ``NOT_PRIVATE`` (seeded or evaluated runs only) and ``dpopt-manifest.json`` (what dpopt
     wrote, so that ``overwrite`` replaces a previous release and nothing else). The report and
     summaries name the data file by its base name only.
@@ -191,6 +192,8 @@ def write_release(release: ReleaseResult, out: str | Path, *, overwrite: bool = 
                     write_frame(frame, f"marginals/{name}")
         if release.synthetic is not None:
             write_frame(release.synthetic, "synthetic")
+        if release.get("transcript") is not None:  # the noisy answers drawn (dpopt.algorithms.transcript)
+            write_frame(release["transcript"], "transcript")
         plots = {}
         if spec.output.plots:
             if plot_worker is not None and figures:
