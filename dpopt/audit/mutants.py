@@ -37,13 +37,14 @@ from dpopt.algorithms.base import Algorithm, AlgorithmParams, PlannedMeasure, ma
 from dpopt.audit.targets import AuditTarget
 from dpopt.errors import ParameterError
 from dpopt.estimate.status import Status
+from dpopt.model.constraints import StructuralZeros
 from dpopt.model.measurement import Measurement
 from dpopt.model.queries.basic import Identity, Total
 from dpopt.privacy.accountant import Accountant, LedgerEntry, PrivacyCost
 from dpopt.privacy.mechanisms import calibrate, measure
 from dpopt.privacy.samplers import discrete_laplace
 
-__all__ = ["ScaledNoise", "FloatLaplace", "DataZeros", "Uncharged", "MUTANTS", "Planted", "PLANTED_BUGS"]
+__all__ = ["ScaledNoise", "FloatLaplace", "DataZeros", "Uncharged", "MUTANTS", "Planted", "PLANTED_BUGS", "ZerosFromData"]
 
 
 @dataclass(frozen=True)
@@ -190,8 +191,14 @@ class Planted(AuditTarget):
         Discrete Laplace draws replaced by textbook floating-point ones (``b·ln(U)`` with a
         random sign, Mironov 2012); the measured answers then carry the true count's low bits.
     ``data_zeros``
-        Released counts forced to zero in cells the data leave empty (structural zeros read
-        off the confidential data). Applies to algorithms that release a table.
+        Cells the data leave empty declared structural zeros (a constraint read off the
+        confidential data), planted where the algorithm decides its zeros: a rule
+        (:class:`ZerosFromData`) added to the constraint set of the run's plan, which every
+        algorithm that keeps structural zeros reads there -- the estimator's constraints
+        (``measure_reconstruct``; ``topdown``, per unit), the support of MWEM's initial
+        distribution, the record space of DualQuery's best response. Applies to the algorithms
+        whose ``supports`` include ``"structural_zeros"`` (:attr:`applies`): the others (the
+        polynomial release) accept no zero rule, so no step of theirs decides a zero.
     ``uncharged``
         The first charge of each run is skipped (the accountant is not told): only the ledger
         check sees it.
@@ -243,8 +250,21 @@ class Planted(AuditTarget):
 
     @property
     def applies(self) -> bool:
-        """Whether the bug has anything to act on in this algorithm (a table for ``data_zeros``)."""
-        return self.bug != "data_zeros" or "count total" in self.inner.names
+        """Whether the bug has anything to act on in this algorithm (:attr:`not_applicable`)."""
+        return self.not_applicable is None
+
+    @property
+    def not_applicable(self) -> str | None:
+        """Why the bug has nothing to act on in this algorithm, or None when it has."""
+        if self.bug == "data_zeros":
+            algorithm = getattr(self.inner, "algorithm", None)
+            if algorithm is None or "structural_zeros" not in type(algorithm).supports:
+                name = getattr(algorithm, "name", self.inner.name)
+                return (f"{name} keeps no structural zeros (its supports: "
+                        f"{', '.join(sorted(type(algorithm).supports)) or 'none'}): no step of its release "
+                        "decides that a cell is zero" if algorithm is not None else
+                        f"{name} is not a registered algorithm's run: it has no constraint set to plant zeros in")
+        return None
 
     def run(self, data, rng):
         state = {"first": True, "count": 0, "last": getattr(self, "draws", 0)}
@@ -261,17 +281,36 @@ class Planted(AuditTarget):
             Accountant.charge = skip_first
         for module, attr, _, faulty in swapped:
             setattr(module, attr, faulty)
+        extra = [ZerosFromData.of(data)] if self.bug == "data_zeros" else []  # the bug: zeros read off the data
         try:
-            release, accountant, _ = self.inner._release(data, rng)
+            release, accountant, _ = self.inner._release(data, rng, extra)
         finally:
             for module, attr, original, _ in swapped:
                 setattr(module, attr, original)
             Accountant.charge = charge
-        if self.bug == "data_zeros" and release is not None and release.get("counts") is not None:
-            counts = np.asarray(release["counts"]).copy()
-            counts.ravel()[data.histogram().ravel() == 0] = 0  # the bug: zeros read off the data
-            release["counts"] = counts
         return self.inner.statistics(release, accountant)
+
+
+@dataclass(frozen=True, eq=False)
+class ZerosFromData(StructuralZeros):
+    """The planted ``data_zeros`` rule: every cell empty in the data is a structural zero.
+
+    A :class:`~dpopt.model.constraints.StructuralZeros` whose pattern is a mask over every
+    attribute, so each algorithm reads it where it reads the public zero rules
+    (:meth:`~dpopt.model.constraints.ConstraintSet.zero_patterns`). Built from the
+    confidential data: the bug, never a constraint a release may use.
+    """
+
+    predicate: object = "cells empty in the data"
+    name: str = "zeros read off the data (planted bug)"
+    mask: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, data) -> "ZerosFromData":
+        return cls(mask=np.asarray(data.histogram()).ravel() == 0)
+
+    def pattern(self, domain):
+        return tuple(domain.attrs), self.mask
 
 
 def _halve_laplace(original, bug, state):
