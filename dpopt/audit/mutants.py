@@ -44,7 +44,8 @@ from dpopt.privacy.accountant import Accountant, LedgerEntry, PrivacyCost
 from dpopt.privacy.mechanisms import calibrate, measure
 from dpopt.privacy.samplers import discrete_laplace
 
-__all__ = ["ScaledNoise", "FloatLaplace", "DataZeros", "Uncharged", "MUTANTS", "Planted", "PLANTED_BUGS", "ZerosFromData"]
+__all__ = ["ScaledNoise", "FloatLaplace", "DataZeros", "Uncharged", "MUTANTS", "Planted", "PLANTED_BUGS",
+           "ZerosFromData"]
 
 
 @dataclass(frozen=True)
@@ -266,12 +267,13 @@ class Planted(AuditTarget):
             return why if index is None else None
         if self.bug == "data_zeros":
             algorithm = getattr(self.inner, "algorithm", None)
-            if algorithm is None or "structural_zeros" not in type(algorithm).supports:
-                name = getattr(algorithm, "name", self.inner.name)
-                return (f"{name} keeps no structural zeros (its supports: "
-                        f"{', '.join(sorted(type(algorithm).supports)) or 'none'}): no step of its release "
-                        "decides that a cell is zero" if algorithm is not None else
-                        f"{name} is not a registered algorithm's run: it has no constraint set to plant zeros in")
+            if algorithm is None:
+                return f"{self.inner.name} is not an algorithm's run: it has no constraint set to plant zeros in"
+            supports = type(algorithm).supports
+            if "structural_zeros" not in supports:
+                kept = ", ".join(sorted(supports)) or "none"
+                return (f"{algorithm.name} keeps no structural zeros (its supports: {kept}): no step of its "
+                        "release decides that a cell is zero")
         return None
 
     def first_free_answer(self) -> tuple[int | None, str]:
@@ -322,9 +324,11 @@ class Planted(AuditTarget):
         label = getattr(drawn, "label", None) or "the first measurement"
         if free.size == 0:
             self._free = (None, f"every answer of the first noise draw ({label!r}) is fixed by the public "
-                                "constraints (structural zeros, published invariants): without noise it is a public value")
+                                "constraints (structural zeros, published invariants): without noise it is a "
+                                "public value")
         else:
-            self._free = (int(free[0]), f"answer {int(free[0])} of {label!r}, the first its public constraints do not fix")
+            self._free = (int(free[0]), f"answer {int(free[0])} of {label!r}, the first its public constraints "
+                                        "do not fix")
         return self._free
 
     def run(self, data, rng):

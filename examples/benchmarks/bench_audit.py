@@ -296,8 +296,8 @@ def planted_specs(shipped: bool, tokens: list[str]) -> list[tuple[str, str, obje
         if not shipped:
             keys = [key] if key else list(configurations(algorithm))
             for k in keys:
-                name = PLANTED_SPECS[algorithm] + (" (audit configuration)" if k == MAIN else f" (audit configuration {k})")
-                chosen.append((algorithm, name, configured_spec(algorithm, k)))
+                suffix = " (audit configuration)" if k == MAIN else f" (audit configuration {k})"
+                chosen.append((algorithm, PLANTED_SPECS[algorithm] + suffix, configured_spec(algorithm, k)))
             continue
         spec = load_spec(PLANTED_SPECS[algorithm])
         if algorithm == "dualquery":
@@ -350,7 +350,10 @@ def planted(args) -> list[dict]:
             print(f"  {label:<52} {r['bug']:<16} {'n/a':<7} {r['why'][:120]}")
             continue
         det = "none" if math.isinf(r["detectable_excess"]) else f"+{r['detectable_excess']:.3g}"
-        caught = ("FALSE ALARM" if r["caught"] else "passes") if r["bug"] == "none" else ("yes" if r["caught"] else "NO")
+        if r["bug"] == "none":
+            caught = "FALSE ALARM" if r["caught"] else "passes"
+        else:
+            caught = "yes" if r["caught"] else "NO"
         print(f"  {label:<52} {r['bug']:<16} {caught:<7} {r['outcome']:<18} "
               f"{r['epsilon_lower_bound']:>8.3f} {r['claimed']:>7.3g} {det:>8} {r['runs']:>7,} {r['seconds']:>7.1f}s "
               f"{r['cpu_seconds']:>7.1f}s")
@@ -361,7 +364,10 @@ def planted(args) -> list[dict]:
             verdicts.setdefault((r["algorithm"], r["bug"]), []).append(r["caught"])
     print("\n  By algorithm, over its audit configurations (caught when any catches; 'none': passes when all pass)")
     for (algorithm, bug), seen in verdicts.items():
-        word = ("passes" if not any(seen) else "FALSE ALARM") if bug == "none" else ("caught" if any(seen) else "MISSED")
+        if bug == "none":
+            word = "FALSE ALARM" if any(seen) else "passes"
+        else:
+            word = "caught" if any(seen) else "MISSED"
         print(f"  {algorithm:<22} {bug:<16} {word} ({sum(seen)} of {len(seen)} configurations flag)")
     return rows
 
