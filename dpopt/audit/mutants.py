@@ -280,7 +280,8 @@ class Planted(AuditTarget):
         """The position in the first noise draw of the first answer no public constraint fixes,
         and which answer it is (``None`` and why, when every one is fixed).
 
-        A probe run on the dataset with one record in every allowed cell records the first draw;
+        A probe run on the dataset with one record in every allowed cell (the default source: the
+        match below does not depend on the noise drawn, and only the harness seeds) records the first draw;
         the release's measurement whose values minus its true answers equal that draw exactly is
         the one drawn (draws are integers: the match is exact). Its answer ``i`` is fixed when
         its query row, restricted to the allowed cells, is in the span of the published
@@ -290,7 +291,7 @@ class Planted(AuditTarget):
         if hasattr(self, "_free"):
             return self._free
         from dpopt.model.data import Dataset
-        from dpopt.privacy.randomness import SeededRandom
+        from dpopt.privacy.randomness import SecureRandom
 
         domain, allowed = self.inner.domain, np.asarray(self.inner.allowed_cells(), dtype=np.int64)
         data = Dataset.from_histogram(np.bincount(allowed, minlength=domain.size).astype(np.int64), domain)
@@ -300,7 +301,7 @@ class Planted(AuditTarget):
         for module, attr, _, recording in swapped:
             setattr(module, attr, recording)
         try:
-            release, _, _ = self.inner._release(data, SeededRandom(0))
+            release, _, _ = self.inner._release(data, SecureRandom())  # which answer it is needs no seed
         finally:
             for module, attr, original, _ in swapped:
                 setattr(module, attr, original)
