@@ -10,6 +10,13 @@ and keep the claim small -- as a tester picks the input that exercises a branch.
 configuration here is the shipped spec with a few keys replaced, and says why
 (:data:`AUDIT_CONFIGURATIONS`; :func:`configured_spec` builds it). None of them knows of a
 planted bug: they are what an auditor of the real algorithm would run.
+
+An algorithm may have several configurations (:func:`configurations`): the main one of
+:data:`AUDIT_CONFIGURATIONS` and further ones of :data:`FURTHER_CONFIGURATIONS`, each seeing
+what another cannot. The correct algorithm must pass every one; a planted bug is caught when any
+one catches it. Top-down has two: with the census edit rules (structural zeros), where a halved
+scale is caught, and without them, where every cell can hold a record, so an answer the rules
+would fix at 0 is tested too.
 """
 
 from __future__ import annotations
@@ -17,7 +24,8 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
-__all__ = ["AuditConfiguration", "AUDIT_CONFIGURATIONS", "configured_spec"]
+__all__ = ["AuditConfiguration", "AUDIT_CONFIGURATIONS", "FURTHER_CONFIGURATIONS", "MAIN", "configurations",
+           "configured_spec"]
 
 
 @dataclass(frozen=True)
@@ -28,6 +36,16 @@ class AuditConfiguration:
     replace: dict = field(default_factory=dict)
     why: str = ""
 
+
+#: The key of each algorithm's main configuration (:data:`AUDIT_CONFIGURATIONS`).
+MAIN = "main"
+
+#: Top-down's main configuration: pure epsilon = 1, no published totals, each level's detailed table.
+_TOPDOWN = {"privacy": {"accounting": "pure", "epsilon": 1.0, "rho": None},
+            "constraints": {"invariants": None},
+            "measure": [{"level": "nation", "label": "detailed", "query": "identity", "share": 0.1},
+                        {"level": "state", "label": "detailed", "query": "identity", "share": 0.1},
+                        {"level": "county", "label": "detailed", "query": "identity", "share": 0.8}]}
 
 #: The audit configuration of one shipped spec per algorithm (module notes).
 AUDIT_CONFIGURATIONS = {
@@ -57,17 +75,34 @@ AUDIT_CONFIGURATIONS = {
         "statistic. With marginals the count is measured too and each cell is n minus a noisy literal "
         "count: the count's noise is in every cell, but no released statistic shows it alone"),
     "topdown": AuditConfiguration(
-        "census_topdown",
-        {"privacy": {"accounting": "pure", "epsilon": 1.0, "rho": None},
-         "constraints": {"invariants": None},
-         "measure": [{"level": "nation", "label": "detailed", "query": "identity", "share": 0.1},
-                     {"level": "state", "label": "detailed", "query": "identity", "share": 0.1},
-                     {"level": "county", "label": "detailed", "query": "identity", "share": 0.8}]},
+        "census_topdown", _TOPDOWN,
         "pure epsilon = 1 (discrete Laplace) without the published state totals, so the claim is 1 for "
         "added or removed records instead of 17.86 (rho = 1 at delta = 1e-6, doubled for moved records); "
         "each level's detailed table only, the counties' with 0.8 of the budget, so that most of a "
         "record's privacy loss is in one released county cell"),
 }
+
+
+#: Further configurations of some algorithms, by a short key (module notes).
+FURTHER_CONFIGURATIONS = {
+    "topdown": {
+        "no-zeros": AuditConfiguration(
+            "census_topdown", {**_TOPDOWN, "constraints": {"invariants": None, "structural_zeros": None}},
+            "the main top-down configuration without the census edit rules (structural zeros; the "
+            "state-county hierarchy stays): every cell of the audit domain can hold a record, so every "
+            "released answer changes between some neighbours, those the rules fix at 0 included. The audit "
+            "domain then keeps sex instead of household type"),
+    },
+}
+
+
+def configurations(algorithm: str) -> dict:
+    """Every audit configuration of ``algorithm`` by key, the main one (:data:`MAIN`) first."""
+    from dpopt.errors import ParameterError
+
+    if algorithm not in AUDIT_CONFIGURATIONS:
+        raise ParameterError(f"no audit configuration for {algorithm!r}; choose from {sorted(AUDIT_CONFIGURATIONS)}")
+    return {MAIN: AUDIT_CONFIGURATIONS[algorithm], **FURTHER_CONFIGURATIONS.get(algorithm, {})}
 
 
 def _replaced(raw: dict, changes: dict) -> dict:
@@ -82,14 +117,15 @@ def _replaced(raw: dict, changes: dict) -> dict:
     return out
 
 
-def configured_spec(algorithm: str):
-    """The :class:`~dpopt.spec.ReleaseSpec` of ``algorithm``'s audit configuration (module notes)."""
+def configured_spec(algorithm: str, key: str = MAIN):
+    """The :class:`~dpopt.spec.ReleaseSpec` of ``algorithm``'s audit configuration ``key`` (module notes)."""
     from dpopt.errors import ParameterError
     from dpopt.spec import load_spec, parse_spec
 
-    if algorithm not in AUDIT_CONFIGURATIONS:
-        raise ParameterError(f"no audit configuration for {algorithm!r}; choose from {sorted(AUDIT_CONFIGURATIONS)}")
-    config = AUDIT_CONFIGURATIONS[algorithm]
+    known = configurations(algorithm)
+    if key not in known:
+        raise ParameterError(f"{algorithm!r} has no audit configuration {key!r}; choose from {', '.join(known)}")
+    config = known[key]
     spec = load_spec(config.spec)
     if not config.replace:
         return spec

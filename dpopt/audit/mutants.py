@@ -37,13 +37,15 @@ from dpopt.algorithms.base import Algorithm, AlgorithmParams, PlannedMeasure, ma
 from dpopt.audit.targets import AuditTarget
 from dpopt.errors import ParameterError
 from dpopt.estimate.status import Status
+from dpopt.model.constraints import StructuralZeros
 from dpopt.model.measurement import Measurement
 from dpopt.model.queries.basic import Identity, Total
 from dpopt.privacy.accountant import Accountant, LedgerEntry, PrivacyCost
 from dpopt.privacy.mechanisms import calibrate, measure
 from dpopt.privacy.samplers import discrete_laplace
 
-__all__ = ["ScaledNoise", "FloatLaplace", "DataZeros", "Uncharged", "MUTANTS", "Planted", "PLANTED_BUGS"]
+__all__ = ["ScaledNoise", "FloatLaplace", "DataZeros", "Uncharged", "MUTANTS", "Planted", "PLANTED_BUGS",
+           "ZerosFromData"]
 
 
 @dataclass(frozen=True)
@@ -180,7 +182,12 @@ class Planted(AuditTarget):
         ``σ/2``; the exponential mechanism and the exponential-weights sampler at twice their
         coefficient), charged as before: the release is about ``2ε``-DP.
     ``unnoised_answer``
-        The first answer of the first noisy measurement of each run is released without noise.
+        One answer of the first noisy measurement of each run is released without noise: the
+        first answer the public constraints do not fix (:meth:`first_free_answer`). An answer
+        whose cells are all structural zeros is 0 on every dataset the audit may test, and one
+        in the span of published invariants is equal between neighbours: without noise either
+        is a public value, not a leak. When every answer of that draw is fixed the bug does not
+        apply (:attr:`not_applicable`).
     ``unnoised_last``
         The first answer of the *last* noisy draw of each run without noise (the number of
         draws is counted on the probe run). Where the first draw feeds nothing the release
@@ -190,8 +197,14 @@ class Planted(AuditTarget):
         Discrete Laplace draws replaced by textbook floating-point ones (``b·ln(U)`` with a
         random sign, Mironov 2012); the measured answers then carry the true count's low bits.
     ``data_zeros``
-        Released counts forced to zero in cells the data leave empty (structural zeros read
-        off the confidential data). Applies to algorithms that release a table.
+        Cells the data leave empty declared structural zeros (a constraint read off the
+        confidential data), planted where the algorithm decides its zeros: a rule
+        (:class:`ZerosFromData`) added to the constraint set of the run's plan, which every
+        algorithm that keeps structural zeros reads there -- the estimator's constraints
+        (``measure_reconstruct``; ``topdown``, per unit), the support of MWEM's initial
+        distribution, the record space of DualQuery's best response. Applies to the algorithms
+        whose ``supports`` include ``"structural_zeros"`` (:attr:`applies`): the others (the
+        polynomial release) accept no zero rule, so no step of theirs decides a zero.
     ``uncharged``
         The first charge of each run is skipped (the accountant is not told): only the ledger
         check sees it.
@@ -243,11 +256,86 @@ class Planted(AuditTarget):
 
     @property
     def applies(self) -> bool:
-        """Whether the bug has anything to act on in this algorithm (a table for ``data_zeros``)."""
-        return self.bug != "data_zeros" or "count total" in self.inner.names
+        """Whether the bug has anything to act on in this algorithm (:attr:`not_applicable`)."""
+        return self.not_applicable is None
+
+    @property
+    def not_applicable(self) -> str | None:
+        """Why the bug has nothing to act on in this algorithm, or None when it has."""
+        if self.bug == "unnoised_answer":
+            index, why = self.first_free_answer()
+            return why if index is None else None
+        if self.bug == "data_zeros":
+            algorithm = getattr(self.inner, "algorithm", None)
+            if algorithm is None:
+                return f"{self.inner.name} is not an algorithm's run: it has no constraint set to plant zeros in"
+            supports = type(algorithm).supports
+            if "structural_zeros" not in supports:
+                kept = ", ".join(sorted(supports)) or "none"
+                return (f"{algorithm.name} keeps no structural zeros (its supports: {kept}): no step of its "
+                        "release decides that a cell is zero")
+        return None
+
+    def first_free_answer(self) -> tuple[int | None, str]:
+        """The position in the first noise draw of the first answer no public constraint fixes,
+        and which answer it is (``None`` and why, when every one is fixed).
+
+        A probe run on the dataset with one record in every allowed cell (the default source: the
+        match below does not depend on the noise drawn, and only the harness seeds) records the first draw;
+        the release's measurement whose values minus its true answers equal that draw exactly is
+        the one drawn (draws are integers: the match is exact). Its answer ``i`` is fixed when
+        its query row, restricted to the allowed cells, is in the span of the published
+        invariants' rows there (a zero row included: only structural zeros under it). Without
+        a matching measurement, the first answer (position 0) is used and the text says so.
+        """
+        if hasattr(self, "_free"):
+            return self._free
+        from dpopt.model.data import Dataset
+        from dpopt.privacy.randomness import SecureRandom
+
+        domain, allowed = self.inner.domain, np.asarray(self.inner.allowed_cells(), dtype=np.int64)
+        data = Dataset.from_histogram(np.bincount(allowed, minlength=domain.size).astype(np.int64), domain)
+        state: dict = {}
+        swapped = [(module, attr, original, _recording(original, state)) for module, attr, name, original
+                   in self.swaps if name.startswith("dpopt.privacy.samplers.")]
+        for module, attr, _, recording in swapped:
+            setattr(module, attr, recording)
+        try:
+            release, _, _ = self.inner._release(data, SecureRandom())  # which answer it is needs no seed
+        finally:
+            for module, attr, original, _ in swapped:
+                setattr(module, attr, original)
+        noise = state.get("first")
+        if noise is None or release is None:
+            self._free = (0, "the first answer of the first noise draw (the probe run drew none or released nothing)")
+            return self._free
+        drawn = next((m for m in release.get("measurements") or []
+                      if np.size(m.values) == noise.size
+                      and np.array_equal(np.asarray(m.values, dtype=np.float64).ravel() - m.query.answer(data),
+                                         noise)), None)
+        if drawn is None:
+            self._free = (0, "the first answer of the first noise draw (no released measurement matches it)")
+            return self._free
+        rows = drawn.query.columns(allowed).toarray()
+        published = [q.columns(allowed).toarray() for _, q in getattr(self.inner, "invariants", [])]
+        if published:
+            A = np.vstack(published)
+            rows = rows - (rows @ np.linalg.pinv(A)) @ A  # what the invariants leave undetermined
+        free = np.flatnonzero(np.abs(rows).max(axis=1, initial=0.0) > 1e-9)
+        label = getattr(drawn, "label", None) or "the first measurement"
+        if free.size == 0:
+            self._free = (None, f"every answer of the first noise draw ({label!r}) is fixed by the public "
+                                "constraints (structural zeros, published invariants): without noise it is a "
+                                "public value")
+        else:
+            self._free = (int(free[0]), f"answer {int(free[0])} of {label!r}, the first its public constraints "
+                                        "do not fix")
+        return self._free
 
     def run(self, data, rng):
         state = {"first": True, "count": 0, "last": getattr(self, "draws", 0)}
+        if self.bug == "unnoised_answer":
+            state["index"] = self.first_free_answer()[0] or 0
         swapped = [(module, attr, original, _FAULTY[name](original, self.bug, state))
                    for module, attr, name, original in self.swaps]
         charge = Accountant.charge
@@ -261,17 +349,36 @@ class Planted(AuditTarget):
             Accountant.charge = skip_first
         for module, attr, _, faulty in swapped:
             setattr(module, attr, faulty)
+        extra = [ZerosFromData.of(data)] if self.bug == "data_zeros" else []  # the bug: zeros read off the data
         try:
-            release, accountant, _ = self.inner._release(data, rng)
+            release, accountant, _ = self.inner._release(data, rng, extra)
         finally:
             for module, attr, original, _ in swapped:
                 setattr(module, attr, original)
             Accountant.charge = charge
-        if self.bug == "data_zeros" and release is not None and release.get("counts") is not None:
-            counts = np.asarray(release["counts"]).copy()
-            counts.ravel()[data.histogram().ravel() == 0] = 0  # the bug: zeros read off the data
-            release["counts"] = counts
         return self.inner.statistics(release, accountant)
+
+
+@dataclass(frozen=True, eq=False)
+class ZerosFromData(StructuralZeros):
+    """The planted ``data_zeros`` rule: every cell empty in the data is a structural zero.
+
+    A :class:`~dpopt.model.constraints.StructuralZeros` whose pattern is a mask over every
+    attribute, so each algorithm reads it where it reads the public zero rules
+    (:meth:`~dpopt.model.constraints.ConstraintSet.zero_patterns`). Built from the
+    confidential data: the bug, never a constraint a release may use.
+    """
+
+    predicate: object = "cells empty in the data"
+    name: str = "zeros read off the data (planted bug)"
+    mask: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, data) -> "ZerosFromData":
+        return cls(mask=np.asarray(data.histogram()).ravel() == 0)
+
+    def pattern(self, domain):
+        return tuple(domain.attrs), self.mask
 
 
 def _halve_laplace(original, bug, state):
@@ -304,8 +411,16 @@ def _unnoised(noise, bug, state):
     if (first or last) and np.size(noise):
         state["first"] = False
         noise = np.array(noise, copy=True)
-        noise.flat[0] = 0  # the bug: one answer without noise
+        noise.flat[state.get("index", 0) if first else 0] = 0  # the bug: one answer without noise
     return noise
+
+
+def _recording(original, state):
+    def draw(*args, **kw):
+        noise = original(*args, **kw)
+        state.setdefault("first", np.asarray(noise, dtype=np.float64).ravel().copy())
+        return noise
+    return draw
 
 
 def _counting(original, state):

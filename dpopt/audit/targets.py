@@ -258,10 +258,15 @@ class AlgorithmTarget(AuditTarget):
             self._plans[key] = self.plan.with_constraints(cs)
         return self._plans[key]
 
-    def _release(self, data: Dataset, rng):
+    def _release(self, data: Dataset, rng, extra=()):
+        """One run on ``data``; ``extra`` constraints are added to the plan's (a planted bug's hook:
+        :class:`~dpopt.audit.mutants.Planted` with ``data_zeros``)."""
         accountant = self.budget.accountant()
+        plan = self._plan_for(data)
+        if extra:
+            plan = plan.with_constraints(ConstraintSet(self.domain, list(plan.constraints.constraints) + list(extra)))
         try:
-            release = self.algorithm.run(self._plan_for(data), data, accountant, rng)
+            release = self.algorithm.run(plan, data, accountant, rng)
         except DpoptError as exc:  # a run that stops with an error releases nothing: an output too
             return None, accountant, str(exc)
         return release, accountant, None

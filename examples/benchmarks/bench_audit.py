@@ -25,11 +25,16 @@ Sections (all by default):
     The bugs of :class:`dpopt.audit.mutants.Planted` (a halved noise scale, one answer without
     noise: the first or the last draw's, textbook float Laplace noise, zeros read off the data,
     a skipped charge) planted in the real runs of the quickstart and of one spec each of mwem,
-    dualquery, polynomial and topdown, each in its *audit configuration*
+    dualquery, polynomial and topdown, in each of its *audit configurations*
     (:mod:`dpopt.audit.configurations`: few rounds, a noisy record count, a small pure claim;
-    ``--shipped``: the shipped specs instead), at ``--planted-runs`` runs: caught or not. Bug
-    by bug (``--bugs`` and ``--algorithms`` pick some), each row printed and written to
-    ``--json`` as it finishes.
+    top-down with and without structural zeros; ``--shipped``: the shipped specs instead), at
+    ``--planted-runs`` runs: caught or not, and per algorithm caught when any configuration
+    catches it. A bug with nothing to act on is a row "n/a" with the reason (data zeros in an
+    algorithm that keeps no structural zeros; an unnoised answer when public constraints fix
+    every answer of the first draw). ``--bugs none`` adds the correct algorithm's row in every
+    configuration (it must pass all). Bug by bug (``--bugs`` and ``--algorithms`` pick some;
+    ``topdown:no-zeros`` one configuration), each row printed and written to ``--json`` as it
+    finishes.
 ``mechanisms``
     Laplace, discrete Gaussian, exponential and report-noisy-max at claimed ε = 0.5 (δ = 1e-6
     for the Gaussian), ``--mechanism-runs`` runs per dataset of the worst pair (default: the
@@ -275,42 +280,46 @@ PLANTED_SPECS = {"measure_reconstruct": "quickstart", "mwem": "nltcs_mwem", "dua
                  "polynomial": "nltcs_polynomial", "topdown": "census_topdown"}
 
 
-def planted_specs(shipped: bool) -> dict:
-    """The spec each algorithm's planted bugs go into: its audit configuration
-    (:data:`dpopt.audit.configurations.AUDIT_CONFIGURATIONS`), or with ``shipped`` the shipped spec
-    (DualQuery's with a noisy record count, count_share = 0.1: the public-n default discloses n)."""
-    from dpopt.audit.configurations import configured_spec
+def planted_specs(shipped: bool, tokens: list[str]) -> list[tuple[str, str, object]]:
+    """``(algorithm, name, spec)`` for each spec the planted bugs go into, in the order of
+    ``tokens`` (``algorithm``: every audit configuration of it, :func:`dpopt.audit.configurations.configurations`;
+    ``algorithm:key``: that one); with ``shipped`` the shipped spec instead (DualQuery's with a
+    noisy record count, count_share = 0.1: the public-n default discloses n)."""
+    from dpopt.audit.configurations import MAIN, configurations, configured_spec
     from dpopt.spec import parse_spec
 
-    chosen = {}
-    for algorithm, name in PLANTED_SPECS.items():
+    chosen = []
+    for token in tokens:
+        algorithm, _, key = token.partition(":")
+        if algorithm not in PLANTED_SPECS:
+            raise SystemExit(f"--algorithms: no planted spec for {algorithm!r}; choose from {', '.join(PLANTED_SPECS)}")
         if not shipped:
-            chosen[algorithm] = configured_spec(algorithm)
+            keys = [key] if key else list(configurations(algorithm))
+            for k in keys:
+                suffix = " (audit configuration)" if k == MAIN else f" (audit configuration {k})"
+                chosen.append((algorithm, PLANTED_SPECS[algorithm] + suffix, configured_spec(algorithm, k)))
             continue
-        spec = load_spec(name)
+        spec = load_spec(PLANTED_SPECS[algorithm])
         if algorithm == "dualquery":
             raw = dict(spec.raw, dualquery=dict(spec.raw["dualquery"], count_share=0.1))
             spec = parse_spec(raw, source=spec.source, base_dir=spec.base_dir)
-        chosen[algorithm] = spec
+        chosen.append((algorithm, PLANTED_SPECS[algorithm], spec))
     return chosen
 
 
 def planted(args) -> list[dict]:
     rows = []
-    chosen = planted_specs(args.shipped)
-    algorithms = args.algorithms.split(",") if args.algorithms else list(PLANTED_SPECS)  # in the order given
-    unknown = [a for a in algorithms if a not in PLANTED_SPECS]
-    if unknown:
-        raise SystemExit(f"--algorithms: no planted spec for {unknown[0]!r}; choose from {', '.join(PLANTED_SPECS)}")
-    bugs = [b for b in PLANTED_BUGS if not args.bugs or b in args.bugs.split(",")]
+    chosen = planted_specs(args.shipped, args.algorithms.split(",") if args.algorithms else list(PLANTED_SPECS))
+    asked = args.bugs.split(",") if args.bugs else list(PLANTED_BUGS)
+    bugs = (["none"] if "none" in asked else []) + [b for b in PLANTED_BUGS if b in asked]
     for bug in bugs:  # bug by bug: a run stopped early has each bug on every algorithm it reached
-        for algorithm in algorithms:
-            name = PLANTED_SPECS[algorithm] + ("" if args.shipped else " (audit configuration)")
-            spec = chosen[algorithm]
+        for algorithm, name, spec in chosen:
             target, _, _ = spec_target(spec)
-            mutant = Planted(target, bug)
-            if not mutant.applies:
-                rows.append({"algorithm": algorithm, "spec": name, "bug": bug, "caught": None})
+            mutant = target if bug == "none" else Planted(target, bug)  # none: the correct algorithm
+            if bug != "none" and not mutant.applies:
+                rows.append({"algorithm": algorithm, "spec": name, "bug": bug, "caught": None,
+                             "why": mutant.not_applicable})
+                checkpoint(args, "planted", rows)
                 continue
             try:
                 report, s = timed_audit(mutant, runs=args.planted_runs, workers=args.workers)
@@ -322,8 +331,9 @@ def planted(args) -> list[dict]:
             # an exact count is the bug's doing unless the release declares the count public (the
             # papers' n): then the conditional audit's verdict is the one that catches or misses it
             final = report.conditional if report.conditional is not None and report.count_declared_public else report
-            caught = not final.passed
+            caught = not final.passed  # for "none": a false alarm
             rows.append({"algorithm": algorithm, "spec": name, "bug": bug, "caught": caught,
+                         "planted_where": mutant.first_free_answer()[1] if bug == "unnoised_answer" else None,
                          "outcome": report.outcome, "epsilon_lower_bound": final.epsilon_lower_bound,
                          "claimed": final.claim.epsilon, "event": final.event.label,
                          "detectable_excess": final.detectable_excess, "seconds": s,
@@ -337,13 +347,28 @@ def planted(args) -> list[dict]:
     for r in rows:
         label = f"{r['algorithm']} ({r['spec']})"
         if r["caught"] is None:
-            print(f"  {label:<52} {r['bug']:<16} {'n/a':<7} (no released table to zero)")
+            print(f"  {label:<52} {r['bug']:<16} {'n/a':<7} {r['why'][:120]}")
             continue
         det = "none" if math.isinf(r["detectable_excess"]) else f"+{r['detectable_excess']:.3g}"
-        print(f"  {label:<52} {r['bug']:<16} {'yes' if r['caught'] else 'NO':<7} {r['outcome']:<18} "
+        if r["bug"] == "none":
+            caught = "FALSE ALARM" if r["caught"] else "passes"
+        else:
+            caught = "yes" if r["caught"] else "NO"
+        print(f"  {label:<52} {r['bug']:<16} {caught:<7} {r['outcome']:<18} "
               f"{r['epsilon_lower_bound']:>8.3f} {r['claimed']:>7.3g} {det:>8} {r['runs']:>7,} {r['seconds']:>7.1f}s "
               f"{r['cpu_seconds']:>7.1f}s")
         print(f"  {'':<40} event: {r['event'][:100]}")
+    verdicts: dict = {}
+    for r in rows:  # a bug is caught when any configuration catches it; the correct one must pass all
+        if r["caught"] is not None:
+            verdicts.setdefault((r["algorithm"], r["bug"]), []).append(r["caught"])
+    print("\n  By algorithm, over its audit configurations (caught when any catches; 'none': passes when all pass)")
+    for (algorithm, bug), seen in verdicts.items():
+        if bug == "none":
+            word = "FALSE ALARM" if any(seen) else "passes"
+        else:
+            word = "caught" if any(seen) else "MISSED"
+        print(f"  {algorithm:<22} {bug:<16} {word} ({sum(seen)} of {len(seen)} configurations flag)")
     return rows
 
 
@@ -463,10 +488,12 @@ def main() -> None:
                         help="specs, census, auto, planted, mechanisms, algorithms, mutants, power (default: all)")
     parser.add_argument("--spec-runs", type=int, default=1000)
     parser.add_argument("--planted-runs", type=int, default=2000)
-    parser.add_argument("--bugs", type=str, default=None, help="planted: only these bugs (comma-separated)")
+    parser.add_argument("--bugs", type=str, default=None,
+                        help="planted: only these bugs (comma-separated; 'none' adds the correct algorithm's row)")
     parser.add_argument("--algorithms", type=str, default=None,
                         help="planted: only these algorithms, in this order (comma-separated: "
-                             + ", ".join(PLANTED_SPECS) + ")")
+                             + ", ".join(PLANTED_SPECS) + "; each with every audit configuration, or "
+                             "algorithm:key for one, e.g. topdown:no-zeros)")
     parser.add_argument("--shipped", action="store_true",
                         help="planted: plant into the shipped specs instead of the audit configurations")
     parser.add_argument("--specs", type=str, default=None,
