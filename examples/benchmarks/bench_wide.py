@@ -167,7 +167,7 @@ def adult_rows(case, eps, accounting, seed, pgm, time_limit, estimators=("ls",))
         row, est = space_row(ESTIMATORS[name][0], ms, sets, truths, n, time_limit=time_limit, **options)
         cert = est.info.get("certificate", {})
         row.update(cpu_seconds=time.process_time() - cpu, gap=cert.get("gap"), stopped=est.info.get("stopped"),
-                   iterations=est.nit)
+                   iterations=est.nit, history=[(int(h[1]), float(h[2])) for h in est.info.get("history", [])[-12:]])
         if not est.success:  # the solver's incumbent, labelled as such: not an estimate dpopt would release
             row["incumbent_error"] = errors(est.marginals(sets), truths, n)
         print(json.dumps({"eps": eps, **row}, default=str), file=sys.stderr, flush=True)  # progress, case by case

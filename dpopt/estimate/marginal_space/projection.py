@@ -398,8 +398,14 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
 
     x = np.zeros(cells)
     if alm if alm is not None else cells >= ALM_CELLS:
+        done = counter["it"]
+
+        def outer_step(outer, products, rho_l, point, mu):  # each outer step's certificate, for the record
+            history.append((done + int(products), done + int(products), point[3], point[4]))
+
         point, products = augmented_lagrangian(problem, x, certify_at, _better, max_products=max_iter,
-                                               deadline=deadline, stop_gap=tol, feasibility=feasibility)
+                                               deadline=deadline, stop_gap=tol, feasibility=feasibility,
+                                               log=outer_step)
         if polished(point, products):
             state["stopped"] = "certified (augmented Lagrangian)"
         elif deadline is not None and time.perf_counter() > deadline:
