@@ -381,7 +381,7 @@ def main() -> None:
                     net = f"{row['error_vs_network']:.4f}" if "error_vs_network" in row else "-"
                     secs = f"{row['seconds']:8.1f} s" if "seconds" in row else " " * 10
                     extra = "".join(f" {k} {row[k]:.3g}" if isinstance(row[k], float) else f" {k} {row[k]}"
-                                    for k in ("cpu_seconds", "gap", "iterations", "stopped", "incumbent_error")
+                                    for k in ("cpu_seconds", "gap", "iterations", "stopped", "incumbent_error", "history")
                                     if row.get(k) is not None)
                     print(f"  {row['method']:<28} error {err:>8}  vs network {net:>8}  {secs}  "
                           f"{row.get('status', '')} {row.get('polytope', '')}{extra}", flush=True)
