@@ -109,8 +109,11 @@ def augmented_lagrangian(problem, kappa: np.ndarray, certify_at: Callable, bette
             grad = np.where(free, w * (r - target) - adjoint(lam), 0.0)
             precondition = np.where(free, w + rho * d, 1.0)
             size = float(np.sqrt(grad @ (grad / precondition)))
-            first = size if first is None else first
-            if size == 0.0 or size <= INNER_REDUCTION * first and first != size:
+            if first is None:
+                first = size
+            elif size <= INNER_REDUCTION * first:
+                break
+            if size == 0.0:
                 break
             step = _newton_direction(grad, precondition, free, w, rho, active, expand, adjoint, deadline)
             e_step = expand(step)
