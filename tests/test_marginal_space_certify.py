@@ -165,3 +165,29 @@ def test_augmented_lagrangian_alone_certifies_the_dense_optimum(sets, monkeypatc
         assert est.fun == pytest.approx(dense.fun, rel=1e-6)
     else:
         assert est.fun <= dense.fun * (1 + 1e-6) + 1e-6
+
+
+def test_augmented_lagrangian_line_search_is_the_exact_minimiser():
+    """The inner line search bisects phi's derivative without products: its step must be the
+    minimiser of phi(r + t x) over [0, 1], checked against phi evaluated on a fine grid."""
+    from dpopt.estimate.marginal_space.augmented_lagrangian import _line_search
+
+    gen = np.random.default_rng(5)
+    n_res, n_cells, rho = 40, 90, 0.7
+    e = gen.normal(size=(n_cells, n_res))  # a dense stand-in for E
+    w = gen.uniform(0.5, 2.0, n_res)
+    free = np.ones(n_res, dtype=bool)
+    free[:3] = False  # fixed residuals do not enter F
+    target, r, step = gen.normal(size=n_res), gen.normal(size=n_res), gen.normal(size=n_res)
+    kappa = np.maximum(gen.normal(size=n_cells), 0.0)
+
+    def phi(x):
+        return 0.5 * np.sum((w * (x - target) ** 2)[free]) + np.sum(np.maximum(kappa - rho * (e @ x), 0) ** 2) / (2 * rho)
+
+    grid = np.linspace(0.0, 1.0, 20001)
+    for factor in (1.0, -1.0, 0.05):  # interior minimiser, ascent direction, minimiser at t = 1
+        x = factor * step
+        t = _line_search(r, x, e @ x, kappa - rho * (e @ r), rho, w, free, target, lambda v: v > 0)
+        values = np.array([phi(r + g * x) for g in grid])
+        assert 0.0 <= t <= 1.0
+        assert phi(r + t * x) <= values.min() + 1e-9 * (1 + abs(values.min()))
