@@ -97,16 +97,18 @@ def test_the_polish_counts_against_the_iteration_budget():
     [("a", "b", "c"), ("b", "c", "d"), ("d", "e")],   # decomposable: the dense optimum itself
     [("a", "b", "c"), ("c", "d"), ("b", "d", "e")],   # a cycle: the local relaxation
 ])
-def test_projected_newton_first_is_the_dense_optimum_and_certifies(sets, monkeypatch):
-    """The path for large cliques (projected Newton from kappa = 0, no L-BFGS-B), forced on a
-    small domain: certified alone, and equal to the dense constrained least squares where the
-    marginals are decomposable (never worse than it on a cycle)."""
+@pytest.mark.parametrize("threshold, path", [("NEWTON_CELLS", "projected Newton"),
+                                             ("ALM_CELLS", "augmented Lagrangian")])
+def test_large_problem_paths_alone_certify_the_dense_optimum(sets, threshold, path, monkeypatch):
+    """The paths for large cliques (projected Newton, or the augmented Lagrangian method, from
+    kappa = 0, no L-BFGS-B), forced on a small domain: certified alone, and equal to the dense
+    constrained least squares where the marginals are decomposable (never worse than it on a cycle)."""
     from dpopt.estimate import reconstruct
     from dpopt.estimate.marginal_space import projection as projection_module
     from dpopt.model.constraints import ConstraintSet, NonNegativity
     from dpopt.model.domain import Domain
 
-    monkeypatch.setattr(projection_module, "NEWTON_CELLS", 0)
+    monkeypatch.setattr(projection_module, threshold, 0)
     dom = Domain(("a", "b", "c", "d", "e"), (2, 3, 2, 3, 2))
     gen = np.random.default_rng(11)
     x = gen.poisson(0.4, dom.size).astype(float)  # sparse: many negative noisy cells
@@ -117,44 +119,7 @@ def test_projected_newton_first_is_the_dense_optimum_and_certifies(sets, monkeyp
         ms.append(Measurement(q, q.matvec(x) + gen.normal(0, sd, q.num_rows), "gaussian", sd, sd**2, label=str(s)))
     est = estimate_marginals(ms, exact_cells=0)
     assert est.status is Status.OPTIMAL, est.message
-    assert est.info["stopped"] == "certified (projected Newton)"
-    cert = est.info["certificate"]
-    assert cert["gap"] <= 1e-7 and cert["violation"] <= cert["feasibility_tol"]
-    dense = reconstruct(ms, ConstraintSet(dom, [NonNegativity()]), "l2")
-    assert dense.success
-    if est.info["polytope"] == "marginal":
-        for s in sets:
-            np.testing.assert_allclose(est.marginal(s), Marginal(dom, s).matvec(dense.x), atol=1e-4)
-        assert est.fun == pytest.approx(dense.fun, rel=1e-6)
-    else:
-        assert est.fun <= dense.fun * (1 + 1e-6) + 1e-6
-
-
-@pytest.mark.parametrize("sets", [
-    [("a", "b", "c"), ("b", "c", "d"), ("d", "e")],   # decomposable: the dense optimum itself
-    [("a", "b", "c"), ("c", "d"), ("b", "d", "e")],   # a cycle: the local relaxation
-])
-def test_augmented_lagrangian_alone_certifies_the_dense_optimum(sets, monkeypatch):
-    """The path for the largest cliques (the augmented Lagrangian method from kappa = 0, then nothing
-    else), forced on a small domain: certified alone, and equal to the dense constrained least
-    squares where the marginals are decomposable (never worse than it on a cycle)."""
-    from dpopt.estimate import reconstruct
-    from dpopt.estimate.marginal_space import projection as projection_module
-    from dpopt.model.constraints import ConstraintSet, NonNegativity
-    from dpopt.model.domain import Domain
-
-    monkeypatch.setattr(projection_module, "ALM_CELLS", 0)
-    dom = Domain(("a", "b", "c", "d", "e"), (2, 3, 2, 3, 2))
-    gen = np.random.default_rng(11)
-    x = gen.poisson(0.4, dom.size).astype(float)  # sparse: many negative noisy cells
-    ms = []
-    for i, s in enumerate(sets):
-        q = Marginal(dom, s)
-        sd = 3.0 * (1 + i % 2)
-        ms.append(Measurement(q, q.matvec(x) + gen.normal(0, sd, q.num_rows), "gaussian", sd, sd**2, label=str(s)))
-    est = estimate_marginals(ms, exact_cells=0)
-    assert est.status is Status.OPTIMAL, est.message
-    assert est.info["stopped"] == "certified (augmented Lagrangian)"
+    assert est.info["stopped"] == f"certified ({path})"
     cert = est.info["certificate"]
     assert cert["gap"] <= 1e-7 and cert["violation"] <= cert["feasibility_tol"]
     dense = reconstruct(ms, ConstraintSet(dom, [NonNegativity()]), "l2")
