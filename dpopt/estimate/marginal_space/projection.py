@@ -86,6 +86,9 @@ NEWTON_CELLS = 2**21
 #: (20.9 M cells) the projected-Newton rounds did not converge (675 products, gap 0.84). Below it
 #: the rounds certified adult's 5- and 6-attribute slices (2.8 M cells in 28-36 products, 5.3 M
 #: in 104) where the augmented Lagrangian was slower (6 attributes: gap 0.11 after 112 products).
+#: The threshold is a choice between the cases seen, not a rule: on a 9-attribute slice (2.34 M
+#: cells, 84 triples) the rounds stall too (most negative cell -28 after 625 products, against
+#: -0.34 after 132 for the augmented Lagrangian), and neither certified it.
 ALM_CELLS = 2**24
 #: Faces taken by that first projected-Newton pass before L-BFGS-B takes over.
 NEWTON_ROUNDS = 60
