@@ -97,16 +97,18 @@ def test_the_polish_counts_against_the_iteration_budget():
     [("a", "b", "c"), ("b", "c", "d"), ("d", "e")],   # decomposable: the dense optimum itself
     [("a", "b", "c"), ("c", "d"), ("b", "d", "e")],   # a cycle: the local relaxation
 ])
-def test_projected_newton_first_is_the_dense_optimum_and_certifies(sets, monkeypatch):
-    """The path for large cliques (projected Newton from kappa = 0, no L-BFGS-B), forced on a
-    small domain: certified alone, and equal to the dense constrained least squares where the
-    marginals are decomposable (never worse than it on a cycle)."""
+@pytest.mark.parametrize("threshold, path", [("NEWTON_CELLS", "projected Newton"),
+                                             ("ALM_CELLS", "augmented Lagrangian")])
+def test_large_problem_paths_alone_certify_the_dense_optimum(sets, threshold, path, monkeypatch):
+    """The paths for large cliques (projected Newton, or the augmented Lagrangian method, from
+    kappa = 0, no L-BFGS-B), forced on a small domain: certified alone, and equal to the dense
+    constrained least squares where the marginals are decomposable (never worse than it on a cycle)."""
     from dpopt.estimate import reconstruct
     from dpopt.estimate.marginal_space import projection as projection_module
     from dpopt.model.constraints import ConstraintSet, NonNegativity
     from dpopt.model.domain import Domain
 
-    monkeypatch.setattr(projection_module, "NEWTON_CELLS", 0)
+    monkeypatch.setattr(projection_module, threshold, 0)
     dom = Domain(("a", "b", "c", "d", "e"), (2, 3, 2, 3, 2))
     gen = np.random.default_rng(11)
     x = gen.poisson(0.4, dom.size).astype(float)  # sparse: many negative noisy cells
@@ -117,7 +119,7 @@ def test_projected_newton_first_is_the_dense_optimum_and_certifies(sets, monkeyp
         ms.append(Measurement(q, q.matvec(x) + gen.normal(0, sd, q.num_rows), "gaussian", sd, sd**2, label=str(s)))
     est = estimate_marginals(ms, exact_cells=0)
     assert est.status is Status.OPTIMAL, est.message
-    assert est.info["stopped"] == "certified (projected Newton)"
+    assert est.info["stopped"] == f"certified ({path})"
     cert = est.info["certificate"]
     assert cert["gap"] <= 1e-7 and cert["violation"] <= cert["feasibility_tol"]
     dense = reconstruct(ms, ConstraintSet(dom, [NonNegativity()]), "l2")
@@ -128,3 +130,29 @@ def test_projected_newton_first_is_the_dense_optimum_and_certifies(sets, monkeyp
         assert est.fun == pytest.approx(dense.fun, rel=1e-6)
     else:
         assert est.fun <= dense.fun * (1 + 1e-6) + 1e-6
+
+
+def test_augmented_lagrangian_line_search_is_the_exact_minimiser():
+    """The inner line search bisects phi's derivative without products: its step must be the
+    minimiser of phi(r + t x) over [0, 1], checked against phi evaluated on a fine grid."""
+    from dpopt.estimate.marginal_space.augmented_lagrangian import _line_search
+
+    gen = np.random.default_rng(5)
+    n_res, n_cells, rho = 40, 90, 0.7
+    e = gen.normal(size=(n_cells, n_res))  # a dense stand-in for E
+    w = gen.uniform(0.5, 2.0, n_res)
+    free = np.ones(n_res, dtype=bool)
+    free[:3] = False  # fixed residuals do not enter F
+    target, r, step = gen.normal(size=n_res), gen.normal(size=n_res), gen.normal(size=n_res)
+    kappa = np.maximum(gen.normal(size=n_cells), 0.0)
+
+    def phi(x):
+        return 0.5 * np.sum((w * (x - target) ** 2)[free]) + np.sum(np.maximum(kappa - rho * (e @ x), 0) ** 2) / (2 * rho)
+
+    grid = np.linspace(0.0, 1.0, 20001)
+    for factor in (1.0, -1.0, 0.05):  # interior minimiser, ascent direction, minimiser at t = 1
+        x = factor * step
+        t = _line_search(r, x, e @ x, kappa - rho * (e @ r), rho, w, free, target, lambda v: v > 0)
+        values = np.array([phi(r + g * x) for g in grid])
+        assert 0.0 <= t <= 1.0
+        assert phi(r + t * x) <= values.min() + 1e-9 * (1 + abs(values.min()))

@@ -169,7 +169,7 @@ def adult_rows(case, eps, accounting, seed, pgm, time_limit, estimators=("ls",))
         row, est = space_row(ESTIMATORS[name][0], ms, sets, truths, n, time_limit=time_limit, **options)
         cert = est.info.get("certificate", {})
         row.update(cpu_seconds=time.process_time() - cpu, gap=cert.get("gap"), stopped=est.info.get("stopped"),
-                   iterations=est.nit)
+                   iterations=est.nit, history=[(int(h[1]), float(h[2])) for h in est.info.get("history", [])[-12:]])
         if not est.success:  # the solver's incumbent, labelled as such: not an estimate dpopt would release
             row["incumbent_error"] = errors(est.marginals(sets), truths, n)
         print(json.dumps({"eps": eps, **row}, default=str), file=sys.stderr, flush=True)  # progress, case by case
@@ -374,7 +374,7 @@ def main() -> None:
                     secs = f"{row['seconds']:8.1f} s" if "seconds" in row else " " * 10
                     extra = "".join(f" {k} {row[k]:.3g}" if isinstance(row[k], float) else f" {k} {row[k]}"
                                     for k in ("cpu_seconds", "gap", "iterations", "stopped", "incumbent_error", "total",
-                                              "total_held")
+                                              "total_held", "history")
                                     if row.get(k) is not None)
                     print(f"  {row['method']:<28} error {err:>8}  vs network {net:>8}  {secs}  "
                           f"{row.get('status', '')} {row.get('polytope', '')}{extra}", flush=True)

@@ -1,0 +1,191 @@
+"""The projection by the augmented Lagrangian method with semismooth Newton inner solves (issue 27).
+
+Problem (4) of :mod:`~dpopt.estimate.marginal_space.projection`: minimise
+``F(r) = 1/2 sum W (r - r^)^2`` over the free residuals subject to ``mu = E r >= 0`` (``= 0``
+on structural zeros). Its dual's active-set rounds
+(:func:`~dpopt.estimate.marginal_space.projection.polish`) solve ``H_AA kappa_A = -b_A`` on
+faces ``A`` that, on adult's triples, hold nearly every cell (most cells of a large sparse
+marginal are zero at the optimum), where ``H_AA`` is nearly singular: conjugate gradients stall,
+the faces change by 10^5 cells a round and the rounds do not converge.
+
+The augmented Lagrangian method (Hestenes 1969, Powell 1969, Rockafellar 1976: the proximal
+point method on the dual) bounds that conditioning by its penalty ``rho``. With multipliers
+``kappa >= 0`` it minimises over ``r``
+
+    phi(r) = F(r) + 1/(2 rho) ||P(kappa - rho E r)||^2                                    (6)
+
+(``P`` the projection onto the multipliers' bounds: ``max(0, .)``, identity on structural
+zeros), then sets ``kappa <- P(kappa - rho E r)``. ``phi`` is convex with a semismooth gradient
+``W (r - r^) - E^T P(kappa - rho E r)``; a generalised Hessian is ``W + rho E^T I_A E`` with ``A``
+the cells where ``kappa - rho mu`` is inside the bounds. Scaled by ``D = E^T E`` (diagonal:
+layout notes) its eigenvalues lie in ``[min W/D, max W/D + rho]``, so conjugate gradients with
+the diagonal preconditioner ``W + rho D`` need ``O(sqrt(1 + rho L))`` steps whatever the face
+(``L = max D / W``). Each inner step is a semismooth Newton step (the SSNAL of Zhao, Sun and
+Toh 2010; Li, Sun and Toh 2018) with an exact line search: ``phi`` along a direction ``dr`` is
+``F`` (a quadratic) plus a sum of one-dimensional piecewise quadratics in ``E dr``, so its
+derivative is bisected with no further product. ``rho`` doubles each outer step, up to
+:data:`MAX_RHO_L` ``/ L``.
+
+At an exact inner minimiser ``W (r - r^) = E^T kappa_new``, so ``r`` is the dual's own primal
+point ``r(kappa_new)``: every outer step is certified by the projection's
+:func:`~dpopt.estimate.marginal_space.projection.certify_at` at ``kappa_new`` (one product),
+with the same tolerances as every other path.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import numpy as np
+
+__all__ = ["augmented_lagrangian"]
+
+#: ``rho L`` of the first outer step.
+START_RHO_L = 10.0
+#: Growth of ``rho`` per outer step, and its cap (``rho L``): the inner conditioning is ``1 + rho L``.
+RHO_GROWTH = 2.0
+MAX_RHO_L = 1e6
+#: Semismooth Newton steps per outer step at most, and the inner stop: the preconditioned gradient
+#: norm fallen by this factor from its value at the outer step's start.
+NEWTON_STEPS = 12
+INNER_REDUCTION = 1e-3
+#: Conjugate-gradient steps per Newton direction at most, and their relative residual.
+CG_STEPS = 80
+CG_TOL = 1e-2
+
+
+def augmented_lagrangian(problem, kappa: np.ndarray, certify_at: Callable, better: Callable, *,
+                         max_products: int, deadline: float | None = None, stop_gap: float = 0.0,
+                         feasibility: float = 0.0, log: Callable | None = None) -> tuple[tuple, int]:
+    """Solve (4) by the augmented Lagrangian method from multipliers ``kappa`` (module notes).
+
+    ``certify_at(problem, kappa, r, mu)`` is the projection's certificate and ``better`` its
+    ordering of certified points. Stops at a certified point (gap within ``stop_gap``, violation
+    within ``feasibility``), after ``max_products`` products (an ``expand`` and an ``adjoint``
+    make one), or at ``deadline`` (``time.perf_counter()``). Returns the best certified point and
+    the number of products made.
+    """
+    fam, target = problem.cliques, problem.target
+    free = problem.free_flat
+    w = problem.w_flat
+    zeros = np.zeros(fam.size, dtype=bool) if problem.zero_cells is None else problem.zero_cells
+    scale = float(problem.lipschitz)
+    d = problem.index.per_set(fam.diagonal())
+    products = 0.0
+
+    def expand(x):
+        nonlocal products
+        products += 0.5
+        return fam.expand(x)
+
+    def adjoint(v):
+        nonlocal products
+        products += 0.5
+        return fam.adjoint(v)
+
+    def bound(z):
+        """``P``: the multipliers' bounds (free on structural zeros; 0 off them without non-negativity)."""
+        if problem.nonnegative:
+            return np.where(zeros, z, np.maximum(z, 0.0))
+        return np.where(zeros, z, 0.0)
+
+    def inside(z):
+        return zeros | ((z > 0) if problem.nonnegative else False)
+
+    kappa = bound(np.asarray(kappa, dtype=np.float64))
+    r = problem.residuals(kappa)
+    mu = fam.expand(r)
+    products += 1
+    best = certify_at(problem, kappa, r, mu)
+    rho = START_RHO_L / scale
+    outer = 0
+    while not _done(best, stop_gap, feasibility) and products < max_products and not _late(deadline):
+        first = None
+        for _ in range(NEWTON_STEPS):
+            z = kappa - rho * mu
+            active = inside(z)
+            lam = np.where(active, z, 0.0)
+            grad = np.where(free, w * (r - target) - adjoint(lam), 0.0)
+            precondition = np.where(free, w + rho * d, 1.0)
+            size = float(np.sqrt(grad @ (grad / precondition)))
+            if first is None:
+                first = size
+            elif size <= INNER_REDUCTION * first:
+                break
+            if size == 0.0:
+                break
+            step = _newton_direction(grad, precondition, free, w, rho, active, expand, adjoint, deadline)
+            e_step = expand(step)
+            t = _line_search(r, step, e_step, z, rho, w, free, target, inside)
+            r = r + t * step
+            mu = mu + t * e_step
+            if products >= max_products or _late(deadline):
+                break
+        outer += 1
+        kappa = bound(kappa - rho * fam.expand(r))
+        r = problem.residuals(kappa)  # the dual's primal point, afresh: no drift from the updates
+        mu = fam.expand(r)
+        products += 1.5
+        point = certify_at(problem, kappa, r, mu)
+        if better(point, best, feasibility):
+            best = point
+        if log is not None:
+            log(outer, products, rho * scale, point, mu)
+        rho = min(rho * RHO_GROWTH, MAX_RHO_L / scale)
+    return best, int(np.ceil(products))
+
+
+def _newton_direction(grad, precondition, free, w, rho, active, expand, adjoint, deadline):
+    """Preconditioned CG on ``(W + rho E^T I_A E) x = -grad`` over the free residuals."""
+    x = np.zeros_like(grad)
+    residual = -grad
+    z = residual / precondition
+    direction = z.copy()
+    rz = float(residual @ z)
+    start = np.sqrt(rz)
+    for _ in range(CG_STEPS):
+        product = np.where(free, w * direction + rho * adjoint(np.where(active, expand(direction), 0.0)), 0.0)
+        curvature = float(direction @ product)
+        if not curvature > 0:
+            break
+        alpha = rz / curvature
+        x += alpha * direction
+        residual -= alpha * product
+        z = residual / precondition
+        rz_next = float(residual @ z)
+        if np.sqrt(rz_next) <= CG_TOL * start or _late(deadline):
+            break
+        direction = z + (rz_next / rz) * direction
+        rz = rz_next
+    return x
+
+
+def _line_search(r, step, e_step, z, rho, w, free, target, inside) -> float:
+    """The exact minimiser over ``t`` in ``[0, 1]`` of ``phi(r + t step)``: bisection on its
+    derivative ``a + t b - e.P(z - t rho e)`` restricted to the bounds' inside (no product)."""
+    a = float(np.sum((w * step * (r - target))[free]))
+    b = float(np.sum((w * step * step)[free]))
+
+    def slope(t):
+        shifted = z - t * rho * e_step
+        return a + t * b - float(e_step @ np.where(inside(shifted), shifted, 0.0))
+
+    if slope(1.0) <= 0.0:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(40):
+        mid = 0.5 * (lo + hi)
+        if slope(mid) > 0.0:
+            hi = mid
+        else:
+            lo = mid
+    return lo if lo > 0 else 0.5 * hi
+
+
+def _done(point, stop_gap, feasibility) -> bool:
+    return point[4] <= feasibility and point[3] <= stop_gap
+
+
+def _late(deadline) -> bool:
+    return deadline is not None and time.perf_counter() > deadline
