@@ -211,13 +211,11 @@ def test_an_uncertified_estimate_releases_nothing_and_says_so(wide, algorithm, m
     assert "not certified (NUMERICAL_ERROR), so nothing was released" in text and "duality gap" in text
 
 
-@pytest.mark.xfail(strict=True, raises=SolverError, reason=(
-    "issue 27, s27k: projection.project never polishes after a first polish fails (state['stopped'] is set "
-    "then, so the next L-BFGS-B run breaks out before its polish); fixed, this spec certifies at gap 7e-13"))
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_auto_releases_all_triples_of_27_attributes_at_pure_eps_0_1():
     """The case that ended NUMERICAL_ERROR (s27h): auto's wide plan on the 27-attribute network of
-    bench_wide, every triple, pure ε = 0.1, seed 7 (81 measurements; the total is left free)."""
+    bench_wide, every triple, pure ε = 0.1, seed 7 (81 measurements; the total is left free). It failed
+    because ``projection.project`` never polished again once a first polish had not certified."""
     net = random_sparse_network(27, seed=1)
     data = net.sample(50_000, 2)
     spec = {"name": "bn27-auto", "domain": {"attributes": {a: 2 for a in net.domain.attrs}},

@@ -423,10 +423,11 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
         elif deadline is not None and time.perf_counter() > deadline:
             state["stopped"] = "time limit"
         x = point[2] / s
+    failed = ""  # why the last polish did not certify: not a stop (the next attempt polishes again)
     for attempt in range(restarts + 1 if not state["stopped"] else 0):
         remaining = max_iter - counter["it"]
         if remaining <= 0:
-            state["stopped"] = state["stopped"] or "iteration limit"
+            state["stopped"] = "iteration limit"
             break
         result = minimize(fun_grad, x, jac=True, method="L-BFGS-B", bounds=bounds, callback=callback,
                           options={"maxiter": remaining, "maxcor": memory, "ftol": 0.0, "gtol": 0.0,
@@ -455,8 +456,9 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
         if deadline is not None and time.perf_counter() > deadline:
             state["stopped"] = "time limit"
             break
-        state["stopped"] = f"{lbfgsb}; the polish did not certify"
+        failed = f"{lbfgsb}; the polish did not certify"
         x = kappa / s
+    state["stopped"] = state["stopped"] or failed
     best = state["best"]
     ok = best[4] <= feasibility and best[3] <= accept
     return _outcome(best, counter["it"], counter["f"], ok, state["stopped"], start, history)
