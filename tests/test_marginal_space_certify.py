@@ -152,7 +152,8 @@ def test_augmented_lagrangian_line_search_is_the_exact_minimiser():
     grid = np.linspace(0.0, 1.0, 20001)
     for factor in (1.0, -1.0, 0.05):  # interior minimiser, ascent direction, minimiser at t = 1
         x = factor * step
-        t = _line_search(r, x, e @ x, kappa - rho * (e @ r), rho, w, free, target, lambda v: v > 0)
+        t = _line_search(r, x, e @ x, kappa - rho * (e @ r), rho, w, free, target,
+                         lambda v, out: np.greater(v, 0, out=out))
         values = np.array([phi(r + g * x) for g in grid])
         assert 0.0 <= t <= 1.0
         assert phi(r + t * x) <= values.min() + 1e-9 * (1 + abs(values.min()))

@@ -74,10 +74,20 @@ def augmented_lagrangian(problem, kappa: np.ndarray, certify_at: Callable, bette
     d = problem.index.per_set(fam.diagonal())
     products = 0.0
 
-    def expand(x):
+    cells = fam.size
+    fixed = ~free
+    # Work vectors made once (module notes: fresh whole-vector temporaries on every step were
+    # page faults, i.e. system time). Every in-place line computes what the expression in its
+    # comment computes, in the same order: the iterates are the same bits.
+    rw, gradient, step, spare = (np.empty(free.size) for _ in range(4))
+    mu_w, z, lam, e_step, shifted = (np.empty(cells) for _ in range(5))
+    active, outside = np.empty(cells, dtype=bool), np.empty(cells, dtype=bool)
+    cg = _CGWork(free.size, cells)
+
+    def expand(x, out=None):
         nonlocal products
         products += 0.5
-        return fam.expand(x)
+        return fam.expand(x, out=out)
 
     def adjoint(v):
         nonlocal products
@@ -90,8 +100,13 @@ def augmented_lagrangian(problem, kappa: np.ndarray, certify_at: Callable, bette
             return np.where(zeros, z, np.maximum(z, 0.0))
         return np.where(zeros, z, 0.0)
 
-    def inside(z):
-        return zeros | ((z > 0) if problem.nonnegative else False)
+    def inside(z, out):
+        """``zeros | (z > 0)`` (just ``zeros`` without non-negativity) into ``out``."""
+        if problem.nonnegative:
+            np.greater(z, 0, out=out)
+            return np.logical_or(zeros, out, out=out)
+        out[...] = zeros
+        return out
 
     kappa = bound(np.asarray(kappa, dtype=np.float64))
     r = problem.residuals(kappa)
@@ -102,28 +117,36 @@ def augmented_lagrangian(problem, kappa: np.ndarray, certify_at: Callable, bette
     outer = 0
     while not _done(best, stop_gap, feasibility) and products < max_products and not _late(deadline):
         first = None
+        # r and mu may be held by the certified points: the inner steps update copies in place.
+        rw[...] = r
+        mu_w[...] = mu
+        precondition = np.where(free, w + rho * d, 1.0)
         for _ in range(NEWTON_STEPS):
-            z = kappa - rho * mu
-            active = inside(z)
-            lam = np.where(active, z, 0.0)
-            grad = np.where(free, w * (r - target) - adjoint(lam), 0.0)
-            precondition = np.where(free, w + rho * d, 1.0)
-            size = float(np.sqrt(grad @ (grad / precondition)))
+            np.subtract(kappa, np.multiply(mu_w, rho, out=z), out=z)  # z = kappa - rho * mu
+            inside(z, active)
+            np.copyto(lam, 0.0)
+            np.copyto(lam, z, where=active)  # lam = where(active, z, 0)
+            # grad = where(free, w * (r - target) - adjoint(lam), 0)
+            np.multiply(w, np.subtract(rw, target, out=gradient), out=gradient)
+            np.subtract(gradient, adjoint(lam), out=gradient)
+            np.copyto(gradient, 0.0, where=fixed)
+            size = float(np.sqrt(gradient @ np.divide(gradient, precondition, out=spare)))
             if first is None:
                 first = size
             elif size <= INNER_REDUCTION * first:
                 break
             if size == 0.0:
                 break
-            step = _newton_direction(grad, precondition, free, w, rho, active, expand, adjoint, deadline)
-            e_step = expand(step)
-            t = _line_search(r, step, e_step, z, rho, w, free, target, inside)
-            r = r + t * step
-            mu = mu + t * e_step
+            np.logical_not(active, out=outside)
+            _newton_direction(gradient, precondition, fixed, w, rho, outside, expand, adjoint, deadline, cg, step)
+            expand(step, out=e_step)
+            t = _line_search(rw, step, e_step, z, rho, w, free, target, inside, work=(spare, shifted, active))
+            np.add(rw, np.multiply(step, t, out=spare), out=rw)  # r = r + t * step
+            np.add(mu_w, np.multiply(e_step, t, out=shifted), out=mu_w)  # mu = mu + t * e_step
             if products >= max_products or _late(deadline):
                 break
         outer += 1
-        kappa = bound(kappa - rho * fam.expand(r))
+        kappa = bound(kappa - rho * fam.expand(rw, out=shifted))
         r = problem.residuals(kappa)  # the dual's primal point, afresh: no drift from the updates
         mu = fam.expand(r)
         products += 1.5
@@ -136,41 +159,69 @@ def augmented_lagrangian(problem, kappa: np.ndarray, certify_at: Callable, bette
     return best, int(np.ceil(products))
 
 
-def _newton_direction(grad, precondition, free, w, rho, active, expand, adjoint, deadline):
-    """Preconditioned CG on ``(W + rho E^T I_A E) x = -grad`` over the free residuals."""
-    x = np.zeros_like(grad)
-    residual = -grad
-    z = residual / precondition
-    direction = z.copy()
+class _CGWork:
+    """The conjugate-gradient loop's vectors, made once per solve."""
+
+    def __init__(self, residuals: int, cells: int) -> None:
+        self.residual, self.z, self.direction, self.product, self.scaled = (np.empty(residuals) for _ in range(5))
+        self.expanded = np.empty(cells)
+
+
+def _newton_direction(grad, precondition, fixed, w, rho, outside, expand, adjoint, deadline, work, x):
+    """Preconditioned CG on ``(W + rho E^T I_A E) x = -grad`` over the free residuals, into ``x``
+    (``fixed``, ``outside``: the complements of the free residuals and of ``A``)."""
+    residual, z, direction, product, scaled = work.residual, work.z, work.direction, work.product, work.scaled
+    x[...] = 0.0
+    np.negative(grad, out=residual)
+    np.divide(residual, precondition, out=z)
+    direction[...] = z
     rz = float(residual @ z)
     start = np.sqrt(rz)
     for _ in range(CG_STEPS):
-        product = np.where(free, w * direction + rho * adjoint(np.where(active, expand(direction), 0.0)), 0.0)
+        # product = where(free, w * direction + rho * adjoint(where(active, expand(direction), 0)), 0)
+        expanded = expand(direction, out=work.expanded)
+        np.copyto(expanded, 0.0, where=outside)
+        back = adjoint(expanded)
+        np.multiply(back, rho, out=back)
+        np.add(np.multiply(w, direction, out=product), back, out=product)
+        np.copyto(product, 0.0, where=fixed)
         curvature = float(direction @ product)
         if not curvature > 0:
             break
         alpha = rz / curvature
-        x += alpha * direction
-        residual -= alpha * product
-        z = residual / precondition
+        x += np.multiply(direction, alpha, out=scaled)  # x += alpha * direction
+        residual -= np.multiply(product, alpha, out=scaled)  # residual -= alpha * product
+        np.divide(residual, precondition, out=z)
         rz_next = float(residual @ z)
         if np.sqrt(rz_next) <= CG_TOL * start or _late(deadline):
             break
-        direction = z + (rz_next / rz) * direction
+        # direction = z + (rz_next / rz) * direction
+        np.add(z, np.multiply(direction, rz_next / rz, out=direction), out=direction)
         rz = rz_next
     return x
 
 
-def _line_search(r, step, e_step, z, rho, w, free, target, inside) -> float:
+def _line_search(r, step, e_step, z, rho, w, free, target, inside, work=None) -> float:
     """The exact minimiser over ``t`` in ``[0, 1]`` of ``phi(r + t step)``: bisection on its
-    derivative ``a + t b - e.P(z - t rho e)`` restricted to the bounds' inside (no product)."""
-    a = float(np.sum((w * step * (r - target))[free]))
-    b = float(np.sum((w * step * step)[free]))
+    derivative ``a + t b - e.P(z - t rho e)`` restricted to the bounds' inside (no product).
+
+    ``inside(v, out)`` writes the bounds' inside of ``v`` into the boolean ``out``; ``work`` is
+    (a residual-sized, a cell-sized float and a cell-sized boolean array) or None (made here)."""
+    spare, shifted, mask = work if work is not None else (
+        np.empty_like(r), np.empty_like(z), np.empty(z.shape, dtype=bool))
+    # a = sum((w * step * (r - target))[free]), b = sum((w * step * step)[free])
+    np.multiply(np.multiply(w, step, out=spare), np.subtract(r, target, out=np.empty_like(r)), out=spare)
+    a = float(np.sum(spare[free]))
+    np.multiply(np.multiply(w, step, out=spare), step, out=spare)
+    b = float(np.sum(spare[free]))
 
     def slope(t):
-        shifted = z - t * rho * e_step
-        return a + t * b - float(e_step @ np.where(inside(shifted), shifted, 0.0))
-
+        # shifted = z - t * rho * e_step; e_step . where(inside(shifted), shifted, 0)
+        np.subtract(z, np.multiply(e_step, t * rho, out=shifted), out=shifted)
+        inside(shifted, mask)
+        np.logical_not(mask, out=mask)
+        np.copyto(shifted, 0.0, where=mask)
+        return a + t * b - float(e_step @ shifted)
     if slope(1.0) <= 0.0:
         return 1.0
     lo, hi = 0.0, 1.0
