@@ -82,7 +82,7 @@ def augmented_lagrangian(problem, kappa: np.ndarray, certify_at: Callable, bette
     rw, gradient, step, spare = (np.empty(free.size) for _ in range(4))
     mu_w, z, lam, e_step, shifted = (np.empty(cells) for _ in range(5))
     active, outside = np.empty(cells, dtype=bool), np.empty(cells, dtype=bool)
-    cg = _CGWork(free.size, cells)
+    cg = _CGWork(free.size, expanded=shifted, scaled=spare)  # CG's work is dead before the line search's
 
     def expand(x, out=None):
         nonlocal products
@@ -162,9 +162,9 @@ def augmented_lagrangian(problem, kappa: np.ndarray, certify_at: Callable, bette
 class _CGWork:
     """The conjugate-gradient loop's vectors, made once per solve."""
 
-    def __init__(self, residuals: int, cells: int) -> None:
-        self.residual, self.z, self.direction, self.product, self.scaled = (np.empty(residuals) for _ in range(5))
-        self.expanded = np.empty(cells)
+    def __init__(self, residuals: int, expanded: np.ndarray, scaled: np.ndarray) -> None:
+        self.residual, self.z, self.direction, self.product = (np.empty(residuals) for _ in range(4))
+        self.expanded, self.scaled = expanded, scaled
 
 
 def _newton_direction(grad, precondition, fixed, w, rho, outside, expand, adjoint, deadline, work, x):
