@@ -89,10 +89,10 @@ def augmented_lagrangian(problem, kappa: np.ndarray, certify_at: Callable, bette
         products += 0.5
         return fam.expand(x, out=out)
 
-    def adjoint(v):
+    def adjoint(v, out=None):
         nonlocal products
         products += 0.5
-        return fam.adjoint(v)
+        return fam.adjoint(v, out=out)
 
     def bound(z):
         """``P``: the multipliers' bounds (free on structural zeros; 0 off them without non-negativity)."""
@@ -128,7 +128,7 @@ def augmented_lagrangian(problem, kappa: np.ndarray, certify_at: Callable, bette
             np.copyto(lam, z, where=active)  # lam = where(active, z, 0)
             # grad = where(free, w * (r - target) - adjoint(lam), 0)
             np.multiply(w, np.subtract(rw, target, out=gradient), out=gradient)
-            np.subtract(gradient, adjoint(lam), out=gradient)
+            np.subtract(gradient, adjoint(lam, out=cg.back), out=gradient)
             np.copyto(gradient, 0.0, where=fixed)
             size = float(np.sqrt(gradient @ np.divide(gradient, precondition, out=spare)))
             if first is None:
@@ -163,7 +163,7 @@ class _CGWork:
     """The conjugate-gradient loop's vectors, made once per solve."""
 
     def __init__(self, residuals: int, expanded: np.ndarray, scaled: np.ndarray) -> None:
-        self.residual, self.z, self.direction, self.product = (np.empty(residuals) for _ in range(4))
+        self.residual, self.z, self.direction, self.product, self.back = (np.empty(residuals) for _ in range(5))
         self.expanded, self.scaled = expanded, scaled
 
 
@@ -181,7 +181,7 @@ def _newton_direction(grad, precondition, fixed, w, rho, outside, expand, adjoin
         # product = where(free, w * direction + rho * adjoint(where(active, expand(direction), 0)), 0)
         expanded = expand(direction, out=work.expanded)
         np.copyto(expanded, 0.0, where=outside)
-        back = adjoint(expanded)
+        back = adjoint(expanded, out=work.back)
         np.multiply(back, rho, out=back)
         np.add(np.multiply(w, direction, out=product), back, out=product)
         np.copyto(product, 0.0, where=fixed)

@@ -467,6 +467,14 @@ class SetFamily:
             work = self._work = [np.empty(longest) for _ in range(3)]
         return work
 
+    def _indices(self) -> np.ndarray:
+        """The residual entry of every cell (``_source``) as ``intp``, made once: ``take`` and
+        ``bincount`` convert narrower indices to ``intp`` on every call (a whole-vector temporary)."""
+        indices = getattr(self, "_source_intp", None)
+        if indices is None:
+            indices = self._source_intp = self._source.astype(np.intp)
+        return indices
+
     def _transform(self, group: _ShapeGroup, tensor: np.ndarray, target: np.ndarray, analyse: bool) -> None:
         """The per-axis transforms of one group's ``tensor`` (M, cells) into ``target`` (M, cells),
         ping-ponging between the work arrays; the last axis writes ``target`` itself."""
@@ -492,15 +500,20 @@ class SetFamily:
         for g in self.groups:
             target = self.view(out, g).reshape(len(g.axes), -1)
             tensor = self._buffers()[0][:g.length].reshape(len(g.axes), -1)
-            np.take(residuals, g.source, out=tensor, mode="clip")  # valid indices; "raise" would buffer
+            source = self._indices()[g.offset:g.offset + g.length].reshape(tensor.shape)  # g.source as intp
+            np.take(residuals, source, out=tensor, mode="clip")  # valid indices; "raise" would buffer
             if g.dense is not None:
                 np.matmul(tensor, g.dense.T, out=target)
             else:
                 self._transform(g, tensor, target, analyse=False)
         return out
 
-    def adjoint(self, cells: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
-        """The transpose of :meth:`expand`: ``sum_T w_T Q_A marg_A(v_T) / n_{T∖A}`` for every ``A``."""
+    def adjoint(self, cells: np.ndarray, weights: np.ndarray | None = None,
+                out: np.ndarray | None = None) -> np.ndarray:
+        """The transpose of :meth:`expand`: ``sum_T w_T Q_A marg_A(v_T) / n_{T∖A}`` for every ``A``.
+
+        With ``out`` (length ``index.size``) the sums are made there, in the order ``bincount``
+        makes them (the same bits), with no new vector."""
         index = self.index
         transformed = getattr(self, "_transformed", None)
         if transformed is None:
@@ -514,7 +527,11 @@ class SetFamily:
                 np.matmul(v, g.dense, out=target)
             else:
                 self._transform(g, np.ascontiguousarray(v), target, analyse=True)
-        return np.bincount(self._source, weights=transformed, minlength=index.size)
+        if out is None:
+            return np.bincount(self._indices(), weights=transformed, minlength=index.size)
+        out[...] = 0.0
+        np.add.at(out, self._indices(), transformed)  # sequential in cell order, as bincount
+        return out
 
     def diagonal(self, weights: np.ndarray | None = None) -> np.ndarray:
         """``sum_{T ⊇ A} w_T / n_{T∖A}`` for every residual set (length ``index.num_sets``)."""
