@@ -80,9 +80,11 @@ def augmented_lagrangian(problem, kappa: np.ndarray, certify_at: Callable, bette
     # page faults, i.e. system time). Every in-place line computes what the expression in its
     # comment computes, in the same order: the iterates are the same bits.
     rw, gradient, step, spare = (np.empty(free.size) for _ in range(4))
-    mu_w, z, lam, e_step, shifted = (np.empty(cells) for _ in range(5))
+    mu_w, z, e_step, shifted = (np.empty(cells) for _ in range(4))
+    lam = e_step  # dead once the gradient is made, before the step is expanded
     active, outside = np.empty(cells, dtype=bool), np.empty(cells, dtype=bool)
-    cg = _CGWork(free.size, expanded=shifted, scaled=spare)  # CG's work is dead before the line search's
+    # CG's work is dead before the line search's, and the gradient once CG has negated it
+    cg = _CGWork(free.size, residual=gradient, expanded=shifted, scaled=spare)
 
     def expand(x, out=None):
         nonlocal products
@@ -162,14 +164,15 @@ def augmented_lagrangian(problem, kappa: np.ndarray, certify_at: Callable, bette
 class _CGWork:
     """The conjugate-gradient loop's vectors, made once per solve."""
 
-    def __init__(self, residuals: int, expanded: np.ndarray, scaled: np.ndarray) -> None:
-        self.residual, self.z, self.direction, self.product, self.back = (np.empty(residuals) for _ in range(5))
-        self.expanded, self.scaled = expanded, scaled
+    def __init__(self, residuals: int, residual: np.ndarray, expanded: np.ndarray, scaled: np.ndarray) -> None:
+        self.z, self.direction, self.product, self.back = (np.empty(residuals) for _ in range(4))
+        self.residual, self.expanded, self.scaled = residual, expanded, scaled
 
 
 def _newton_direction(grad, precondition, fixed, w, rho, outside, expand, adjoint, deadline, work, x):
     """Preconditioned CG on ``(W + rho E^T I_A E) x = -grad`` over the free residuals, into ``x``
-    (``fixed``, ``outside``: the complements of the free residuals and of ``A``)."""
+    (``fixed``, ``outside``: the complements of the free residuals and of ``A``). ``grad`` may be
+    ``work.residual`` itself (then it is overwritten)."""
     residual, z, direction, product, scaled = work.residual, work.z, work.direction, work.product, work.scaled
     x[...] = 0.0
     np.negative(grad, out=residual)
