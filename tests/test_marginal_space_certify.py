@@ -154,6 +154,8 @@ def test_augmented_lagrangian_line_search_is_the_exact_minimiser():
         x = factor * step
         t = _line_search(r, x, e @ x, kappa - rho * (e @ r), rho, w, free, target,
                          lambda v, out: np.greater(v, 0, out=out))
+        # the fast path for plain non-negativity: the same step, bit for bit
+        assert _line_search(r, x, e @ x, kappa - rho * (e @ r), rho, w, free, target, None, plain=True) == t
         values = np.array([phi(r + g * x) for g in grid])
         assert 0.0 <= t <= 1.0
         assert phi(r + t * x) <= values.min() + 1e-9 * (1 + abs(values.min()))

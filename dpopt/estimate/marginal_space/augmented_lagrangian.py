@@ -75,6 +75,7 @@ def augmented_lagrangian(problem, kappa: np.ndarray, certify_at: Callable, bette
     products = 0.0
 
     cells = fam.size
+    plain = problem.nonnegative and not zeros.any()  # P is max(0, .): the line search's fast path
     fixed = ~free
     # Work vectors made once (module notes: fresh whole-vector temporaries on every step were
     # page faults, i.e. system time). Every in-place line computes what the expression in its
@@ -142,7 +143,8 @@ def augmented_lagrangian(problem, kappa: np.ndarray, certify_at: Callable, bette
             np.logical_not(active, out=outside)
             _newton_direction(gradient, precondition, fixed, w, rho, outside, expand, adjoint, deadline, cg, step)
             expand(step, out=e_step)
-            t = _line_search(rw, step, e_step, z, rho, w, free, target, inside, work=(spare, shifted, active))
+            t = _line_search(rw, step, e_step, z, rho, w, free, target, inside, work=(spare, shifted, active),
+                             plain=plain)
             np.add(rw, np.multiply(step, t, out=spare), out=rw)  # r = r + t * step
             np.add(mu_w, np.multiply(e_step, t, out=shifted), out=mu_w)  # mu = mu + t * e_step
             if products >= max_products or _late(deadline):
@@ -204,12 +206,17 @@ def _newton_direction(grad, precondition, fixed, w, rho, outside, expand, adjoin
     return x
 
 
-def _line_search(r, step, e_step, z, rho, w, free, target, inside, work=None) -> float:
+def _line_search(r, step, e_step, z, rho, w, free, target, inside, work=None, plain=False) -> float:
     """The exact minimiser over ``t`` in ``[0, 1]`` of ``phi(r + t step)``: bisection on its
     derivative ``a + t b - e.P(z - t rho e)`` restricted to the bounds' inside (no product).
 
     ``inside(v, out)`` writes the bounds' inside of ``v`` into the boolean ``out``; ``work`` is
-    (a residual-sized, a cell-sized float and a cell-sized boolean array) or None (made here)."""
+    (a residual-sized, a cell-sized float and a cell-sized boolean array) or None (made here).
+    ``plain``: the inside is just ``v > 0`` (non-negativity, no structural zero), and ``P`` is
+    taken as ``maximum(v, 0)``, one pass where the masked write takes four and is 4x slower. It
+    differs from ``where(v > 0, v, 0)`` only by the sign of a zero (or on a NaN), which leaves
+    every non-zero sum of the dot product unchanged and a zero slope's sign irrelevant to the
+    bisection's tests: the same ``t``, bit for bit, on any NaN-free input."""
     spare, shifted, mask = work if work is not None else (
         np.empty_like(r), np.empty_like(z), np.empty(z.shape, dtype=bool))
     # a = sum((w * step * (r - target))[free]), b = sum((w * step * step)[free])
@@ -221,6 +228,8 @@ def _line_search(r, step, e_step, z, rho, w, free, target, inside, work=None) ->
     def slope(t):
         # shifted = z - t * rho * e_step; e_step . where(inside(shifted), shifted, 0)
         np.subtract(z, np.multiply(e_step, t * rho, out=shifted), out=shifted)
+        if plain:
+            return a + t * b - float(e_step @ np.maximum(shifted, 0.0, out=shifted))
         inside(shifted, mask)
         np.logical_not(mask, out=mask)
         np.copyto(shifted, 0.0, where=mask)
