@@ -467,6 +467,11 @@ class SetFamily:
             work = self._work = [np.empty(longest) for _ in range(3)]
         return work
 
+    def release_work(self) -> None:
+        """Drop the work arrays of :meth:`expand` and :meth:`adjoint` (made again when next needed):
+        about two cell vectors and three of the largest group's, worth freeing after a solve."""
+        self._work = self._transformed = self._source_intp = None
+
     def _indices(self) -> np.ndarray:
         """The residual entry of every cell (``_source``) as ``intp``, made once: ``take`` and
         ``bincount`` convert narrower indices to ``intp`` on every call (a whole-vector temporary)."""
