@@ -106,17 +106,9 @@ def test_large_problem_paths_alone_certify_the_dense_optimum(sets, threshold, pa
     from dpopt.estimate import reconstruct
     from dpopt.estimate.marginal_space import projection as projection_module
     from dpopt.model.constraints import ConstraintSet, NonNegativity
-    from dpopt.model.domain import Domain
 
     monkeypatch.setattr(projection_module, threshold, 0)
-    dom = Domain(("a", "b", "c", "d", "e"), (2, 3, 2, 3, 2))
-    gen = np.random.default_rng(11)
-    x = gen.poisson(0.4, dom.size).astype(float)  # sparse: many negative noisy cells
-    ms = []
-    for i, s in enumerate(sets):
-        q = Marginal(dom, s)
-        sd = 3.0 * (1 + i % 2)
-        ms.append(Measurement(q, q.matvec(x) + gen.normal(0, sd, q.num_rows), "gaussian", sd, sd**2, label=str(s)))
+    dom, ms = _small_measurements(sets, sizes=(2, 3, 2, 3, 2))
     est = estimate_marginals(ms, exact_cells=0)
     assert est.status is Status.OPTIMAL, est.message
     assert est.info["stopped"] == f"certified ({path})"
@@ -309,11 +301,12 @@ _TRANSFORMS = {"kronecker": {}, "axis products": {"DENSE_TRANSFORM_CELLS": 0},
                "cumulative sums": {"DENSE_TRANSFORM_CELLS": 0, "DENSE_AXIS": 1, "DENSE_AXIS_WORK": 0}}
 
 
-def _small_measurements(sets, seed=11, zeros=False):
+def _small_measurements(sets, sizes=(2, 3, 2, 4, 2)):
+    """Gaussian measurements of ``sets`` on sparse data over five small attributes a..e."""
     from dpopt.model.domain import Domain
 
-    dom = Domain(("a", "b", "c", "d", "e"), (2, 3, 2, 4, 2))
-    gen = np.random.default_rng(seed)
+    dom = Domain(("a", "b", "c", "d", "e"), sizes)
+    gen = np.random.default_rng(11)
     x = gen.poisson(0.4, dom.size).astype(float)  # sparse: many negative noisy cells
     ms = []
     for i, s in enumerate(sets):
