@@ -392,6 +392,8 @@ def test_large_problem_paths_give_the_same_bits_as_the_allocating_code(threshold
             m.setattr(layout.SetFamily, "adjoint", _reference_adjoint)
             point_old, n_old = _reference_alm(problem, x, *args, log=recorder(trace_old), **kw)
         assert n_new == n_old and len(trace_new) == len(trace_old) >= 2
-        for a, b in zip(trace_new + [(n_new, 0, point_new, point_new[1])], trace_old + [(n_old, 0, point_old, point_old[1])]):
+        trace_new.append((n_new, 0, point_new, point_new[1]))
+        trace_old.append((n_old, 0, point_old, point_old[1]))
+        for a, b in zip(trace_new, trace_old):
             assert a[:2] == b[:2] and np.array_equal(a[3], b[3])
             assert all(np.array_equal(p, q) for p, q in zip(a[2][:3], b[2][:3])) and a[2][3:] == b[2][3:]
