@@ -106,17 +106,9 @@ def test_large_problem_paths_alone_certify_the_dense_optimum(sets, threshold, pa
     from dpopt.estimate import reconstruct
     from dpopt.estimate.marginal_space import projection as projection_module
     from dpopt.model.constraints import ConstraintSet, NonNegativity
-    from dpopt.model.domain import Domain
 
     monkeypatch.setattr(projection_module, threshold, 0)
-    dom = Domain(("a", "b", "c", "d", "e"), (2, 3, 2, 3, 2))
-    gen = np.random.default_rng(11)
-    x = gen.poisson(0.4, dom.size).astype(float)  # sparse: many negative noisy cells
-    ms = []
-    for i, s in enumerate(sets):
-        q = Marginal(dom, s)
-        sd = 3.0 * (1 + i % 2)
-        ms.append(Measurement(q, q.matvec(x) + gen.normal(0, sd, q.num_rows), "gaussian", sd, sd**2, label=str(s)))
+    dom, ms = _small_measurements(sets, sizes=(2, 3, 2, 3, 2))
     est = estimate_marginals(ms, exact_cells=0)
     assert est.status is Status.OPTIMAL, est.message
     assert est.info["stopped"] == f"certified ({path})"
@@ -152,7 +144,256 @@ def test_augmented_lagrangian_line_search_is_the_exact_minimiser():
     grid = np.linspace(0.0, 1.0, 20001)
     for factor in (1.0, -1.0, 0.05):  # interior minimiser, ascent direction, minimiser at t = 1
         x = factor * step
-        t = _line_search(r, x, e @ x, kappa - rho * (e @ r), rho, w, free, target, lambda v: v > 0)
+        t = _line_search(r, x, e @ x, kappa - rho * (e @ r), rho, w, free, target,
+                         lambda v, out: np.greater(v, 0, out=out))
+        # the fast path for plain non-negativity: the same step, bit for bit
+        assert _line_search(r, x, e @ x, kappa - rho * (e @ r), rho, w, free, target, None, plain=True) == t
         values = np.array([phi(r + g * x) for g in grid])
         assert 0.0 <= t <= 1.0
         assert phi(r + t * x) <= values.min() + 1e-9 * (1 + abs(values.min()))
+
+
+# ---- the work-array versions against the allocating ones they replaced, bit for bit ---------------
+def _reference_expand(fam, residuals, out=None):
+    """SetFamily.expand as it was: a fresh gather and fresh transforms per group and axis."""
+    from dpopt.estimate.marginal_space.layout import synthesize_axis
+
+    out = np.empty(fam.size) if out is None else out
+    for g in fam.groups:
+        tensor = residuals[g.source]
+        target = fam.view(out, g).reshape(len(g.axes), -1)
+        if g.dense is not None:
+            np.matmul(tensor, g.dense.T, out=target)
+            continue
+        t = tensor.reshape((len(g.axes),) + g.sizes)
+        for axis in range(len(g.sizes)):
+            t = synthesize_axis(t, axis + 1)
+        target[...] = t.reshape(len(g.axes), -1)
+    return out
+
+
+def _reference_adjoint(fam, cells, weights=None, out=None):
+    """SetFamily.adjoint as it was (``out`` ignored: a fresh bincount)."""
+    from dpopt.estimate.marginal_space.layout import analyse_axis
+
+    transformed = np.empty(fam.size)
+    for g in fam.groups:
+        v = fam.view(cells, g).reshape(len(g.axes), -1)
+        if weights is not None:
+            v = v * np.asarray(weights, dtype=np.float64)[g.members][:, None]
+        target = fam.view(transformed, g).reshape(len(g.axes), -1)
+        if g.dense is not None:
+            np.matmul(v, g.dense, out=target)
+        else:
+            t = v.reshape((len(g.axes),) + g.sizes)
+            for axis in range(len(g.sizes)):
+                t = analyse_axis(t, axis + 1)
+            target[...] = t.reshape(len(g.axes), -1)
+    return np.bincount(fam._source, weights=transformed, minlength=fam.index.size)
+
+
+def _reference_alm(problem, kappa, certify_at, better, *, max_products, deadline=None, stop_gap=0.0,
+                   feasibility=0.0, log=None):
+    """augmented_lagrangian as it was: every step's vectors made afresh (same constants)."""
+    from dpopt.estimate.marginal_space import augmented_lagrangian as alm
+
+    fam, target, free, w = problem.cliques, problem.target, problem.free_flat, problem.w_flat
+    zeros = np.zeros(fam.size, dtype=bool) if problem.zero_cells is None else problem.zero_cells
+    scale = float(problem.lipschitz)
+    d = problem.index.per_set(fam.diagonal())
+    count = [0.0]
+
+    def expand(x):
+        count[0] += 0.5
+        return fam.expand(x)
+
+    def adjoint(v):
+        count[0] += 0.5
+        return fam.adjoint(v)
+
+    def bound(z):
+        return np.where(zeros, z, np.maximum(z, 0.0)) if problem.nonnegative else np.where(zeros, z, 0.0)
+
+    def inside(z):
+        return zeros | ((z > 0) if problem.nonnegative else False)
+
+    def direction_of(grad, precondition, active):
+        x, residual = np.zeros_like(grad), -grad
+        z = residual / precondition
+        direction, rz = z.copy(), float(residual @ z)
+        start = np.sqrt(rz)
+        for _ in range(alm.CG_STEPS):
+            product = np.where(free, w * direction + rho * adjoint(np.where(active, expand(direction), 0.0)), 0.0)
+            curvature = float(direction @ product)
+            if not curvature > 0:
+                break
+            alpha = rz / curvature
+            x += alpha * direction
+            residual -= alpha * product
+            z = residual / precondition
+            rz_next = float(residual @ z)
+            if np.sqrt(rz_next) <= alm.CG_TOL * start:
+                break
+            direction = z + (rz_next / rz) * direction
+            rz = rz_next
+        return x
+
+    def line_search(r, step, e_step, z):
+        a = float(np.sum((w * step * (r - target))[free]))
+        b = float(np.sum((w * step * step)[free]))
+
+        def slope(t):
+            shifted = z - t * rho * e_step
+            return a + t * b - float(e_step @ np.where(inside(shifted), shifted, 0.0))
+
+        if slope(1.0) <= 0.0:
+            return 1.0
+        lo, hi = 0.0, 1.0
+        for _ in range(40):
+            mid = 0.5 * (lo + hi)
+            lo, hi = (lo, mid) if slope(mid) > 0.0 else (mid, hi)
+        return lo if lo > 0 else 0.5 * hi
+
+    kappa = bound(np.asarray(kappa, dtype=np.float64))
+    r = problem.residuals(kappa)
+    mu = fam.expand(r)
+    count[0] += 1
+    best = certify_at(problem, kappa, r, mu)
+    rho, outer = alm.START_RHO_L / scale, 0
+    while not alm._done(best, stop_gap, feasibility) and count[0] < max_products:
+        first = None
+        for _ in range(alm.NEWTON_STEPS):
+            z = kappa - rho * mu
+            active = inside(z)
+            grad = np.where(free, w * (r - target) - adjoint(np.where(active, z, 0.0)), 0.0)
+            precondition = np.where(free, w + rho * d, 1.0)
+            size = float(np.sqrt(grad @ (grad / precondition)))
+            if first is None:
+                first = size
+            elif size <= alm.INNER_REDUCTION * first:
+                break
+            if size == 0.0:
+                break
+            step = direction_of(grad, precondition, active)
+            e_step = expand(step)
+            t = line_search(r, step, e_step, z)
+            r = r + t * step
+            mu = mu + t * e_step
+            if count[0] >= max_products:
+                break
+        outer += 1
+        kappa = bound(kappa - rho * fam.expand(r))
+        r = problem.residuals(kappa)
+        mu = fam.expand(r)
+        count[0] += 1.5
+        point = certify_at(problem, kappa, r, mu)
+        if better(point, best, feasibility):
+            best = point
+        if log is not None:
+            log(outer, count[0], rho * scale, point, mu)
+        rho = min(rho * alm.RHO_GROWTH, alm.MAX_RHO_L / scale)
+    return best, int(np.ceil(count[0]))
+
+
+# the three transform paths of a shape: its dense Kronecker matrix; per axis, a dense product or
+# cumulative sums (forced on a small domain by the thresholds)
+_TRANSFORMS = {"kronecker": {}, "axis products": {"DENSE_TRANSFORM_CELLS": 0},
+               "cumulative sums": {"DENSE_TRANSFORM_CELLS": 0, "DENSE_AXIS": 1, "DENSE_AXIS_WORK": 0}}
+
+
+def _small_measurements(sets, sizes=(2, 3, 2, 4, 2)):
+    """Gaussian measurements of ``sets`` on sparse data over five small attributes a..e."""
+    from dpopt.model.domain import Domain
+
+    dom = Domain(("a", "b", "c", "d", "e"), sizes)
+    gen = np.random.default_rng(11)
+    x = gen.poisson(0.4, dom.size).astype(float)  # sparse: many negative noisy cells
+    ms = []
+    for i, s in enumerate(sets):
+        q = Marginal(dom, s)
+        sd = 3.0 * (1 + i % 2)
+        ms.append(Measurement(q, q.matvec(x) + gen.normal(0, sd, q.num_rows), "gaussian", sd, sd**2, label=str(s)))
+    return dom, ms
+
+
+@pytest.mark.parametrize("transform", sorted(_TRANSFORMS))
+def test_expand_and_adjoint_work_arrays_give_the_same_bits(transform, monkeypatch):
+    from dpopt.estimate.marginal_space import layout
+
+    for name, value in _TRANSFORMS[transform].items():
+        monkeypatch.setattr(layout, name, value)
+    dom = _small_measurements([])[0]
+    sets = [(0, 1, 3), (1, 2, 3), (0, 3, 4), (1, 3), (3,), (0, 1, 2)]
+    fam = layout.SetFamily(layout.ResidualIndex(dom, sets), sets)
+    assert (transform == "kronecker") == all(g.dense is not None for g in fam.groups)
+    gen = np.random.default_rng(2)
+    for _ in range(3):  # again: the work arrays are reused
+        x, v, weights = gen.normal(size=fam.index.size), gen.normal(size=fam.size), gen.uniform(0.5, 2, len(sets))
+        assert np.array_equal(fam.expand(x), _reference_expand(fam, x))
+        out = np.full(fam.size, np.nan)
+        assert fam.expand(x, out=out) is out and np.array_equal(out, _reference_expand(fam, x))
+        reference = _reference_adjoint(fam, v)
+        assert np.array_equal(fam.adjoint(v), reference)
+        out = np.full(fam.index.size, np.nan)
+        assert fam.adjoint(v, out=out) is out and np.array_equal(out, reference)
+        assert np.array_equal(fam.adjoint(v, weights), _reference_adjoint(fam, v, weights))
+        fam.release_work()  # dropped after a solve: made again, with the same results
+
+
+@pytest.mark.parametrize("transform", ["kronecker", "cumulative sums"])
+@pytest.mark.parametrize("threshold", ["NEWTON_CELLS", "ALM_CELLS"])
+def test_large_problem_paths_give_the_same_bits_as_the_allocating_code(threshold, transform, monkeypatch):
+    """Both large-problem paths, forced on a small cyclic case: the released residuals, marginals
+    and certificate are bit for bit those of the code with fresh vectors on every step, and the
+    augmented Lagrangian's every certified outer point too."""
+    from dpopt.estimate.marginal_space import layout
+    from dpopt.estimate.marginal_space import projection as projection_module
+    from dpopt.estimate.marginal_space.augmented_lagrangian import augmented_lagrangian
+
+    monkeypatch.setattr(projection_module, threshold, 0)
+    for name, value in _TRANSFORMS[transform].items():
+        monkeypatch.setattr(layout, name, value)
+    sets = [("a", "b", "d"), ("d", "c"), ("b", "c", "e"), ("a", "e")]
+    _, ms = _small_measurements(sets)
+    new = estimate_marginals(ms, exact_cells=0)
+    trace_new, trace_old = [], []
+
+    def recorder(trace):
+        return lambda outer, products, rho_l, point, mu: trace.append((products, rho_l, point, mu.copy()))
+
+    with monkeypatch.context() as m:
+        m.setattr(layout.SetFamily, "expand", _reference_expand)
+        m.setattr(layout.SetFamily, "adjoint", _reference_adjoint)
+        m.setattr(projection_module, "augmented_lagrangian", _reference_alm)
+        old = estimate_marginals(ms, exact_cells=0)
+    assert new.status is Status.OPTIMAL and old.status is Status.OPTIMAL
+    assert new.info["stopped"] == old.info["stopped"]
+    assert np.array_equal(new.residuals, old.residuals)
+    for s in sets:
+        assert np.array_equal(new.marginal(s), old.marginal(s))
+    assert new.info["certificate"] == old.info["certificate"]
+    if threshold == "ALM_CELLS":  # every outer step of the solver itself, on the captured problem
+        captured = []
+        real_project = projection_module.project
+
+        def capture(problem, **kw):
+            captured.append(problem)
+            return real_project(problem, **kw)
+
+        monkeypatch.setattr("dpopt.estimate.marginal_space.estimator.project", capture)
+        estimate_marginals(ms, exact_cells=0)
+        problem = captured[0]
+        x = np.zeros(problem.cliques.size)
+        args = (projection_module.certify_at, projection_module._better)
+        kw = dict(max_products=60, stop_gap=1e-12)
+        point_new, n_new = augmented_lagrangian(problem, x, *args, log=recorder(trace_new), **kw)
+        with monkeypatch.context() as m:
+            m.setattr(layout.SetFamily, "expand", _reference_expand)
+            m.setattr(layout.SetFamily, "adjoint", _reference_adjoint)
+            point_old, n_old = _reference_alm(problem, x, *args, log=recorder(trace_old), **kw)
+        assert n_new == n_old and len(trace_new) == len(trace_old) >= 2
+        trace_new.append((n_new, 0, point_new, point_new[1]))
+        trace_old.append((n_old, 0, point_old, point_old[1]))
+        for a, b in zip(trace_new, trace_old):
+            assert a[:2] == b[:2] and np.array_equal(a[3], b[3])
+            assert all(np.array_equal(p, q) for p, q in zip(a[2][:3], b[2][:3])) and a[2][3:] == b[2][3:]

@@ -116,6 +116,40 @@ def analyse_axis(v: np.ndarray, axis: int) -> np.ndarray:
     return out.reshape(v.shape)
 
 
+def _synthesize_into(g: np.ndarray, axis: int, out: np.ndarray) -> None:
+    """:func:`synthesize_axis` of the contiguous ``g`` into the contiguous ``out`` (same shape),
+    bit for bit: the same operations in the same order, on preallocated memory. ``g`` is
+    overwritten (it holds the cumulative-sum path's temporary)."""
+    f, o = _fibres(g, axis), _fibres(out, axis)
+    n = f.shape[1]
+    if n <= DENSE_AXIS or f.size * n <= DENSE_AXIS_WORK:
+        np.matmul(_axis_matrix(n), f, out=o)
+        return
+    head = f[:, :1, :] / n
+    np.multiply(f[:, 1:, :], _scales(n)[None, :, None], out=f[:, 1:, :])  # f is now e
+    f[:, 0, :] = 0.0
+    np.cumsum(f[:, ::-1, :], axis=1, out=o[:, ::-1, :])  # the tail sums, written reversed
+    np.add(head, o, out=o)
+    np.multiply((1.0 + np.arange(n))[None, :, None], f, out=f)
+    np.subtract(o, f, out=o)
+
+
+def _analyse_into(v: np.ndarray, axis: int, out: np.ndarray, scratch: np.ndarray) -> None:
+    """:func:`analyse_axis` of the contiguous ``v`` into the contiguous ``out`` (same shape), bit
+    for bit, with ``scratch`` (at least ``v.size`` entries) for its one temporary; ``v`` is kept."""
+    f, o = _fibres(v, axis), _fibres(out, axis)
+    n = f.shape[1]
+    if n <= DENSE_AXIS or f.size * n <= DENSE_AXIS_WORK:
+        np.matmul(_axis_matrix(n).T, f, out=o)
+        return
+    o[:, 0, :] = f.sum(axis=1) / n
+    np.cumsum(f[:, :-1, :], axis=1, out=o[:, 1:, :])  # sum_{j < i} v_j for i = 1..n-1
+    t = scratch[:f.shape[0] * (n - 1) * f.shape[2]].reshape(f.shape[0], n - 1, f.shape[2])
+    np.multiply(np.arange(1, n)[None, :, None], f[:, 1:, :], out=t)
+    np.subtract(o[:, 1:, :], t, out=o[:, 1:, :])
+    np.multiply(o[:, 1:, :], _scales(n)[None, :, None], out=o[:, 1:, :])
+
+
 def contrast(array: np.ndarray) -> np.ndarray:
     """``Q_A`` applied to an array over ``A``'s cells: the residual coefficients (equation (2))."""
     out = np.asarray(array, dtype=np.float64)
@@ -423,25 +457,72 @@ class SetFamily:
         return out
 
     # ---- the residual maps ---------------------------------------------------------------
+    def _buffers(self) -> list[np.ndarray]:
+        """Three work arrays of the largest group's length, made once and reused by :meth:`expand`
+        and :meth:`adjoint` (fresh whole-vector temporaries on every product cost page faults:
+        system time). The maps are therefore not re-entrant on one family from several threads."""
+        work = getattr(self, "_work", None)
+        if work is None:
+            longest = max((g.length for g in self.groups), default=0)
+            work = self._work = [np.empty(longest) for _ in range(3)]
+        return work
+
+    def release_work(self) -> None:
+        """Drop the work arrays of :meth:`expand` and :meth:`adjoint` (made again when next needed):
+        about two cell vectors and three of the largest group's, worth freeing after a solve."""
+        self._work = self._transformed = self._source_intp = None
+
+    def _indices(self) -> np.ndarray:
+        """The residual entry of every cell (``_source``) as ``intp``, made once: ``take`` and
+        ``bincount`` convert narrower indices to ``intp`` on every call (a whole-vector temporary)."""
+        indices = getattr(self, "_source_intp", None)
+        if indices is None:
+            indices = self._source_intp = self._source.astype(np.intp)
+        return indices
+
+    def _transform(self, group: _ShapeGroup, tensor: np.ndarray, target: np.ndarray, analyse: bool) -> None:
+        """The per-axis transforms of one group's ``tensor`` (M, cells) into ``target`` (M, cells),
+        ping-ponging between the work arrays; the last axis writes ``target`` itself."""
+        work = self._buffers()
+        shape = (len(group.axes),) + group.sizes
+        k = len(group.sizes)
+        current = tensor.reshape(shape)
+        spare = work[:2] if analyse else work[1::-1]  # expand's tensor is held in work[0]
+        for axis in range(k):
+            if axis == k - 1:
+                dest = target.reshape(shape)
+            else:
+                dest = spare[axis % 2][:group.length].reshape(shape)
+            if analyse:
+                _analyse_into(current, axis + 1, dest, work[2])
+            else:
+                _synthesize_into(current, axis + 1, dest)
+            current = dest
+
     def expand(self, residuals: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """Equation (1): the marginal of every set from the residuals (flat layout)."""
         out = np.empty(self.size) if out is None else out
         for g in self.groups:
-            tensor = residuals[g.source]  # (M, cells)
             target = self.view(out, g).reshape(len(g.axes), -1)
+            tensor = self._buffers()[0][:g.length].reshape(len(g.axes), -1)
+            source = self._indices()[g.offset:g.offset + g.length].reshape(tensor.shape)  # g.source as intp
+            np.take(residuals, source, out=tensor, mode="clip")  # valid indices; "raise" would buffer
             if g.dense is not None:
                 np.matmul(tensor, g.dense.T, out=target)
-                continue
-            t = tensor.reshape((len(g.axes),) + g.sizes)
-            for axis in range(len(g.sizes)):
-                t = synthesize_axis(t, axis + 1)
-            target[...] = t.reshape(len(g.axes), -1)
+            else:
+                self._transform(g, tensor, target, analyse=False)
         return out
 
-    def adjoint(self, cells: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
-        """The transpose of :meth:`expand`: ``sum_T w_T Q_A marg_A(v_T) / n_{T∖A}`` for every ``A``."""
+    def adjoint(self, cells: np.ndarray, weights: np.ndarray | None = None,
+                out: np.ndarray | None = None) -> np.ndarray:
+        """The transpose of :meth:`expand`: ``sum_T w_T Q_A marg_A(v_T) / n_{T∖A}`` for every ``A``.
+
+        With ``out`` (length ``index.size``) the sums are made there, in the order ``bincount``
+        makes them (the same bits), with no new vector."""
         index = self.index
-        transformed = np.empty(self.size)
+        transformed = getattr(self, "_transformed", None)
+        if transformed is None:
+            transformed = self._transformed = np.empty(self.size)
         for g in self.groups:
             v = self.view(cells, g).reshape(len(g.axes), -1)
             if weights is not None:
@@ -450,11 +531,12 @@ class SetFamily:
             if g.dense is not None:
                 np.matmul(v, g.dense, out=target)
             else:
-                t = v.reshape((len(g.axes),) + g.sizes)
-                for axis in range(len(g.sizes)):
-                    t = analyse_axis(t, axis + 1)
-                target[...] = t.reshape(len(g.axes), -1)
-        return np.bincount(self._source, weights=transformed, minlength=index.size)
+                self._transform(g, np.ascontiguousarray(v), target, analyse=True)
+        if out is None:
+            return np.bincount(self._indices(), weights=transformed, minlength=index.size)
+        out[...] = 0.0
+        np.add.at(out, self._indices(), transformed)  # sequential in cell order, as bincount
+        return out
 
     def diagonal(self, weights: np.ndarray | None = None) -> np.ndarray:
         """``sum_{T ⊇ A} w_T / n_{T∖A}`` for every residual set (length ``index.num_sets``)."""

@@ -461,6 +461,7 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
     state["stopped"] = state["stopped"] or failed
     best = state["best"]
     ok = best[4] <= feasibility and best[3] <= accept
+    problem.cliques.release_work()  # the estimate keeps the family: not its solve-time work vectors
     return _outcome(best, counter["it"], counter["f"], ok, state["stopped"], start, history)
 
 

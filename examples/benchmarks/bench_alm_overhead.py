@@ -1,0 +1,131 @@
+"""User and system CPU per product of the marginal-space augmented Lagrangian path (issue 27).
+
+On adult_pgm's 364 triples (20.9 M clique cells, zCDP eps 1) the path spent 515 of 1,138 CPU-s in
+the kernel (20 M minor page faults): every step made fresh whole vectors (about 160 MB each),
+which glibc serves from fresh ``mmap`` pages above its 32 MB threshold. The solver and the
+family's ``expand``/``adjoint`` now work in vectors made once; this script measures what is left
+on a stand-in small enough to run in seconds and prints a digest of every certified outer point,
+so two commits can be compared bit for bit.
+
+Stand-in (default): adult_pgm restricted to age, education-num, marital-status, occupation, race,
+capital-loss, hours-per-week, income>50K and sex, all 84 triples measured under zCDP (2.34 M
+clique cells), the projection problem captured from the estimator and solved by the augmented
+Lagrangian alone from ``kappa = 0`` for a fixed number of products.
+
+Its vectors (19 MB) are below glibc's dynamic ``mmap`` threshold, so a fresh temporary is often
+recycled heap memory; to see adult's regime (every temporary a fresh mapping) fix the threshold
+below the vector size::
+
+    MALLOC_MMAP_THRESHOLD_=8388608 OPENBLAS_NUM_THREADS=1 nice -n 10 \\
+        python examples/benchmarks/bench_alm_overhead.py --products 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import resource
+import sys
+from itertools import combinations
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import shared_file  # noqa: E402
+from bench_wide import measure_sets  # noqa: E402
+
+from dpopt.model.data import Dataset  # noqa: E402
+from dpopt.model.domain import Domain  # noqa: E402
+
+STAND_IN = ("age", "education-num", "marital-status", "occupation", "race", "capital-loss", "hours-per-week",
+            "income>50K", "sex")
+
+
+class _Captured(Exception):
+    pass
+
+
+def capture_problem(attrs, eps: float, accounting: str, seed: int):
+    """The estimator's projection problem on ``attrs``' triples (the solve itself is not run)."""
+    from dpopt.estimate.marginal_space import estimator
+
+    sizes = json.loads(shared_file("adult_pgm_domain.json").read_text())
+    frame = pd.read_csv(shared_file("adult_pgm.csv"), usecols=list(attrs))[list(attrs)]
+    domain = Domain(tuple(attrs), tuple(int(sizes[a]) for a in attrs))
+    data = Dataset.from_frame(frame, domain)
+    sets = list(combinations(attrs, 3))
+    measurements, _ = measure_sets(data, sets, accounting, eps, seed)
+    captured = {}
+
+    def stop(problem, **kw):
+        captured["problem"] = problem
+        raise _Captured
+
+    real = estimator.project
+    estimator.project = stop
+    try:
+        estimator.estimate_marginals(measurements, sets, exact_cells=0)
+    except _Captured:
+        pass
+    finally:
+        estimator.project = real
+    return captured["problem"]
+
+
+def usage() -> np.ndarray:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return np.array([r.ru_utime, r.ru_stime, r.ru_minflt])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--attrs", nargs="+", default=list(STAND_IN))
+    parser.add_argument("--eps", type=float, default=1.0)
+    parser.add_argument("--accounting", choices=["zcdp", "pure"], default="zcdp")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--products", type=int, default=40, help="products of the solve (an expand and an adjoint)")
+    args = parser.parse_args()
+
+    from dpopt.estimate.marginal_space.augmented_lagrangian import augmented_lagrangian
+    from dpopt.estimate.marginal_space.projection import _better, certify_at
+
+    problem = capture_problem(tuple(args.attrs), args.eps, args.accounting, args.seed)
+    fam = problem.cliques
+    print(f"{len(args.attrs)} attributes: {fam.size:,} clique cells, {problem.index.size:,} residuals")
+
+    gen = np.random.default_rng(0)
+    x, v = gen.normal(size=problem.index.size), gen.normal(size=fam.size)
+    out = np.empty(fam.size)
+    fam.expand(x, out=out), fam.adjoint(v)  # the work arrays, made once
+    for name, call in (("expand (out given)", lambda: fam.expand(x, out=out)), ("adjoint", lambda: fam.adjoint(v))):
+        start = usage()
+        for _ in range(5):
+            call()
+        user, system, faults = (usage() - start) / 5
+        print(f"{name:>20}: {user:.3f} user-s, {system:.3f} sys-s, {faults:,.0f} minor faults per call")
+
+    digest = hashlib.sha256()
+
+    def record(outer, products, rho_l, point, mu):
+        for a in point[:3]:
+            digest.update(np.ascontiguousarray(a).tobytes())
+        digest.update(np.asarray(point[3:], dtype=np.float64).tobytes())
+        print(f"  outer {outer}: {products:.1f} products, rho L {rho_l:.3g}, gap {point[3]:.4g}, "
+              f"violation {point[4]:.3g}", flush=True)
+
+    start = usage()
+    point, products = augmented_lagrangian(problem, np.zeros(fam.size), certify_at, _better,
+                                           max_products=args.products, stop_gap=1e-7, feasibility=1e-6, log=record)
+    user, system, faults = usage() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"augmented Lagrangian: {products} products, {user:.2f} user-s, {system:.2f} sys-s, {faults:,.0f} minor "
+          f"faults ({user / products:.3f} user-s, {system / products:.4f} sys-s, {faults / products:,.0f} faults "
+          f"per product); gap {point[3]:.4g}; peak RSS {peak:,.0f} MB (process)")
+    print(f"digest of the certified outer points: {digest.hexdigest()[:16]}")
+
+
+if __name__ == "__main__":
+    main()
