@@ -638,18 +638,8 @@ def _combination(fits: list[Evidence], pi: np.ndarray, risk: float, tables: np.n
                    "combination": {e.candidate.name: float(p) for p, e in zip(pi, fits) if p > 0}}
     kept = set.intersection(*[set(e.result.constraint_residuals["constraint"]) for e in fits
                               if len(e.result.constraint_residuals)] or [set()])
-    rows = [r for r in cs.residuals(x) if r["constraint"] in kept]
-    result.constraint_residuals = pd.DataFrame(rows, columns=["constraint", "max_violation", "satisfied"])
-    result.max_violation = float(result.constraint_residuals["max_violation"].max()) if rows else 0.0
-    scale = max(1.0, float(np.abs(x).max(initial=0.0)))
-    rounding = {c.key for c in cs.constraints if isinstance(c, Integrality)}
-    for r in rows:
-        if r["constraint"] in rounding:
-            continue
-        allowed = max(dict(zip(e.result.constraint_residuals["constraint"],
-                               e.result.constraint_residuals["max_violation"])).get(r["constraint"], 0.0) for e in fits)
-        if r["max_violation"] > allowed + 1e-9 * scale:
-            return None
+    if not _keeps_constraints(result, x, kept, fits, cs):
+        return None
     cand = EstimatorCandidate("blend", first.candidate.family, float(pi.max()), first.candidate.held,
                               label="combination: " + " + ".join(f"{p:.2g} x {e.candidate.name}"
                                                                  for p, e in zip(pi, fits) if p > 1e-3))
@@ -849,19 +839,8 @@ def _blend(first: Evidence, second: Evidence, alpha: float, risk: float, tables:
                                                                     "second": second.candidate.name,
                                                                     "alpha": alpha}}
     kept = set(first.result.constraint_residuals["constraint"]) if len(first.result.constraint_residuals) else set()
-    rows = [r for r in cs.residuals(x) if r["constraint"] in kept]
-    result.constraint_residuals = pd.DataFrame(rows, columns=["constraint", "max_violation", "satisfied"])
-    result.max_violation = float(result.constraint_residuals["max_violation"].max()) if rows else 0.0
-    parents = [dict(zip(e.result.constraint_residuals["constraint"], e.result.constraint_residuals["max_violation"]))
-               for e in (first, second)]
-    scale = max(1.0, float(np.abs(x).max(initial=0.0)))
-    rounding = {c.key for c in cs.constraints if isinstance(c, Integrality)}  # a fractional fit's, by design
-    for r in rows:
-        if r["constraint"] in rounding:
-            continue
-        allowed = max(p.get(r["constraint"], 0.0) for p in parents)
-        if r["max_violation"] > allowed + 1e-9 * scale:
-            return None
+    if not _keeps_constraints(result, x, kept, (first, second), cs):
+        return None
     cand = EstimatorCandidate("blend", first.candidate.family, alpha, first.candidate.held,
                               label=f"blend: {first.candidate.name} + {alpha:.2g} x {second.candidate.name}")
     risks = [TableRisk(t.label, float(r), a.complete and b.complete)
@@ -869,6 +848,22 @@ def _blend(first: Evidence, second: Evidence, alpha: float, risk: float, tables:
     fitted = (1.0 - alpha) * first.fitted + alpha * second.fitted
     return Evidence(cand, first.status, risk, risks, result=result, message=result.message, sets=first.sets,
                     spread=risk_spread(stats, workload, fitted), fitted=fitted)
+
+
+def _keeps_constraints(result, x: np.ndarray, kept: set, fits, cs: ConstraintSet) -> bool:
+    """Re-check the constraints ``kept`` at the combination ``x`` of ``fits`` (into ``result``'s
+    residuals) and say whether none is broken by more than the worst of the fits breaks it
+    (integrality aside: a fractional fit's, by design)."""
+    rows = [r for r in cs.residuals(x) if r["constraint"] in kept]
+    result.constraint_residuals = pd.DataFrame(rows, columns=["constraint", "max_violation", "satisfied"])
+    result.max_violation = float(result.constraint_residuals["max_violation"].max()) if rows else 0.0
+    parents = [dict(zip(e.result.constraint_residuals["constraint"], e.result.constraint_residuals["max_violation"]))
+               for e in fits]
+    scale = max(1.0, float(np.abs(x).max(initial=0.0)))
+    rounding = {c.key for c in cs.constraints if isinstance(c, Integrality)}
+    return not any(r["constraint"] not in rounding
+                   and r["max_violation"] > max(p.get(r["constraint"], 0.0) for p in parents) + 1e-9 * scale
+                   for r in rows)
 
 
 def _explicit(meas: Measurement) -> Measurement:
