@@ -95,7 +95,7 @@ MAX_DENSE_L2 = 2_000_000
 #: error (:func:`_one_standard_error`).
 DEFAULT_SELECTION = "least"
 #: The selections :func:`choose_fit` offers (``"l1"``: :func:`_least_absolute`).
-SELECTIONS = ("least", "one_se", "l1", "stack", "ewa")
+SELECTIONS = ("least", "one_se", "l1", "stack", "ewa", "se_weights")
 #: A fit whose residual rows ``m`` and cells ``n`` have ``m² n`` at most this is handed to the
 #: engines and the Jacobians as an explicit matrix (:func:`_explicit`).
 EXPLICIT_GRAM = 20_000_000
@@ -460,7 +460,7 @@ def choose_fit(measurements: Sequence[Measurement], constraints: ConstraintSet, 
     absolute_note = ""
     if select == "l1":
         chosen, blend_note, absolute_note = _least_absolute(best, pool, stats, workload, cs, blend)
-    elif select in ("stack", "ewa"):
+    elif select in ("stack", "ewa", "se_weights"):
         chosen, blend_note = _aggregate(best, pool, stats, workload, cs, select)
     elif select == "one_se":
         chosen, blend_note = _one_standard_error(best, pool, stats, workload, cs, blend)
@@ -572,24 +572,71 @@ def _simplex_least(M: np.ndarray, d: np.ndarray) -> np.ndarray | None:
     return p
 
 
+def exponential_weights(risks: np.ndarray, beta: float) -> np.ndarray:
+    """``π_k ∝ exp(−R̂_k / β)``, normalised (computed from ``R̂_k − min R̂`` so that no weight underflows
+    to a 0/0): the exponentially weighted aggregate's weights at temperature ``β`` (Dalalyan and
+    Salmon, *Ann. Statist.* 40 (2012), Eq. (2.2) with a uniform prior; their ``n r̂`` is the total
+    risk ``R̂`` here)."""
+    risks = np.asarray(risks, dtype=np.float64)
+    pi = np.exp(-(risks - risks.min()) / float(beta))
+    return pi / pi.sum()
+
+
+def evidence_weights(gaps: np.ndarray, spreads: np.ndarray) -> np.ndarray:
+    """``π_k ∝ Φ(−D_k / se_k)``, normalised: the weight of each fit is the chance, under a Gaussian
+    reading of its risk estimate's noise, that its risk is below the least-risk fit's.
+
+    ``D_k = R̂_k − R̂_0 ≥ 0`` is fit ``k``'s estimated excess risk over the least-risk fit ``0`` and
+    ``se_k`` the standard error of that paired difference with both fits held fixed
+    (:func:`~dpopt.estimate.choice.risk.difference_spread`, the statistic of the one-standard-error
+    rule). Reading ``D_k ~ N(Δ_k, se_k²)`` with a flat prior on the true excess risk ``Δ_k`` gives
+    ``P(Δ_k < 0 | D_k) = Φ(−D_k / se_k)``; the least-risk fit itself gets ``Φ(0) = 1/2``. So the
+    weights concentrate on the least-risk fit when the estimates separate the fits by several of
+    their own standard errors (``Φ(−3) ≈ 0.0013``) and spread when the differences are within
+    their noise; no constant is set. A fit identical to the least-risk one on every coordinate
+    (``se_k = 0``) gets ``1/2`` when ``D_k = 0`` and ``0`` when ``D_k > 0``."""
+    from scipy.special import ndtr
+
+    gaps = np.asarray(gaps, dtype=np.float64)
+    spreads = np.asarray(spreads, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        z = np.where(spreads > 0, gaps / np.where(spreads > 0, spreads, 1.0), np.where(gaps > 0, np.inf, 0.0))
+    pi = ndtr(-z)
+    return pi / pi.sum()
+
+
 def _aggregate(best: Evidence, pool: list[Evidence], stats: ResidualStatistics, workload, cs: ConstraintSet,
                how: str) -> tuple[Evidence, str]:
-    """A convex combination of every scored fit instead of one of them (``select="stack"`` or
-    ``"ewa"``): the least risk estimate is one draw of a noisy minimum, and a combination hedges it.
+    """A convex combination of every scored fit instead of one of them (``select="stack"``,
+    ``"ewa"`` or ``"se_weights"``): the least risk estimate is one draw of a noisy minimum, and a
+    combination hedges it.
 
     * ``"stack"``: the weights of least risk estimate over the simplex, an exact quadratic
       (:func:`_combination_risks`; stacking, Breiman, *Machine Learning* 24 (1996), scored by the
       risk estimate instead of cross-validation; the pairwise blends of :func:`_blend_or_positive`
       are its two-fit case).
-    * ``"ewa"``: exponential weights ``π_k ∝ exp(−R̂_k / β)`` (Leung and Barron, *IEEE Trans. Inf.
-      Theory* 52 (2006), for projection estimators; Dalalyan and Salmon, *Ann. Statist.* 40 (2012)
-      2327–2355, for affine estimators under heteroscedastic Gaussian noise: a sharp oracle
-      inequality ``E‖x̂_π − x‖² ≤ min_k E‖x̂_k − x‖² + β log K`` for a temperature of a few times the
-      noise's largest variance). dpopt takes ``β = 8 σ²``, ``σ²`` the largest noise of a coordinate
-      in the loss's own units, ``max_r ω_r s_r²`` over the coordinates where the fits differ (the
-      loss is weighted; ``ω_r``: :func:`~dpopt.estimate.choice.risk.coordinate_weights`). The factor
-      8 is the papers' order as recalled here, **not checked against their text** (they are not
-      among the seeds); it is fixed before any data, not tuned.
+    * ``"ewa"``: exponential weights ``π_k ∝ exp(−R̂_k / β)`` (:func:`exponential_weights`) at
+      ``β = 8 σ²``, ``σ²`` the largest noise variance of a coordinate in the loss's own units,
+      ``max_r ω_r s_r²`` over the coordinates where the fits differ (the loss is weighted; ``ω_r``:
+      :func:`~dpopt.estimate.choice.risk.coordinate_weights`). **What is proven** (Dalalyan and
+      Salmon, *Ann. Statist.* 40 (2012) 2327–2355, Theorem 1, checked against the paper's text):
+      under Gaussian noise ``N(0, Σ)`` and for *affine* estimators ``A_λ Y + b_λ`` with ``A_λ``
+      symmetric, (i) pairwise commuting, ``A_λΣ + ΣA_λ ≽ 0`` and ``b_λ = 0``: for
+      ``β ≥ 8 |||Σ|||`` (spectral norm) the aggregate with the unbiased risk estimate has
+      ``E‖x̂_π − x‖² ≤ min_k E‖x̂_k − x‖² + β log K`` (uniform prior over ``K`` fits); (ii) with
+      ``A_λ ≼ I`` and ``A_λ b_λ = 0`` only: the same for ``β ≥ 4 |||Σ|||`` with an adjusted risk
+      estimate and an extra term ``f⊤(A_λ − A_λ²)f + Tr Σ(A_λ − A_λ²)`` that vanishes for
+      projections (extending Leung and Barron, *IEEE Trans. Inf. Theory* 52 (2006) 3396–3410,
+      Corollary 6, projection estimators under i.i.d. noise, as Dalalyan and Salmon state it; Leung
+      and Barron's own text was not read here). **What is not**: dpopt's fits are not affine (the
+      non-negative projection is affine only on the face it lands on, which moves with the noise;
+      the smooth fit is non-linear), their risk estimates jump where a face changes (so the
+      aggregate is not weakly differentiable and Stein's lemma, the proof's tool, does not apply),
+      the noise is Laplace under pure ε (the theorem is Gaussian only), and taking ``σ²`` over the
+      coordinates where the fits differ rather than over all is dpopt's, not the theorem's. The 8
+      is part (i)'s constant, a worst-case temperature, not a bound that holds here.
+    * ``"se_weights"``: ``π_k ∝ Φ(−(R̂_k − R̂_0) / se_k)`` (:func:`evidence_weights`), the temperature
+      set per fit by the evidence: concentrated at high signal, spread at low.
 
     The combination keeps every linear constraint the fits keep (re-checked) and its per-table risk
     is convex in ``π``, so a table every fit keeps at or below its noisy answers stays there."""
@@ -599,21 +646,26 @@ def _aggregate(best: Evidence, pool: list[Evidence], stats: ResidualStatistics, 
     M, D = _combination_risks(scored, stats, workload)
     weights = np.array([t.weight for t in workload.tables], dtype=np.float64)
     Mw, dw = np.einsum("t,tkl->kl", weights, M), weights @ D
+    risks = np.array([e.risk for e in scored])
     if how == "stack":
         pi = _simplex_least(Mw, dw)
         if pi is None:
             return best, "; the stacking weights failed their optimality check: the least-risk fit is taken"
         what = "stacking (the least risk estimate over convex combinations of every fit)"
-    else:
+    elif how == "ewa":
         gaps = np.array([e.fitted for e in scored])
         differ = np.ptp(gaps, axis=0) > 1e-9 * max(1.0, float(np.abs(gaps).max()))
         w = coordinate_weights(stats, workload)
         s2 = np.repeat(stats.variances, stats._basis.dims)
         beta = 8.0 * float(np.max((w * s2)[differ])) if differ.any() else 1.0
-        risks = np.array([e.risk for e in scored])
-        pi = np.exp(-(risks - risks.min()) / beta)
-        pi /= pi.sum()
+        pi = exponential_weights(risks, beta)
         what = f"exponential weights exp(-risk / {beta:.4g}) (temperature 8 x the largest coordinate noise)"
+    else:
+        least = scored[int(np.argmin(risks))]
+        spreads = np.array([difference_spread(stats, workload, least.fitted, e.fitted) for e in scored])
+        pi = evidence_weights(risks - least.risk, spreads)
+        what = ("weights Phi(-(risk - least risk) / standard error of the difference) (the chance that each fit's "
+                "risk is below the least-risk fit's)")
     tables = np.einsum("k,tkl,l->t", pi, M, pi) + D @ pi
     ev = _combination(scored, pi, float(weights @ tables), tables, stats, workload, cs)
     if ev is None:
