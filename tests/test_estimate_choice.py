@@ -460,11 +460,34 @@ def test_evidence_weights_against_their_closed_form():
     assert np.allclose(exponential_weights(r, 2.0), np.exp(-r / 2.0) / np.exp(-r / 2.0).sum())
 
 
+def _gap_slopes(dom, W, m, directions, step=1e-5):
+    """The slope of every fit's distance term ``Σ_T ω_T ‖T (x̂ − y)‖²`` (``table_gaps``) along each of
+    ``directions`` in the noisy cells ``y`` of one identity measurement, by central finite differences
+    (refitting at ``y ± h u``): ``{name: slopes}``."""
+    from dpopt.estimate.choice.risk import table_gaps
+
+    weights = np.array([t.weight for t in W.tables])
+    out: dict = {}
+    for i, u in enumerate(directions):
+        sides = []
+        for sign in (1.0, -1.0):
+            fc = choose_fit([Measurement(m.query, m.values + sign * step * u, m.noise, m.stddev, m.variance)],
+                            ConstraintSet(dom), W, blend=False)
+            sides.append({e.candidate.name: float(weights @ table_gaps(fc.statistics, W, e.fitted))
+                          for e in fc.evidence if e.fitted is not None})
+        for k in sides[0]:
+            out.setdefault(k, np.zeros(len(directions)))[i] = (sides[0][k] - sides[1][k]) / (2 * step)
+    return out
+
+
 def test_se_weights_against_their_closed_form():
-    """``select="se_weights"``: ``π_k ∝ Φ(−(R̂_k − R̂_0) / se_k)`` with ``se_k`` the standard error of the
-    paired difference, ``2 (Σ_r ω_r² s_r² (ĉ⁰_r − ĉᵏ_r)²)^½``, computed here by brute force from the
-    dense tables; the release is ``Σ π_k x̂_k``; its report names the rule and prints every fit's risk
-    and the weights it gave."""
+    """``select="se_weights"``: ``π_k ∝ Φ(−(R̂_k − R̂_0) / se_k)`` with ``se_k = ‖∇R̂_k − ∇R̂_0‖``, the
+    delta-method standard error of the paired difference in the whitened coordinates ``d = B y / σ``
+    (``B`` orthonormal). Each fit's gradient (``Evidence.gradient``: least squares in closed form, the
+    smooth fits, the fits of the lower orders through their cross term) is checked against central
+    finite differences of its distance term along random directions of ``y`` (slope along ``u`` =
+    ``∇ · B u / σ``); the release is ``Σ π_k x̂_k`` at the weights computed here; the report names the
+    rule and prints every fit's risk and the weights it gave."""
     from scipy.stats import norm
 
     for seed, laplace in ((5, False), (4, True)):
@@ -472,14 +495,16 @@ def test_se_weights_against_their_closed_form():
         fc = choose_fit([m], ConstraintSet(dom), W, select="se_weights")
         fits = [e for e in fc.evidence if e.status == "OPTIMAL" and np.isfinite(e.risk)
                 and e.candidate.objective != "blend" and e.fitted is not None]
-        st = fc.statistics
-        basis = Residuals(dom, st.sets)
-        omega = _coordinate_loss_weights(dom, W, basis)
-        s2 = np.repeat(st.variances, basis.dims)
         risks = np.array([e.risk for e in fits])
         least = fits[int(np.argmin(risks))]
-        se = np.array([2 * np.sqrt(np.sum(omega**2 * s2 * (least.fitted - e.fitted) ** 2)) for e in fits])
-        raw = np.array([0.5 if s == 0 and g == 0 else norm.cdf(-g / s) for g, s in zip(risks - risks.min(), se)])
+        directions = np.random.default_rng(seed).normal(size=(3, dom.size))  # test directions
+        slopes = _gap_slopes(dom, W, m, directions)
+        st = fc.statistics
+        for e in fits:
+            along = np.array([e.gradient @ st.of_table(u) / np.sqrt(m.variance) for u in directions])
+            assert np.allclose(along, slopes[e.candidate.name], rtol=1e-5, atol=1e-7 * np.abs(along).max())
+        own = np.array([np.linalg.norm(e.gradient - least.gradient) for e in fits])
+        raw = np.array([0.5 if s == 0 and g == 0 else norm.cdf(-g / s) for g, s in zip(risks - risks.min(), own)])
         expected = raw / raw.sum()
         got = np.array([fc.result.info["combination"].get(e.candidate.name, 0.0) for e in fits])
         assert np.allclose(got, expected, rtol=1e-9, atol=1e-12)
