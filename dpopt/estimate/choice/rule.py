@@ -44,16 +44,20 @@ beats it by more than the blend's own standard error, and the positivity step ta
 positive fit or blend within one standard error. ``select="least"`` (the default) is the rule of
 the paragraphs above.
 
-**Three more opt-in selections** (none is the default; the evidence is on the docs page on auto).
+**Four more opt-in selections** (none is the default; the evidence is on the docs page on auto).
 ``select="l1"`` (:func:`_least_absolute`) takes the fit of least estimated *absolute* error on the
 workload's cells (:func:`~dpopt.estimate.choice.risk.absolute_risks`: the squared-error risk split
 into the fitted cells' variance, from the Jacobian, and bias; a Gaussian per cell), since the
 benchmark's metric is absolute and the squared-error rule cannot tell bias from noise.
 ``select="stack"`` releases the least-risk convex combination of *every* scored fit (the simplex
-version of the pairwise blend; :func:`_aggregate`), and ``select="ewa"`` the exponentially weighted
-aggregate ``π_k ∝ exp(−R̂_k/β)`` at a temperature from the noise law (Dalalyan and Salmon 2012):
-both answer the selection's optimism (the least of a dozen noisy estimates is a noisy minimum) by
-hedging instead of picking.
+version of the pairwise blend; :func:`_aggregate`), ``select="ewa"`` the exponentially weighted
+aggregate ``π_k ∝ exp(−R̂_k/β)`` at the worst-case temperature ``β = 8σ²`` of Dalalyan and Salmon
+2012, Theorem 1(i) (proven for affine fits under Gaussian noise only; dpopt's fits are not affine:
+:func:`_aggregate` says what is and is not covered), and ``select="se_weights"``
+``π_k ∝ Φ(−(R̂_k − R̂_0)/se_k)``, each fit's weight the chance that its risk is below the least's
+given its estimated gap in standard errors of the paired difference (:func:`evidence_weights`):
+all three answer the selection's optimism (the least of a dozen noisy estimates is a noisy
+minimum) by hedging instead of picking.
 
 Measurements outside the marginals algebra (ranges, HDMM's p-Identity) have no residual statistics;
 they are fitted by least squares under the constraints and non-negativity, and the report says that
@@ -385,12 +389,13 @@ def choose_fit(measurements: Sequence[Measurement], constraints: ConstraintSet, 
     blend : bool
         Whether blends and the positive preference (:func:`_blend_or_positive`) are considered
         (default; off only to measure what they bring).
-    select : {"least", "one_se", "l1"}, optional
+    select : {"least", "one_se", "l1", "stack", "ewa", "se_weights"}, optional
         ``"least"``: the least risk estimate, then the least-risk blend (:func:`_blend_or_positive`);
         ``"one_se"``: the simplest fit within one standard error of the least, blended only when the
         blend beats it by more than the blend's standard error (:func:`_one_standard_error`);
         ``"l1"``: the least estimated absolute error on the workload's cells, then the positivity
-        step only (:func:`_least_absolute`). Default :data:`DEFAULT_SELECTION`.
+        step only (:func:`_least_absolute`); ``"stack"``, ``"ewa"``, ``"se_weights"``: a convex
+        combination of every scored fit (:func:`_aggregate`). Default :data:`DEFAULT_SELECTION`.
     """
     from dpopt.estimate import reconstruct
 
