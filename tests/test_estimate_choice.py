@@ -517,6 +517,17 @@ def test_se_weights_against_their_closed_form():
         assert f"{expected[top]:.3g} x {fits[top].candidate.name}" in text
 
 
+def test_the_default_selection_follows_the_noise_law():
+    """The default (``"by_noise"``): under Gaussian noise the release is ``"se_weights"``'s, bit for bit,
+    and the rule says why; under Laplace noise it is ``"least"``'s."""
+    for seed, laplace, same in ((5, False, "se_weights"), (4, True, "least")):
+        dom, W, m = _scored_fits(seed, laplace)
+        default = choose_fit([m], ConstraintSet(dom), W)
+        named = choose_fit([m], ConstraintSet(dom), W, select=same)
+        assert default.select == same and np.array_equal(default.result.x, named.result.x)
+        assert f"select='by_noise': '{same}' under {'Laplace' if laplace else 'Gaussian'} noise" in default.rule
+
+
 def test_the_l1_selection_takes_the_least_absolute_estimate():
     """``select="l1"``: every fit carries its absolute-error estimate (per table and weighted), and the
     release is the least of them, or (when that fit has exact zeros) the positivity step's

@@ -600,7 +600,7 @@ def main() -> None:
     parser.add_argument("--rounding", action="store_true", help="integer against fractional error, census example")
     parser.add_argument("--adaptive", action="store_true", help="15 seeds: auto, the forced tree, the noisy histogram")
     parser.add_argument("--adaptive-bn", action="store_true", help="generated Bayesian networks: with / without the tree")
-    parser.add_argument("--select", choices=["least", "one_se", "l1", "stack", "ewa", "se_weights"],
+    parser.add_argument("--select", choices=["by_noise", "least", "one_se", "l1", "stack", "ewa", "se_weights"],
                         help="the fit rule's selection for this run "
                         "(choose_fit's select; default: the library's)")
     parser.add_argument("--select-generated", action="store_true",

@@ -41,10 +41,17 @@ any data (:func:`simplicity_order`: least squares, total held then free, then th
 the heaviest weight down), whose estimate is within one standard error of the paired difference
 above the least's (Hastie, Tibshirani and Friedman, ESL §7.10); a blend replaces it only when it
 beats it by more than the blend's own standard error, and the positivity step takes the nearest
-positive fit or blend within one standard error. ``select="least"`` (the default) is the rule of
-the paragraphs above.
+positive fit or blend within one standard error. ``select="least"`` is the rule of the paragraphs
+above.
 
-**Four more opt-in selections** (none is the default; the evidence is on the docs page on auto).
+**The default** (:data:`DEFAULT_SELECTION`, ``"by_noise"``): under Gaussian noise (zCDP) the
+release is ``select="se_weights"`` below, under Laplace noise (pure ε) ``select="least"``. On
+generated data only (``bench_auto.py --select-generated``, new seeds, docs page on auto),
+``"se_weights"`` was no worse than ``"least"`` beyond one standard error in any Gaussian row and
+better on average, but worse in three Laplace rows, where the risk estimates are second-moment
+approximations and not Stein's exact ones.
+
+**Four more selections** (the evidence is on the docs page on auto).
 ``select="l1"`` (:func:`_least_absolute`) takes the fit of least estimated *absolute* error on the
 workload's cells (:func:`~dpopt.estimate.choice.risk.absolute_risks`: the squared-error risk split
 into the fitted cells' variance, from the Jacobian, and bias; a Gaussian per cell), since the
@@ -94,12 +101,15 @@ SMOOTHING_FACTORS = (0.25, 1.0, 4.0, 16.0)
 MAX_COORDINATES = 3000
 #: Least squares on a subfamily of residuals fits dense rows: at most this many entries.
 MAX_DENSE_L2 = 2_000_000
-#: How the rule selects among the scored fits (:func:`choose_fit`'s ``select``): ``"least"``, the
-#: least risk estimate then the least-risk blend; ``"one_se"``, the simplest fit within one standard
-#: error (:func:`_one_standard_error`).
-DEFAULT_SELECTION = "least"
-#: The selections :func:`choose_fit` offers (``"l1"``: :func:`_least_absolute`).
-SELECTIONS = ("least", "one_se", "l1", "stack", "ewa", "se_weights")
+#: How the rule selects among the scored fits (:func:`choose_fit`'s ``select``): ``"by_noise"``,
+#: ``"se_weights"`` (:func:`evidence_weights`) when every noisy measurement is Gaussian (Stein's
+#: lemma holds and the risk estimates are exactly unbiased) and ``"least"`` (the least risk
+#: estimate then the least-risk blend) under Laplace noise, where the estimates are second-moment
+#: approximations; chosen on generated data only (docs page on auto).
+DEFAULT_SELECTION = "by_noise"
+#: The selections :func:`choose_fit` offers (``"l1"``: :func:`_least_absolute`; ``"one_se"``:
+#: :func:`_one_standard_error`; ``"stack"``, ``"ewa"``, ``"se_weights"``: :func:`_aggregate`).
+SELECTIONS = ("by_noise", "least", "one_se", "l1", "stack", "ewa", "se_weights")
 #: A fit whose residual rows ``m`` and cells ``n`` have ``m² n`` at most this is handed to the
 #: engines and the Jacobians as an explicit matrix (:func:`_explicit`).
 EXPLICIT_GRAM = 20_000_000
@@ -389,13 +399,14 @@ def choose_fit(measurements: Sequence[Measurement], constraints: ConstraintSet, 
     blend : bool
         Whether blends and the positive preference (:func:`_blend_or_positive`) are considered
         (default; off only to measure what they bring).
-    select : {"least", "one_se", "l1", "stack", "ewa", "se_weights"}, optional
+    select : {"by_noise", "least", "one_se", "l1", "stack", "ewa", "se_weights"}, optional
         ``"least"``: the least risk estimate, then the least-risk blend (:func:`_blend_or_positive`);
         ``"one_se"``: the simplest fit within one standard error of the least, blended only when the
         blend beats it by more than the blend's standard error (:func:`_one_standard_error`);
         ``"l1"``: the least estimated absolute error on the workload's cells, then the positivity
         step only (:func:`_least_absolute`); ``"stack"``, ``"ewa"``, ``"se_weights"``: a convex
-        combination of every scored fit (:func:`_aggregate`). Default :data:`DEFAULT_SELECTION`.
+        combination of every scored fit (:func:`_aggregate`); ``"by_noise"``: ``"se_weights"`` when
+        every noisy measurement is Gaussian, else ``"least"``. Default :data:`DEFAULT_SELECTION`.
     """
     from dpopt.estimate import reconstruct
 
@@ -417,6 +428,11 @@ def choose_fit(measurements: Sequence[Measurement], constraints: ConstraintSet, 
     unbiased = unbiased_risks(stats, workload)
     noisy_risk = [r if r is not None else u for r, u in zip(direct_risk, unbiased)]
     laplace = any(m.noise in ("discrete_laplace", "laplace") for m in noisy)
+    default_note = ""
+    if select == "by_noise":
+        select = "least" if laplace else "se_weights"
+        default_note = (" (select='by_noise': " + ("'least' under Laplace noise)" if laplace
+                                                   else "'se_weights' under Gaussian noise)"))
     identity = _identity_answers(noisy, cs)
     held = stats.total() if not cs.invariants else None
     evidence: list[Evidence] = []
@@ -489,6 +505,7 @@ def choose_fit(measurements: Sequence[Measurement], constraints: ConstraintSet, 
     else:
         rule = f"the least Stein unbiased risk estimate of the weighted workload error among {len(ok)} fitted candidates" \
             + searched
+    rule += default_note
     if absolute_note:
         rule += absolute_note
     if blend_note:
