@@ -1029,8 +1029,10 @@ def _fit_one(cand, stats, sets, cs, held, workload, time_limit, reconstruct, ori
         if not result.success or result.x is None:
             return Evidence(cand, result.status.name, message=result.message, result=result)
         x = result.x
+        cotangent = _unfitted_cotangent(stats, workload, unfitted, x) if gradient and unfitted else None
         J = smooth_jacobian(fit_meas.query, eq, result.info["iterates"], float(result.info["lambda"]),
-                            prior_scales_with_total=source is not None, cells=bool(unfitted))
+                            prior_scales_with_total=source is not None,
+                            cells=bool(unfitted) if absolute or cotangent is None else cotangent)
         if unfitted:
             J, moves = J
     diag = np.diag(J)
@@ -1052,12 +1054,8 @@ def _fit_one(cand, stats, sets, cs, held, workload, time_limit, reconstruct, ori
         index = np.arange(stats.num_coordinates)
         rows = np.concatenate([index[stats._basis.rows_of(stats.index(a))] for a in sets])
         cross = None
-        if unfitted:
-            from dpopt.model.queries.residual import Residuals
-
-            basis = Residuals(stats.domain, unfitted)
-            cross = (np.concatenate([index[stats._basis.rows_of(stats.index(a))] for a in unfitted]),
-                     np.column_stack([basis.coordinates(basis.matvec(moves[:, j])) for j in range(moves.shape[1])]))
+        if unfitted:  # (∂x̂/∂d)ᵀ v: given by the Jacobian's adjoint, or from the full ∂x̂/∂d (select="l1")
+            cross = moves if moves.ndim == 1 else moves.T @ _unfitted_cotangent(stats, workload, unfitted, x)
         grad = risk_gradient(stats, workload, fitted, rows, J, cross)
     status = result.status.name if isinstance(result.status, Status) else str(result.status)
     return Evidence(cand, status, risk, tables, result=result, message=result.message,
@@ -1066,8 +1064,23 @@ def _fit_one(cand, stats, sets, cs, held, workload, time_limit, reconstruct, ori
                     absolute=absolute, gradient=grad)
 
 
+def _unfitted_cotangent(stats: ResidualStatistics, workload, unfitted, x: np.ndarray) -> np.ndarray:
+    """``v = B_Uᵀ (ω ⊙ (ĉ − û))_U`` in cells, for the coordinates ``U`` of the sets ``unfitted``
+    (``B_U`` their orthonormal rows, ``ĉ`` the table ``x``'s coordinates): ``(∂x̂/∂d)ᵀ v`` is then
+    ``Kᵀ (ω ⊙ (ĉ − û))_U`` of :func:`risk_gradient`, one product with the fit's adjoint instead of one
+    residual transform per fitted coordinate."""
+    from dpopt.model.queries.residual import Residuals
+
+    index = np.arange(stats.num_coordinates)
+    rows = np.concatenate([index[stats._basis.rows_of(stats.index(a))] for a in unfitted])
+    basis = Residuals(stats.domain, unfitted)
+    gap = coordinate_weights(stats, workload)[rows] * (basis.coordinates(basis.matvec(np.asarray(x, dtype=np.float64)))
+                                                       - stats.coordinates[rows])
+    return basis.rmatvec(gap / basis.row_norm())
+
+
 def risk_gradient(stats: ResidualStatistics, workload, fitted: np.ndarray, rows: np.ndarray, jacobian: np.ndarray,
-                  cross: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+                  cross: np.ndarray | None = None) -> np.ndarray:
     """``∂R̂/∂d`` of the distance term ``Σ_r ω_r (ĉ_r − û_r)²`` of a fit's risk estimate, with respect to
     the whitened noisy coordinates ``d_r = û_r / s_r`` (unit variance each; ``ω_r``:
     :func:`~dpopt.estimate.choice.risk.coordinate_weights`).
@@ -1075,7 +1088,8 @@ def risk_gradient(stats: ResidualStatistics, workload, fitted: np.ndarray, rows:
     With ``h = s ⊙ ω ⊙ (ĉ − û)`` and ``J̃ = ∂(ĉ_F / s_F)/∂d_F`` the fit's Jacobian on the coordinates
     ``F`` it fits (``rows``, in the order of ``jacobian``), the gradient is ``−2h`` plus ``2 J̃ᵀ h_F``
     on ``F``, plus ``2 Kᵀ (ω ⊙ (ĉ − û))_U`` on ``F`` for coordinates ``U`` of the workload the fit does
-    not fit but moves (a fit of the lower orders: ``cross = (U's rows, K = ∂ĉ_U/∂d_F)``). The
+    not fit but moves (a fit of the lower orders, ``K = ∂ĉ_U/∂d_F``: ``cross`` is that product,
+    :func:`_unfitted_cotangent`). The
     Jacobian term ``2 Σ s² tr J`` of the estimate is constant on each face of the fit and has no
     gradient there. Delta method: ``Var (R̂_k − R̂_0) ≈ ‖∇R̂_k − ∇R̂_0‖²``."""
     omega = coordinate_weights(stats, workload)
@@ -1085,15 +1099,15 @@ def risk_gradient(stats: ResidualStatistics, workload, fitted: np.ndarray, rows:
     grad = -2.0 * h
     grad[rows] += 2.0 * (np.asarray(jacobian).T @ h[rows])
     if cross is not None:
-        grad[rows] += 2.0 * (cross[1].T @ gap[cross[0]])
+        grad[rows] += 2.0 * np.asarray(cross, dtype=np.float64)
     return grad
 
 
 def _unfitted_sets(stats: ResidualStatistics, workload, sets) -> list[tuple[str, ...]]:
     """The measured sets of the workload's tables that a fit of ``sets`` does not fit (a fit of the
     lower orders leaves out the top ones): their fitted coordinates move with the others."""
-    fitted = set(sets)
-    return [a for a in stats.sets if a in set(workload.closure()) and a not in fitted]
+    fitted, closure = set(sets), set(workload.closure())
+    return [a for a in stats.sets if a in closure and a not in fitted]
 
 
 def _coordinate_variances(stats: ResidualStatistics, unfitted, moves: np.ndarray) -> dict:
