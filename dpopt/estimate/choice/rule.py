@@ -160,7 +160,7 @@ class Evidence:
     #: (:func:`~dpopt.estimate.choice.risk.absolute_risks`); nan / None when not estimated (a blend).
     absolute_risk: float = float("nan")
     absolute: np.ndarray | None = None
-    #: ``∂R̂/∂d``: the gradient of the risk estimate's distance term with respect to the whitened noisy
+    #: ``∂/∂d`` of the risk estimate's distance term with respect to the whitened noisy
     #: coordinates ``d_r = û_r / s_r`` (:func:`risk_gradient`); None when not computed.
     gradient: np.ndarray | None = None
 
@@ -1089,9 +1089,10 @@ def risk_gradient(stats: ResidualStatistics, workload, fitted: np.ndarray, rows:
     ``F`` it fits (``rows``, in the order of ``jacobian``), the gradient is ``−2h`` plus ``2 J̃ᵀ h_F``
     on ``F``, plus ``2 Kᵀ (ω ⊙ (ĉ − û))_U`` on ``F`` for coordinates ``U`` of the workload the fit does
     not fit but moves (a fit of the lower orders, ``K = ∂ĉ_U/∂d_F``: ``cross`` is that product,
-    :func:`_unfitted_cotangent`). The
-    Jacobian term ``2 Σ s² tr J`` of the estimate is constant on each face of the fit and has no
-    gradient there. Delta method: ``Var (R̂_k − R̂_0) ≈ ‖∇R̂_k − ∇R̂_0‖²``."""
+    :func:`_unfitted_cotangent`). The Jacobian term ``2 Σ s² tr J`` of the estimate is left out: for
+    least squares it is constant on each face of the fit; for the smooth fit its gradient is a second
+    derivative of the fit, not computed (an approximation). Delta method:
+    ``Var (R̂_k − R̂_0) ≈ ‖∇R̂_k − ∇R̂_0‖²``."""
     omega = coordinate_weights(stats, workload)
     s = np.sqrt(np.repeat(stats.variances, stats._basis.dims))
     gap = omega * (np.asarray(fitted, dtype=np.float64) - stats.coordinates)
