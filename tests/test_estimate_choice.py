@@ -117,10 +117,11 @@ def _frame(gen, n, dom):
     return pd.DataFrame(gen.integers(0, 2, (n, len(dom))), columns=dom.attrs)
 
 
-@pytest.mark.parametrize("select", [None, "l1", "stack", "ewa", "se_weights"])
-def test_the_choice_reads_no_data_beyond_the_noisy_answers(monkeypatch, select):
+@pytest.mark.parametrize("select, zcdp", [(None, False), (None, True), ("l1", False), ("stack", False),
+                                          ("ewa", False), ("se_weights", False), ("se_weights", True)])
+def test_the_choice_reads_no_data_beyond_the_noisy_answers(monkeypatch, select, zcdp):
     """Two different datasets under the same noisy answers: the same choice and the same table, under
-    every selection rule."""
+    every selection rule (the default under pure ε and under zCDP, where it is ``"se_weights"``)."""
     import dpopt.algorithms.auto as auto_module
     import dpopt.estimate.choice.rule as rule
 
@@ -141,11 +142,13 @@ def test_the_choice_reads_no_data_beyond_the_noisy_answers(monkeypatch, select):
 
     monkeypatch.setattr(auto_module, "measure", same_answers)
     alg = Auto(workload=WorkloadDeclaration(k=2))
-    budget = Budget.pure(1)
+    budget = Budget.zcdp(0.5) if zcdp else Budget.pure(1)
     plan = alg.plan(dom, ConstraintSet(dom), budget)
     a = alg.run(plan, first, budget.accountant(), SeededRandom(4))
     b = alg.run(plan, second, budget.accountant(), SeededRandom(4))
     assert a.info["estimator"] == b.info["estimator"]
+    if zcdp:
+        assert a.info["estimator"].startswith("combination")  # the weights of "se_weights"
     assert np.array_equal(a.counts, b.counts)
     risks = [np.array([e["risk"] for e in r.info["estimators"]]) for r in (a, b)]
     assert np.array_equal(*risks, equal_nan=True)
