@@ -11,6 +11,7 @@
     python examples/benchmarks/bench_auto.py --adaptive           # 15 seeds: auto, the forced tree, the noisy histogram
     python examples/benchmarks/bench_auto.py --adaptive-bn        # generated Bayesian networks: auto with / without the tree
     python examples/benchmarks/bench_auto.py --select-generated   # generated data: the selections, same draws
+    python examples/benchmarks/bench_auto.py --select-generated --generated-seeds 700 800 --generated-rules least se_weights ewa
     python examples/benchmarks/bench_auto.py --select ewa ...     # any mode with another selection
 
 **The table.** For each binary table (nltcs, czech, rochdale, mildew from ``../shared/data``) and
@@ -604,8 +605,7 @@ def main() -> None:
                         help="the fit rule's selection for this run "
                         "(choose_fit's select; default: the library's)")
     parser.add_argument("--select-generated", action="store_true",
-                        help="generated data: the one-standard-error and least-absolute-error selections against the "
-                        "least risk, same draws")
+                        help="generated data: the selections (--generated-rules) against the first, same draws")
     parser.add_argument("--generated-noise", choices=["laplace", "gaussian"], default="laplace",
                         help="--select-generated: Laplace (pure eps) or Gaussian (the zCDP equivalent) noise")
     parser.add_argument("--generated-seeds", type=int, nargs="*", default=[600],
