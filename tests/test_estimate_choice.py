@@ -117,10 +117,11 @@ def _frame(gen, n, dom):
     return pd.DataFrame(gen.integers(0, 2, (n, len(dom))), columns=dom.attrs)
 
 
-@pytest.mark.parametrize("select", [None, "l1", "stack", "ewa"])
-def test_the_choice_reads_no_data_beyond_the_noisy_answers(monkeypatch, select):
+@pytest.mark.parametrize("select, zcdp", [(None, False), (None, True), ("l1", False), ("stack", False),
+                                          ("ewa", False), ("se_weights", False), ("se_weights", True)])
+def test_the_choice_reads_no_data_beyond_the_noisy_answers(monkeypatch, select, zcdp):
     """Two different datasets under the same noisy answers: the same choice and the same table, under
-    every selection rule."""
+    every selection rule (the default under pure ε and under zCDP, where it is ``"se_weights"``)."""
     import dpopt.algorithms.auto as auto_module
     import dpopt.estimate.choice.rule as rule
 
@@ -141,11 +142,13 @@ def test_the_choice_reads_no_data_beyond_the_noisy_answers(monkeypatch, select):
 
     monkeypatch.setattr(auto_module, "measure", same_answers)
     alg = Auto(workload=WorkloadDeclaration(k=2))
-    budget = Budget.pure(1)
+    budget = Budget.zcdp(0.5) if zcdp else Budget.pure(1)
     plan = alg.plan(dom, ConstraintSet(dom), budget)
     a = alg.run(plan, first, budget.accountant(), SeededRandom(4))
     b = alg.run(plan, second, budget.accountant(), SeededRandom(4))
     assert a.info["estimator"] == b.info["estimator"]
+    if zcdp:
+        assert a.info["estimator"].startswith("combination")  # the weights of "se_weights"
     assert np.array_equal(a.counts, b.counts)
     risks = [np.array([e["risk"] for e in r.info["estimators"]]) for r in (a, b)]
     assert np.array_equal(*risks, equal_nan=True)
@@ -419,9 +422,7 @@ def test_exponential_weights_against_their_closed_form():
             and e.candidate.objective != "blend" and e.fitted is not None]
     st = fc.statistics
     basis = Residuals(dom, st.sets)
-    B = basis.to_sparse().toarray() / basis.row_norm()[:, None]
-    omega = np.array([sum(t.weight * np.sum((t.query(dom).to_sparse().toarray() @ b) ** 2) for t in W.tables)
-                      for b in B])
+    omega = _coordinate_loss_weights(dom, W, basis)
     s2 = np.repeat(st.variances, basis.dims)
     F = np.array([e.fitted for e in fits])
     differ = F.max(axis=0) - F.min(axis=0) > 1e-9 * max(1.0, np.abs(F).max())
@@ -432,6 +433,102 @@ def test_exponential_weights_against_their_closed_form():
     got = np.array([fc.result.info["combination"].get(e.candidate.name, 0.0) for e in fits])
     assert np.allclose(got, expected, rtol=1e-9, atol=1e-12)
     assert np.allclose(fc.result.x, expected @ np.array([e.result.x for e in fits]), atol=1e-9)
+
+
+def _coordinate_loss_weights(dom, W, basis):
+    """``ω_r = Σ_T ω_T ‖T b_r‖²`` for every residual coordinate's orthonormal basis vector ``b_r``, by
+    brute force (dense tables)."""
+    B = basis.to_sparse().toarray() / basis.row_norm()[:, None]
+    return np.array([sum(t.weight * np.sum((t.query(dom).to_sparse().toarray() @ b) ** 2) for t in W.tables)
+                     for b in B])
+
+
+def test_evidence_weights_against_their_closed_form():
+    """``evidence_weights``: ``Φ(−D/se)`` normalised, by hand; the least-risk fit's share is 1/2 before
+    normalising; the weights concentrate as the gaps grow against their standard errors (high
+    signal) and spread as they shrink (low signal); a fit equal to the least on every coordinate
+    (``se = 0``) shares its weight when its risk is the same and gets none when it is higher."""
+    from scipy.stats import norm
+
+    from dpopt.estimate.choice.rule import evidence_weights, exponential_weights
+
+    gaps, se = np.array([0.0, 1.0, 3.0, 0.5]), np.array([0.0, 2.0, 1.0, 0.25])
+    raw = np.array([0.5, norm.cdf(-0.5), norm.cdf(-3.0), norm.cdf(-2.0)])
+    assert np.allclose(evidence_weights(gaps, se), raw / raw.sum(), rtol=1e-12)
+    assert np.allclose(evidence_weights([0.0, 0.0, 2.0], [0.0, 0.0, 0.0]), [0.5, 0.5, 0.0])
+    high = evidence_weights(np.array([0.0, 10.0, 20.0]), np.array([0.0, 1.0, 1.0]))
+    low = evidence_weights(np.array([0.0, 0.01, 0.02]), np.array([0.0, 1.0, 1.0]))
+    assert high[1] < 1e-20 and high[2] < 1e-80 and np.allclose(low, 1 / 3, atol=0.01)
+    r = np.array([5.0, 7.0, 1e4])
+    assert np.allclose(exponential_weights(r, 2.0), np.exp(-r / 2.0) / np.exp(-r / 2.0).sum())
+
+
+def _gap_slopes(dom, W, m, directions, step=1e-5):
+    """The slope of every fit's distance term ``Σ_T ω_T ‖T (x̂ − y)‖²`` (``table_gaps``) along each of
+    ``directions`` in the noisy cells ``y`` of one identity measurement, by central finite differences
+    (refitting at ``y ± h u``): ``{name: slopes}``."""
+    from dpopt.estimate.choice.risk import table_gaps
+
+    weights = np.array([t.weight for t in W.tables])
+    out: dict = {}
+    for i, u in enumerate(directions):
+        sides = []
+        for sign in (1.0, -1.0):
+            fc = choose_fit([Measurement(m.query, m.values + sign * step * u, m.noise, m.stddev, m.variance)],
+                            ConstraintSet(dom), W, blend=False)
+            sides.append({e.candidate.name: float(weights @ table_gaps(fc.statistics, W, e.fitted))
+                          for e in fc.evidence if e.fitted is not None})
+        for k in sides[0]:
+            out.setdefault(k, np.zeros(len(directions)))[i] = (sides[0][k] - sides[1][k]) / (2 * step)
+    return out
+
+
+def test_se_weights_against_their_closed_form():
+    """``select="se_weights"``: ``π_k ∝ Φ(−(R̂_k − R̂_0) / se_k)`` with ``se_k = ‖∇R̂_k − ∇R̂_0‖``, the
+    delta-method standard error of the paired difference in the whitened coordinates ``d = B y / σ``
+    (``B`` orthonormal). Each fit's gradient (``Evidence.gradient``: least squares in closed form, the
+    smooth fits, the fits of the lower orders through their cross term) is checked against central
+    finite differences of its distance term along random directions of ``y`` (slope along ``u`` =
+    ``∇ · B u / σ``); the release is ``Σ π_k x̂_k`` at the weights computed here; the report names the
+    rule and prints every fit's risk and the weights it gave."""
+    from scipy.stats import norm
+
+    for seed, laplace in ((5, False), (4, True)):
+        dom, W, m = _scored_fits(seed, laplace)
+        fc = choose_fit([m], ConstraintSet(dom), W, select="se_weights")
+        fits = [e for e in fc.evidence if e.status == "OPTIMAL" and np.isfinite(e.risk)
+                and e.candidate.objective != "blend" and e.fitted is not None]
+        risks = np.array([e.risk for e in fits])
+        least = fits[int(np.argmin(risks))]
+        directions = np.random.default_rng(seed).normal(size=(3, dom.size))  # test directions
+        slopes = _gap_slopes(dom, W, m, directions)
+        st = fc.statistics
+        for e in fits:
+            along = np.array([e.gradient @ st.of_table(u) / np.sqrt(m.variance) for u in directions])
+            assert np.allclose(along, slopes[e.candidate.name], rtol=1e-5, atol=1e-7 * np.abs(along).max())
+        own = np.array([np.linalg.norm(e.gradient - least.gradient) for e in fits])
+        raw = np.array([0.5 if s == 0 and g == 0 else norm.cdf(-g / s) for g, s in zip(risks - risks.min(), own)])
+        expected = raw / raw.sum()
+        got = np.array([fc.result.info["combination"].get(e.candidate.name, 0.0) for e in fits])
+        assert np.allclose(got, expected, rtol=1e-9, atol=1e-12)
+        assert np.allclose(fc.result.x, expected @ np.array([e.result.x for e in fits]), atol=1e-9)
+        assert fc.result.x.min() >= -1e-9
+        text = "\n".join(fc.lines(W))
+        assert "Phi(-(risk - least risk) / standard error of the difference)" in text
+        assert all(f"{e.candidate.name:<28} risk {e.risk:.6g}" in text for e in fits)
+        top = int(np.argmax(expected))
+        assert f"{expected[top]:.3g} x {fits[top].candidate.name}" in text
+
+
+def test_the_default_selection_follows_the_noise_law():
+    """The default (``"by_noise"``): under Gaussian noise the release is ``"se_weights"``'s, bit for bit,
+    and the rule says why; under Laplace noise it is ``"least"``'s."""
+    for seed, laplace, same in ((5, False, "se_weights"), (4, True, "least")):
+        dom, W, m = _scored_fits(seed, laplace)
+        default = choose_fit([m], ConstraintSet(dom), W)
+        named = choose_fit([m], ConstraintSet(dom), W, select=same)
+        assert default.select == same and np.array_equal(default.result.x, named.result.x)
+        assert f"select='by_noise': '{same}' under {'Laplace' if laplace else 'Gaussian'} noise" in default.rule
 
 
 def test_the_l1_selection_takes_the_least_absolute_estimate():

@@ -100,7 +100,8 @@ class AutoParams(AlgorithmParams):
         candidates are scored.
     select : str or None
         How the scored fits become the release (:func:`~dpopt.estimate.choice.rule.choose_fit`'s
-        ``select``: ``"least"``, ``"one_se"``, ``"l1"``, ``"stack"``, ``"ewa"``); None: the library's
+        ``select``: ``"by_noise"``, ``"least"``, ``"one_se"``, ``"l1"``, ``"stack"``, ``"ewa"``,
+        ``"se_weights"``); None: the library's
         default (:data:`~dpopt.estimate.choice.rule.DEFAULT_SELECTION`).
     mechanism : {"laplace", "gaussian"} or None
         Default: the budget's natural noise.

@@ -11,6 +11,7 @@
     python examples/benchmarks/bench_auto.py --adaptive           # 15 seeds: auto, the forced tree, the noisy histogram
     python examples/benchmarks/bench_auto.py --adaptive-bn        # generated Bayesian networks: auto with / without the tree
     python examples/benchmarks/bench_auto.py --select-generated   # generated data: the selections, same draws
+    python examples/benchmarks/bench_auto.py --select-generated --generated-seeds 700 800 --generated-rules least se_weights ewa
     python examples/benchmarks/bench_auto.py --select ewa ...     # any mode with another selection
 
 **The table.** For each binary table (nltcs, czech, rochdale, mildew from ``../shared/data``) and
@@ -528,10 +529,11 @@ def adaptive_bn(cases=((10, 2000), (14, 5000)), seeds: int = 3) -> None:
 
 
 def select_generated(cases=((6, 70), (6, 300), (6, 1841), (7, 5000)), networks: int = 3, runs: int = 20,
-                     rules=("least", "one_se", "l1", "stack", "ewa"), epsilons=(0.1, 1.0), noise: str = "laplace"
-                     ) -> list[dict]:
+                     rules=("least", "one_se", "l1", "stack", "ewa"), epsilons=(0.1, 1.0), noise: str = "laplace",
+                     seeds=(600,)) -> list[dict]:
     """The fit rule's selections (``choose_fit``'s ``select``) on the same draws, on generated data
-    (``random_sparse_network``, seeds 600+; not the benchmark tables): identity + Laplace (scale
+    (``random_sparse_network``, ``networks`` networks from each seed of ``seeds``, default 600–602;
+    not the benchmark tables): identity + Laplace (scale
     1/ε) or, with ``noise="gaussian"``, the zCDP equivalent (ρ = ε²/2: σ = 1/ε), all 3-way marginals.
     For every rule against ``"least"``: the change in the chosen fit's true
     squared 3-way error (counts; what ``"least"`` targets) and in the benchmark's metric, the mean
@@ -548,14 +550,15 @@ def select_generated(cases=((6, 70), (6, 300), (6, 1841), (7, 5000)), networks: 
         for eps in epsilons:
             err = defaultdict(list)
             start = time.process_time()
-            for net in range(networks):
-                data = random_sparse_network(d, seed=600 + net).sample(n, 1900 + net)
+            for base, net in [(base, net) for base in seeds for net in range(networks)]:
+                # network base + net, its records base + 1300 + net, its noise base - 423 + net (600: as before)
+                data = random_sparse_network(d, seed=base + net).sample(n, base + 1300 + net)
                 x = data.histogram().astype(float)
                 W = Workload.all_k_way(data.domain, 3)
                 three = MarginalWorkload(data.domain, [m.attrs for m in all_marginals(data.domain, 3)])
                 true3 = three.matvec(x) / x.sum()
                 b = 1.0 / eps
-                gen = np.random.default_rng(177 + net)  # simulation noise: a benchmark
+                gen = np.random.default_rng(base - 423 + net)  # simulation noise: a benchmark
                 for _ in range(runs):
                     m = Measurement(Identity(data.domain), x + gen.laplace(0, b, x.size), "laplace", math.sqrt(2) * b,
                                     2 * b * b) if noise == "laplace" else \
@@ -565,9 +568,9 @@ def select_generated(cases=((6, 70), (6, 300), (6, 1841), (7, 5000)), networks: 
                         e = three.matvec(fit - x)
                         err[select, "l2"].append(float(e @ e))
                         err[select, "l1"].append(float(np.abs(three.matvec(fit) / fit.sum() - true3).mean()))
-            row = {"noise": noise, "d": d, "n": n, "eps": eps, "draws": networks * runs,
+            row = {"noise": noise, "d": d, "n": n, "eps": eps, "draws": len(seeds) * networks * runs,
                    "cpu_s": time.process_time() - start}
-            line = [f"{noise} d={d} n={n:,} eps={eps:g}, {networks} networks x {runs} draws:"]
+            line = [f"{noise} d={d} n={n:,} eps={eps:g}, {len(seeds) * networks} networks x {runs} draws:"]
             for metric, label in (("l2", "squared 3-way error"), ("l1", "3-way mean abs error (proportions)")):
                 base = np.array(err["least", metric])
                 row[f"least_{metric}"] = float(base.mean())
@@ -598,14 +601,17 @@ def main() -> None:
     parser.add_argument("--rounding", action="store_true", help="integer against fractional error, census example")
     parser.add_argument("--adaptive", action="store_true", help="15 seeds: auto, the forced tree, the noisy histogram")
     parser.add_argument("--adaptive-bn", action="store_true", help="generated Bayesian networks: with / without the tree")
-    parser.add_argument("--select", choices=["least", "one_se", "l1", "stack", "ewa"],
+    parser.add_argument("--select", choices=["by_noise", "least", "one_se", "l1", "stack", "ewa", "se_weights"],
                         help="the fit rule's selection for this run "
                         "(choose_fit's select; default: the library's)")
     parser.add_argument("--select-generated", action="store_true",
-                        help="generated data: the one-standard-error and least-absolute-error selections against the "
-                        "least risk, same draws")
+                        help="generated data: the selections (--generated-rules) against the first, same draws")
     parser.add_argument("--generated-noise", choices=["laplace", "gaussian"], default="laplace",
                         help="--select-generated: Laplace (pure eps) or Gaussian (the zCDP equivalent) noise")
+    parser.add_argument("--generated-seeds", type=int, nargs="*", default=[600],
+                        help="--select-generated: network seed bases (3 networks from each; 600: the session-5 draws)")
+    parser.add_argument("--generated-rules", nargs="*", default=["least", "one_se", "l1", "stack", "ewa"],
+                        help="--select-generated: the selections compared, the first the reference")
     args = parser.parse_args()
     if args.select:
         import dpopt.estimate.choice.rule as rule
@@ -626,7 +632,8 @@ def main() -> None:
     elif args.adaptive_bn:
         adaptive_bn()
     elif args.select_generated:
-        select_generated(noise=args.generated_noise)
+        select_generated(noise=args.generated_noise, seeds=tuple(args.generated_seeds),
+                         rules=tuple(args.generated_rules))
     else:
         table(args.datasets, args.accounting, args.peer, args.peer_results, args.plots)
 

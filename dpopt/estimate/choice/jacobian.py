@@ -214,10 +214,12 @@ def smooth_jacobian(query: LinearQuery, eq: EqualityRows, iterates: Sequence[np.
         ``λ`` in the units of the counts.
     prior_scales_with_total : bool
         Whether the first prior is uniform with the held total ``N̂`` (so it moves with ``d``).
-    cells : bool
-        Also return ``∂x_K/∂d = D_K Rᵀ Λ_K`` (``n × m``, 0 on the cells that do not move): what the
-        fit does to coordinates it does not fit (the top-order interactions of a fit of the lower
-        orders), for their variance (:func:`~dpopt.estimate.choice.risk.absolute_risks`).
+    cells : bool or ndarray
+        True: also return ``∂x_K/∂d = D_K Rᵀ Λ_K`` (``n × m``, 0 on the cells that do not move): what
+        the fit does to coordinates it does not fit (the top-order interactions of a fit of the lower
+        orders), for their variance (:func:`~dpopt.estimate.choice.risk.absolute_risks`). A vector
+        ``v`` over the cells: also return ``(∂x_K/∂d)ᵀ v = Λ_Kᵀ R (x_K ⊙ v)`` (length ``m``, by the
+        query's own product: no explicit rows), for the gradient of a risk estimate.
 
     Returns
     -------
@@ -254,9 +256,15 @@ def smooth_jacobian(query: LinearQuery, eq: EqualityRows, iterates: Sequence[np.
         except la.LinAlgError:
             step = np.linalg.lstsq(H, rhs, rcond=None)[0]
         Lam = Lam - step / lam
-    if not cells:
+    if cells is False:
         return G[:m] @ Lam
     x = np.where(moving, np.asarray(iterates[-1], dtype=np.float64), 0.0)
+    if cells is not True:
+        u = x * np.asarray(cells, dtype=np.float64)
+        product = Lam[:m].T @ query.matvec(u)
+        if E is not None and e:
+            product = product + Lam[m:].T @ np.asarray(E @ u).ravel()
+        return G[:m] @ Lam, product
     back = np.asarray(sp.csr_matrix(query.to_sparse()).T @ Lam[:m])
     if E is not None and e:
         back = back + np.asarray(E.T @ Lam[m:])
