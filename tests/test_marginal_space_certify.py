@@ -93,6 +93,49 @@ def test_the_polish_counts_against_the_iteration_budget():
     assert not short.converged or short.gap <= 1e-6
 
 
+def test_gap_parts_add_up_to_the_certified_gap():
+    """The certificate's absolute gap splits into complementarity at r(kappa) and the repair's
+    cost; each part is recomputed here from its definition, and the repair step checked by hand."""
+    from dpopt.estimate.marginal_space.interior import interior_residuals
+    from dpopt.estimate.marginal_space.projection import certify_at, gap_parts
+
+    from dpopt.estimate.marginal_space.gls import fit_residuals
+
+    dom, ms = _small_measurements([("a", "b", "c"), ("b", "c", "d"), ("d", "e")])
+    est = estimate_marginals(ms, exact_cells=0)
+    sets = [tuple(sorted(dom.axes(m.query.attrs))) for m in ms]
+    fit = fit_residuals(est.index, sets, [m.values for m in ms], np.array([m.variance for m in ms]),
+                        [m.label for m in ms])
+    problem = ProjectionProblem(est.index, est.family, fit.target, np.where(fit.weight > 0, fit.weight, 1.0),
+                                fit.fixed)
+    fam = problem.cliques
+    assert problem.total_free
+    r_int = interior_residuals(problem.index, [], [], None)  # uniform, total 1 (the total is free)
+    problem.interior = (r_int, fam.expand(r_int))
+    kappa = 0.3 * np.maximum(-fam.expand(problem.target), 0.0) / problem.lipschitz  # too small: cells stay negative
+    r = problem.residuals(kappa)
+    mu = fam.expand(r)
+    parts = gap_parts(problem, kappa, r, mu)
+    point = certify_at(problem, kappa, r, mu)
+    assert parts["negative"] == np.count_nonzero(mu < 0) > 0 and parts["worst"] == -mu.min()
+    assert parts["active"] == np.count_nonzero(kappa > 0)
+    # the parts: F(r(kappa)) and g(kappa) from their own formulas, and their sum the certificate's gap
+    assert parts["objective"] == pytest.approx(objective(problem, r), rel=1e-12)
+    assert parts["dual"] == pytest.approx(dual_value(problem, kappa), rel=1e-9)
+    assert parts["complementarity"] == pytest.approx(parts["objective"] - dual_value(problem, kappa), rel=1e-9)
+    assert parts["complementarity"] + parts["repair_cost"] == pytest.approx(point[5] - point[6], rel=1e-12)
+    assert parts["gap"] == pytest.approx(point[3], rel=1e-12)
+    # the repair by hand: the smallest mixing with the interior point (at the current total) that
+    # leaves no cell negative, and its cost the change of (4)
+    total = r[problem.index.set_offsets[problem.index.position_of(())]]
+    t = parts["repair_step"]
+    assert 0 < t < 1
+    assert ((1 - t) * mu + t * total * problem.interior[1]).min() >= 0.0
+    assert ((1 - 0.999 * t) * mu + 0.999 * t * total * problem.interior[1]).min() < 0.0
+    repaired = (1 - t) * r + t * total * r_int
+    assert parts["repair_cost"] == pytest.approx(objective(problem, repaired) - objective(problem, r), rel=1e-9)
+
+
 @pytest.mark.parametrize("sets", [
     [("a", "b", "c"), ("b", "c", "d"), ("d", "e")],   # decomposable: the dense optimum itself
     [("a", "b", "c"), ("c", "d"), ("b", "d", "e")],   # a cycle: the local relaxation
