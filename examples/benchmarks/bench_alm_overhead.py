@@ -125,10 +125,11 @@ def main() -> None:
         print(f"  outer {outer}: {products:.1f} products, rho L {rho_l:.3g}, gap {point[3]:.4g}, "
               f"violation {point[4]:.3g}", flush=True)
         if args.diagnose:
-            diagnose(point[2], mu)
+            diagnose(point[2])
 
-    def diagnose(kappa, mu):
-        parts = gap_parts(problem, kappa, problem.residuals(kappa), mu)
+    def diagnose(kappa):
+        r = problem.residuals(kappa)
+        parts = gap_parts(problem, kappa, r, fam.expand(r))
         print(f"    F(r(kappa)) {parts['objective']:.7g}, g {parts['dual']:.7g}, <kappa, mu> "
               f"{parts['complementarity']:.4g}, repair step {parts['repair_step']:.3g} costing "
               f"{parts['repair_cost']:.4g} ({parts['repair_cost'] / parts['objective']:.3g} of F); most negative "
@@ -150,8 +151,7 @@ def main() -> None:
         kappa = polished[2]
         print(f"  polish round {round_ + 1}: {steps} products, gap {polished[3]:.4g}", flush=True)
         if args.diagnose:
-            r = problem.residuals(kappa)
-            diagnose(kappa, fam.expand(r))
+            diagnose(kappa)
 
 
 if __name__ == "__main__":

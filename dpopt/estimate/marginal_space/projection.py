@@ -71,7 +71,7 @@ from dpopt.estimate.marginal_space.augmented_lagrangian import augmented_lagrang
 from dpopt.estimate.marginal_space.layout import ResidualIndex, SetFamily
 
 __all__ = ["ProjectionProblem", "Projection", "project", "polish", "dual_value", "objective", "repair", "certify",
-           "certify_at", "gap_parts", "repair_step"]
+           "certify_at", "certify_with", "gap_parts", "repair_step"]
 
 #: Conjugate-gradient steps on one face before the face is taken again (the adult chain's faces,
 #: 1.5 million cells, need 100-150 for a gap of 1e-7).
@@ -231,7 +231,18 @@ def certify(problem: ProjectionProblem, kappa_in: np.ndarray) -> tuple:
 def certify_at(problem: ProjectionProblem, kappa: np.ndarray, r: np.ndarray, mu: np.ndarray) -> tuple:
     """:func:`certify` at multipliers already within their bounds, given ``r = r(kappa)`` and
     ``mu = E r`` (the dual's gradient, which a solver holds anyway): no product is made."""
-    complementarity, repaired, mu_repaired, cost = _gap_terms(problem, kappa, r, mu)
+    return _certificate(problem, kappa, *_gap_terms(problem, kappa, r, mu))
+
+
+def certify_with(problem: ProjectionProblem, kappa: np.ndarray, r: np.ndarray, mu: np.ndarray, x: np.ndarray,
+                 m: np.ndarray) -> tuple:
+    """:func:`certify_at` with the primal candidate ``x`` (``m = E x``) repaired in place of
+    ``r = r(kappa)``: the gap is ``<kappa, mu>`` plus ``F(repair(x)) - F(r)``, equation (7) of
+    :mod:`~dpopt.estimate.marginal_space.face_finish`. No product is made."""
+    return _certificate(problem, kappa, *_gap_terms(problem, kappa, r, mu, x, m))
+
+
+def _certificate(problem, kappa, complementarity, repaired, mu_repaired, cost) -> tuple:
     gap = complementarity + cost
     fun = objective(problem, repaired)
     dual = fun - gap
@@ -239,11 +250,13 @@ def certify_at(problem: ProjectionProblem, kappa: np.ndarray, r: np.ndarray, mu:
     return repaired, mu_repaired, kappa, relative, violation(problem, mu_repaired), fun, dual
 
 
-def _gap_terms(problem: ProjectionProblem, kappa: np.ndarray, r: np.ndarray, mu: np.ndarray) -> tuple:
-    """``(<kappa, mu>, r', mu', F(r') - F(r))`` with ``r'`` the repaired point: the absolute gap is
-    the first plus the last, the change of (4) taken as ``1/2 W (r' - r)(r' + r - 2 r^)``."""
+def _gap_terms(problem: ProjectionProblem, kappa: np.ndarray, r: np.ndarray, mu: np.ndarray,
+               x: np.ndarray | None = None, m: np.ndarray | None = None) -> tuple:
+    """``(<kappa, mu>, r', mu', F(r') - F(r))`` with ``r'`` the repaired point (of ``x`` when given,
+    else of ``r``): the absolute gap is the first plus the last, the change of (4) taken as
+    ``1/2 W (r' - r)(r' + r - 2 r^)``."""
     complementarity = float(kappa @ mu)
-    repaired, mu_repaired = repair(problem, r, mu)
+    repaired, mu_repaired = repair(problem, r, mu) if x is None else repair(problem, x, m)
     cost = 0.0
     if repaired is not r:
         free = problem.free_flat
