@@ -31,6 +31,22 @@ point ``r(kappa_new)``: every outer step is certified by the projection's
 :func:`~dpopt.estimate.marginal_space.projection.certify_at` at ``kappa_new`` (one product),
 with the same tolerances as every other path.
 
+Once an outer point's certified gap is within :data:`FINISH_GAP`, its active face is finished
+(:mod:`~dpopt.estimate.marginal_space.face_finish`): the certificate's repair towards a uniform
+point, not the complementarity, is what keeps the gap large (on adult's 6-attribute slice,
+<kappa, mu> = -194 against a repair costing 42,930 at one outer point), and the face's own
+optimum is reached by LSQR in a few hundred products once the face is found. On that slice the
+path certified (gap 9.6e-8) after 3,707 products where the outer steps alone, at their rate of
+about 5x in gap for 1.5x in products (gap 6.2e-4 after 2,202), would need about 10,000 to reach
+the tolerance 1e-6 (extrapolated, not run). Tried and dropped on it and on the
+9-attribute stand-in: Nesterov or constant (0.5) extrapolation of the multipliers, with or
+without a fixed ``rho`` (the most negative cell ended 2-4x worse for the same products); inner
+solves 1000x more exact (the same outer points at 3x the products); the dual's face system by
+conjugate gradients from an outer point, plain or preconditioned by the pseudo-inverse
+``E D^-1 W D^-1 E^T`` (its residual did not fall: the gap went 0.92 -> 0.98); mixing towards the
+product of the iterate's one-way marginals instead of the uniform point (the repair step rose
+to 1: those products are near zero on the cells that are negative).
+
 The inner steps work in vectors made once per solve (and the family's maps in arrays made once
 per family): on adult's triples fresh whole-vector temporaries (about 160 MB each, fresh ``mmap``
 pages) on every step made 515 of 1,138 CPU-s system time. Each in-place line computes the

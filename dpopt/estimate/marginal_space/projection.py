@@ -380,8 +380,9 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
     Newton systems solved by conjugate gradients). L-BFGS-B starts from its best point only if
     that pass does not certify. ``alm`` (default: from :data:`ALM_CELLS` clique cells) runs the
     augmented Lagrangian method (:func:`~dpopt.estimate.marginal_space.augmented_lagrangian.
-    augmented_lagrangian`) from ``kappa = 0`` in place of that pass. All end in the same
-    :func:`certify`, with the same tolerances.
+    augmented_lagrangian`) from ``kappa = 0`` in place of that pass; it finishes the active face
+    of its outer points once their gap is small (:mod:`~dpopt.estimate.marginal_space.face_finish`,
+    certified by :func:`certify_with`). All end in the same certificate, with the same tolerances.
     ``converged`` is True only when both figures hold at the returned point.
     """
     from scipy.optimize import minimize
