@@ -70,6 +70,12 @@ START_RHO_L = 10.0
 #: Growth of ``rho`` per outer step, and its cap (``rho L``): the inner conditioning is ``1 + rho L``.
 RHO_GROWTH = 2.0
 MAX_RHO_L = 1e6
+#: ``rho`` grows only after an outer step whose inner solve reached :data:`INNER_REDUCTION`
+#: within :data:`NEWTON_STEPS`: on adult's 9-attribute stand-in the inner solves stopped
+#: converging from ``rho L = 1280`` and the certified gap went from 0.71 (outer step 7, 1,133
+#: products) back to 0.95 and then 1 at every later step (5,013 products); with ``rho L`` held at
+#: 640 it fell 0.71 -> 0.48 -> 0.39 -> 0.29 -> 0.20 over the next 1,544 products.
+HOLD_RHO = True
 #: Semismooth Newton steps per outer step at most, and the inner stop: the preconditioned gradient
 #: norm fallen by this factor from its value at the outer step's start.
 NEWTON_STEPS = 12
@@ -150,6 +156,7 @@ def augmented_lagrangian(problem, kappa: np.ndarray, certify_at: Callable, bette
     finish_at = FINISH_GAP
     while not _done(best, stop_gap, feasibility) and products < max_products and not _late(deadline):
         first = None
+        solved = False  # the inner solve reached its reduction within NEWTON_STEPS
         # r and mu may be held by the certified points: the inner steps update copies in place.
         rw[...] = r
         mu_w[...] = mu
@@ -167,8 +174,10 @@ def augmented_lagrangian(problem, kappa: np.ndarray, certify_at: Callable, bette
             if first is None:
                 first = size
             elif size <= INNER_REDUCTION * first:
+                solved = True
                 break
             if size == 0.0:
+                solved = True
                 break
             np.logical_not(active, out=outside)
             _newton_direction(gradient, precondition, fixed, w, rho, np.flatnonzero(outside), expand, adjoint,
@@ -200,7 +209,8 @@ def augmented_lagrangian(problem, kappa: np.ndarray, certify_at: Callable, bette
                     best = finished
                 if log is not None:
                     log(outer, products, rho * scale, finished, finished[1])
-        rho = min(rho * RHO_GROWTH, MAX_RHO_L / scale)
+        if solved or not HOLD_RHO:
+            rho = min(rho * RHO_GROWTH, MAX_RHO_L / scale)
     return best, int(np.ceil(products))
 
 
