@@ -70,12 +70,13 @@ START_RHO_L = 10.0
 #: Growth of ``rho`` per outer step, and its cap (``rho L``): the inner conditioning is ``1 + rho L``.
 RHO_GROWTH = 2.0
 MAX_RHO_L = 1e6
-#: ``rho`` grows only after an outer step whose inner solve reached :data:`INNER_REDUCTION`
-#: within :data:`NEWTON_STEPS`: on adult's 9-attribute stand-in the inner solves stopped
-#: converging from ``rho L = 1280`` and the certified gap went from 0.71 (outer step 7, 1,133
-#: products) back to 0.95 and then 1 at every later step (5,013 products); with ``rho L`` held at
-#: 640 it fell 0.71 -> 0.48 -> 0.39 -> 0.29 -> 0.20 over the next 1,544 products.
-HOLD_RHO = True
+#: After an outer step whose inner solve did not reach :data:`INNER_REDUCTION` within
+#: :data:`NEWTON_STEPS`, ``rho`` goes back to the previous value and never exceeds it again. On
+#: adult's 9-attribute stand-in the inner solves stop converging from ``rho L = 1280``: doubling
+#: on took the certified gap from 0.71 (outer step 7, 1,133 products) back to 0.95 and then 1
+#: at every later step (5,013 products), and holding ``rho L`` at 1280 did the same; capped at
+#: 640 it fell 0.71 -> 0.48 -> 0.39 -> 0.29 -> 0.20 -> 0.17 over the next 1,905 products.
+CAP_RHO = True
 #: Semismooth Newton steps per outer step at most, and the inner stop: the preconditioned gradient
 #: norm fallen by this factor from its value at the outer step's start.
 NEWTON_STEPS = 12
@@ -154,6 +155,7 @@ def augmented_lagrangian(problem, kappa: np.ndarray, certify_at: Callable, bette
     rho = START_RHO_L / scale
     outer = 0
     finish_at = FINISH_GAP
+    ceiling = MAX_RHO_L / scale
     while not _done(best, stop_gap, feasibility) and products < max_products and not _late(deadline):
         first = None
         solved = False  # the inner solve reached its reduction within NEWTON_STEPS
@@ -209,8 +211,10 @@ def augmented_lagrangian(problem, kappa: np.ndarray, certify_at: Callable, bette
                     best = finished
                 if log is not None:
                     log(outer, products, rho * scale, finished, finished[1])
-        if solved or not HOLD_RHO:
-            rho = min(rho * RHO_GROWTH, MAX_RHO_L / scale)
+        if not solved and CAP_RHO and outer > 1:
+            ceiling = rho = rho / RHO_GROWTH
+        else:
+            rho = min(rho * RHO_GROWTH, ceiling)
     return best, int(np.ceil(products))
 
 
