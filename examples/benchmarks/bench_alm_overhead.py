@@ -18,6 +18,13 @@ below the vector size::
 
     MALLOC_MMAP_THRESHOLD_=8388608 OPENBLAS_NUM_THREADS=1 nice -n 10 \\
         python examples/benchmarks/bench_alm_overhead.py --products 40
+
+``--diagnose`` also prints where each outer point's certified gap comes from
+(:func:`~dpopt.estimate.marginal_space.projection.gap_parts`: complementarity at ``r(kappa)``
+against the repair's cost, the repair step and the most negative cell; one more adjoint per outer
+step, outside the timing's meaning), and ``--polish N`` then runs N rounds of the dual's
+active-face conjugate gradients (:func:`~dpopt.estimate.marginal_space.projection.polish`) from
+the best point, the face finish tried for issue 27.
 """
 
 from __future__ import annotations
@@ -87,10 +94,12 @@ def main() -> None:
     parser.add_argument("--accounting", choices=["zcdp", "pure"], default="zcdp")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--products", type=int, default=40, help="products of the solve (an expand and an adjoint)")
+    parser.add_argument("--diagnose", action="store_true", help="print the parts of every outer point's gap")
+    parser.add_argument("--polish", type=int, default=0, help="rounds of the active-face polish after the solve")
     args = parser.parse_args()
 
     from dpopt.estimate.marginal_space.augmented_lagrangian import augmented_lagrangian
-    from dpopt.estimate.marginal_space.projection import _better, certify_at
+    from dpopt.estimate.marginal_space.projection import _better, certify_at, gap_parts, polish
 
     problem = capture_problem(tuple(args.attrs), args.eps, args.accounting, args.seed)
     fam = problem.cliques
@@ -115,6 +124,17 @@ def main() -> None:
         digest.update(np.asarray(point[3:], dtype=np.float64).tobytes())
         print(f"  outer {outer}: {products:.1f} products, rho L {rho_l:.3g}, gap {point[3]:.4g}, "
               f"violation {point[4]:.3g}", flush=True)
+        if args.diagnose:
+            diagnose(point[2])
+
+    def diagnose(kappa):
+        r = problem.residuals(kappa)
+        parts = gap_parts(problem, kappa, r, fam.expand(r))
+        print(f"    F(r(kappa)) {parts['objective']:.7g}, g {parts['dual']:.7g}, <kappa, mu> "
+              f"{parts['complementarity']:.4g}, repair step {parts['repair_step']:.3g} costing "
+              f"{parts['repair_cost']:.4g} ({parts['repair_cost'] / parts['objective']:.3g} of F); most negative "
+              f"cell -{parts['worst']:.3g}, {parts['negative']:,} negative cells, {parts['active']:,} positive "
+              "multipliers", flush=True)
 
     start = usage()
     point, products = augmented_lagrangian(problem, np.zeros(fam.size), certify_at, _better,
@@ -125,6 +145,13 @@ def main() -> None:
           f"faults ({user / products:.3f} user-s, {system / products:.4f} sys-s, {faults / products:,.0f} faults "
           f"per product); gap {point[3]:.4g}; peak RSS {peak:,.0f} MB (process)")
     print(f"digest of the certified outer points: {digest.hexdigest()[:16]}")
+    kappa = point[2]
+    for round_ in range(args.polish):
+        polished, steps = polish(problem, kappa, rounds=1, max_iter=150, stop_gap=1e-7, feasibility=1e-6)
+        kappa = polished[2]
+        print(f"  polish round {round_ + 1}: {steps} products, gap {polished[3]:.4g}", flush=True)
+        if args.diagnose:
+            diagnose(kappa)
 
 
 if __name__ == "__main__":

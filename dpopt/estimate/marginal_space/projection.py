@@ -71,7 +71,7 @@ from dpopt.estimate.marginal_space.augmented_lagrangian import augmented_lagrang
 from dpopt.estimate.marginal_space.layout import ResidualIndex, SetFamily
 
 __all__ = ["ProjectionProblem", "Projection", "project", "polish", "dual_value", "objective", "repair", "certify",
-           "certify_at"]
+           "certify_at", "certify_with", "gap_parts", "repair_step"]
 
 #: Conjugate-gradient steps on one face before the face is taken again (the adult chain's faces,
 #: 1.5 million cells, need 100-150 for a gap of 1e-7).
@@ -159,21 +159,30 @@ def repair(problem: ProjectionProblem, r: np.ndarray, mu: np.ndarray) -> tuple[n
     ``t`` is the smallest value that lifts every negative cell where the interior point is
     positive. Cells the interior point leaves at zero cannot be lifted (their violation stays).
     """
+    step = repair_step(problem, r, mu)
+    if step is None:
+        return r, mu
+    t, r_int, mu_int = step
+    return (1.0 - t) * r + t * r_int, (1.0 - t) * mu + t * mu_int
+
+
+def repair_step(problem: ProjectionProblem, r: np.ndarray, mu: np.ndarray) -> tuple | None:
+    """``(t, r_int, mu_int)`` of :func:`repair` (the interior point at the current total), or None
+    when it leaves ``r`` as it is (no negative cell, no interior point, or none it can lift)."""
     neg = mu < 0
     if problem.interior is None or not neg.any():
-        return r, mu
+        return None
     r_int, mu_int = problem.interior
     if problem.total_free:  # the interior point has total 1: give it the current total
         total = float(r[problem.index.set_offsets[problem.index.position_of(())]])
         if not total > 0:
-            return r, mu
+            return None
         r_int, mu_int = r_int * total, mu_int * total
     lift = neg & (mu_int > 0)
     if not lift.any():
-        return r, mu
+        return None
     t = float(np.max(-mu[lift] / (mu_int[lift] - mu[lift])))
-    t = min(1.0, t * (1.0 + 1e-9) + 1e-15)
-    return (1.0 - t) * r + t * r_int, (1.0 - t) * mu + t * mu_int
+    return min(1.0, t * (1.0 + 1e-9) + 1e-15), r_int, mu_int
 
 
 def violation(problem: ProjectionProblem, mu: np.ndarray) -> float:
@@ -222,16 +231,60 @@ def certify(problem: ProjectionProblem, kappa_in: np.ndarray) -> tuple:
 def certify_at(problem: ProjectionProblem, kappa: np.ndarray, r: np.ndarray, mu: np.ndarray) -> tuple:
     """:func:`certify` at multipliers already within their bounds, given ``r = r(kappa)`` and
     ``mu = E r`` (the dual's gradient, which a solver holds anyway): no product is made."""
-    gap = float(kappa @ mu)
-    repaired, mu_repaired = repair(problem, r, mu)
-    if repaired is not r:
-        free = problem.free_flat
-        step = (repaired - r)[free]
-        gap += 0.5 * float(np.sum(problem.w_flat[free] * step * (repaired + r - 2.0 * problem.target)[free]))
+    return _certificate(problem, kappa, *_gap_terms(problem, kappa, r, mu))
+
+
+def certify_with(problem: ProjectionProblem, kappa: np.ndarray, r: np.ndarray, mu: np.ndarray, x: np.ndarray,
+                 m: np.ndarray) -> tuple:
+    """:func:`certify_at` with the primal candidate ``x`` (``m = E x``) repaired in place of
+    ``r = r(kappa)``: the gap is ``<kappa, mu>`` plus ``F(repair(x)) - F(r)``, equation (7) of
+    :mod:`~dpopt.estimate.marginal_space.face_finish`. No product is made."""
+    return _certificate(problem, kappa, *_gap_terms(problem, kappa, r, mu, x, m))
+
+
+def _certificate(problem, kappa, complementarity, repaired, mu_repaired, cost) -> tuple:
+    gap = complementarity + cost
     fun = objective(problem, repaired)
     dual = fun - gap
     relative = max(gap, 0.0) / (1.0 + abs(fun) + abs(dual))
     return repaired, mu_repaired, kappa, relative, violation(problem, mu_repaired), fun, dual
+
+
+def _gap_terms(problem: ProjectionProblem, kappa: np.ndarray, r: np.ndarray, mu: np.ndarray,
+               x: np.ndarray | None = None, m: np.ndarray | None = None) -> tuple:
+    """``(<kappa, mu>, r', mu', F(r') - F(r))`` with ``r'`` the repaired point (of ``x`` when given,
+    else of ``r``): the absolute gap is the first plus the last, the change of (4) taken as
+    ``1/2 W (r' - r)(r' + r - 2 r^)``."""
+    complementarity = float(kappa @ mu)
+    repaired, mu_repaired = repair(problem, r, mu) if x is None else repair(problem, x, m)
+    cost = 0.0
+    if repaired is not r:
+        free = problem.free_flat
+        step = (repaired - r)[free]
+        cost = 0.5 * float(np.sum(problem.w_flat[free] * step * (repaired + r - 2.0 * problem.target)[free]))
+    return complementarity, repaired, mu_repaired, cost
+
+
+def gap_parts(problem: ProjectionProblem, kappa: np.ndarray, r: np.ndarray, mu: np.ndarray) -> dict:
+    """Where the certified gap at ``kappa`` comes from, for diagnosis (``r = r(kappa)``, ``mu = E r``).
+
+    The absolute gap of :func:`certify_at` is ``complementarity + repair_cost``:
+    ``complementarity = <kappa, mu>`` is the gap at the dual's own primal point ``r(kappa)``
+    (``objective`` is ``F(r(kappa))``, ``dual`` is ``g(kappa)``), and ``repair_cost`` is what
+    moving it a fraction ``repair_step`` of the way to the interior point adds to (4).
+    ``worst`` is the most negative cell of ``mu`` (0 when none is), ``negative`` and ``active``
+    count the negative cells and the positive multipliers.
+    """
+    complementarity, repaired, _, cost = _gap_terms(problem, kappa, r, mu)
+    step = repair_step(problem, r, mu)
+    fun = objective(problem, r)
+    repaired_fun = objective(problem, repaired)
+    gap = complementarity + cost
+    return {"complementarity": complementarity, "repair_step": 0.0 if step is None else step[0],
+            "repair_cost": cost, "objective": fun, "dual": fun - complementarity,
+            "gap": max(gap, 0.0) / (1.0 + abs(repaired_fun) + abs(repaired_fun - gap)),
+            "worst": float(max(0.0, -mu.min(initial=0.0))), "negative": int(np.count_nonzero(mu < 0)),
+            "active": int(np.count_nonzero(kappa > 0))}
 
 
 def polish(problem: ProjectionProblem, kappa: np.ndarray, *, max_iter: int = 900, rounds: int = 6,
@@ -327,8 +380,9 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
     Newton systems solved by conjugate gradients). L-BFGS-B starts from its best point only if
     that pass does not certify. ``alm`` (default: from :data:`ALM_CELLS` clique cells) runs the
     augmented Lagrangian method (:func:`~dpopt.estimate.marginal_space.augmented_lagrangian.
-    augmented_lagrangian`) from ``kappa = 0`` in place of that pass. All end in the same
-    :func:`certify`, with the same tolerances.
+    augmented_lagrangian`) from ``kappa = 0`` in place of that pass; it finishes the active face
+    of its outer points once their gap is small (:mod:`~dpopt.estimate.marginal_space.face_finish`,
+    certified by :func:`certify_with`). All end in the same certificate, with the same tolerances.
     ``converged`` is True only when both figures hold at the returned point.
     """
     from scipy.optimize import minimize
