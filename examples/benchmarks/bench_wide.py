@@ -78,7 +78,9 @@ RECORDS = 50_000
 ESTIMATORS = {"ls": ("space", {}), "free": ("space (total free)", {"total": "free"}),
               "shrink": ("space (shrink)", {"shrink": True}),
               "unconstrained": ("space (no non-negativity)", {"nonnegative": False}),
-              "total-hat": ("space (total = n̂, held)", {"total": "measured"})}
+              "total-hat": ("space (total = n̂, held)", {"total": "measured"}),
+              "smooth": ("space (smooth)", {"objective": "smooth"}),
+              "smooth-1way": ("space (smooth, one-way prior)", {"objective": "smooth", "smooth": {"prior": "one-way"}})}
 
 
 # ---- measurements ---------------------------------------------------------------------------------
@@ -112,7 +114,8 @@ def case_rows(case: str, eps: float, accounting: str, seed: int, pgm: bool, time
         return nltcs_rows(eps, accounting, seed, pgm)
     if case.startswith("adult"):
         return adult_rows(case, eps, accounting, seed, pgm, time_limit, estimators)
-    return bn_rows(int(case[2:].split("k")[0]), int(case.split("k")[1]), eps, accounting, seed, time_limit, mwem)
+    return bn_rows(int(case[2:].split("k")[0]), int(case.split("k")[1]), eps, accounting, seed, time_limit, mwem,
+                   estimators)
 
 
 def space_row(label, ms, workload, truths, n, time_limit=None, **options) -> tuple[dict, object]:
@@ -208,7 +211,7 @@ def run_pgm_only(args) -> None:
     print(json.dumps(row))
 
 
-def selected_rows(data, sets, budget, seed, truths, population, n, time_limit) -> list[dict]:
+def selected_rows(data, sets, budget, seed, truths, population, n, time_limit, estimators=("ls",)) -> list[dict]:
     """``auto``'s wide plan (:mod:`dpopt.strategy.wide_selection`): one-way marginals, the probe, then
     every workload marginal or the exponentially-chosen ones; measurement, selection and
     estimation timed together (CPU seconds beside wall), then its records."""
@@ -227,10 +230,21 @@ def selected_rows(data, sets, budget, seed, truths, population, n, time_limit) -
         records = records_row(est, data, sets, truths, n, population)
         records["method"] = "auto wide records"
         rows.append(records)
+    for name in estimators:  # other estimator options on the same selected measurements
+        if name == "ls":
+            continue
+        cpu = time.process_time()
+        row, est = space_row(f"auto wide, {ESTIMATORS[name][0]}", chosen.measurements, sets, truths, n,
+                             time_limit=time_limit, **ESTIMATORS[name][1])
+        row.update(cpu_seconds=time.process_time() - cpu, gap=est.info.get("certificate", {}).get("gap"),
+                   largest_clique_cells=est.info.get("largest_clique_cells"))
+        if est.success:
+            row["error_vs_network"] = errors(est.marginals(sets), population, n)
+        rows.append(row)
     return rows
 
 
-def bn_rows(d, k, eps, accounting, seed, time_limit, mwem=True) -> list[dict]:
+def bn_rows(d, k, eps, accounting, seed, time_limit, mwem=True, estimators=("ls",)) -> list[dict]:
     from dpopt.algorithms.mwem_factored import factored_mwem
     from dpopt.datasets.bayes_net import random_sparse_network
     from dpopt.estimate.engines.factored import BinaryMarginalCells
@@ -257,7 +271,7 @@ def bn_rows(d, k, eps, accounting, seed, time_limit, mwem=True) -> list[dict]:
     if est.success:
         row["error_vs_network"] = errors(est.marginals(sets), population, n)
     rows.append(row)
-    rows.extend(selected_rows(data, sets, budget, seed, truths, population, n, time_limit))
+    rows.extend(selected_rows(data, sets, budget, seed, truths, population, n, time_limit, estimators))
     if mwem:
         tick = time.perf_counter()
         amount = {"epsilon": eps} if accounting == "pure" else {"rho": eps * eps / 2}

@@ -99,6 +99,8 @@ def estimate_marginals(
     max_iter: int = 20000,
     max_cells: int = MAX_CLIQUE_CELLS,
     exact_cells: int = EXACT_CELLS,
+    objective: str = "l2",
+    smooth: dict | None = None,
 ) -> MarginalEstimate:
     """The consistent, non-negative workload marginals that fit the measured marginals best.
 
@@ -158,12 +160,31 @@ def estimate_marginals(
         graph: their local polytope is the marginal polytope, ``"marginal"``), otherwise over the
         local relaxation (``"local"``), which can fit the noise more closely than any table could.
 
+    objective : {"l2", "smooth"}
+        ``"l2"`` (default): the least-squares fit above. ``"smooth"``: the dense smooth estimate
+        (least squares + ``λ D(x ‖ prior)`` in proximal steps, :mod:`dpopt.estimate.engines.smooth`)
+        computed exactly by message passing on a junction tree of the sets
+        (:mod:`~dpopt.estimate.marginal_space.smooth`); ``shrink`` and ``nonnegative=False`` do not
+        apply to it, ``exact_cells`` is not used, and ``max_cells`` bounds the junction tree.
+    smooth : dict, optional
+        Options of the smooth estimate (``prior``, ``steps``, ``smoothing``, ``tol``, ``max_newton``).
+
     Returns
     -------
     MarginalEstimate
         ``status`` OPTIMAL only when the certificate holds (``info["certificate"]``).
     """
     start = time.perf_counter()
+    if objective == "smooth":
+        if shrink or nonnegative is not True:
+            raise ParameterError("shrink and nonnegative=False apply to objective 'l2', not 'smooth'")
+        from dpopt.estimate.marginal_space.smooth import estimate_smooth
+
+        return estimate_smooth(measurements, workload, constraints, total=total, time_limit=time_limit,
+                               max_cells=max_cells, **(smooth or {}))
+    if objective != "l2" or smooth is not None:
+        raise ParameterError(f"objective must be 'l2' or 'smooth' (smooth options only with 'smooth'), got "
+                             f"objective={objective!r}")
     measurements = list(measurements)
     if not measurements:
         raise QueryError("estimate_marginals: give at least one measurement")

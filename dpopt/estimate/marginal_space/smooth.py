@@ -217,7 +217,11 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
             "held_total": prior_total if held else None, "prior_total": prior_total, "newton_steps": 0,
             "polytope": "junction tree", "cliques": len(tree.cliques), "clique_cells": tree.cells,
             "largest_clique_cells": max(math.prod(s) for s in tree.shapes),
-            "loose_attributes": [domain.attrs[a] for (a,) in loose]}
+            "loose_attributes": [domain.attrs[a] for (a,) in loose],
+            "total": {"mode": total, "held": held, "value": prior_total if held else None, "measured": n_hat,
+                      "stddev": n_se, "predicted_bias": None, "rule": "the smooth estimate holds N̂ unless 'free'",
+                      "reason": (f"held at the measured N̂ = {prior_total:.6g} (standard error {n_se:.3g}), as the "
+                                 "dense smooth engine does" if held else "left free (total='free')")}}
     theta = np.zeros(rows.size)  # Σ of the previous steps' ν / λ: log x_{k−1} = log p − Cᵀθ
     status, message, certificate, mu = Status.NUMERICAL_ERROR, "no step taken", None, None
     for done in range(1, steps + 1):
