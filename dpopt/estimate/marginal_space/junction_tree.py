@@ -209,6 +209,52 @@ class JunctionTree:
         return weighted
 
 
+    # ---- marginals outside the cliques --------------------------------------------------------
+    def set_marginals(self, log_factors: list[np.ndarray], mu: list[np.ndarray],
+                      sets: Sequence[tuple[int, ...]]) -> dict[tuple[int, ...], np.ndarray]:
+        """``{axes: marginal}`` (arrays over the sorted axes) of the calibrated measure ``μ``.
+
+        A set inside a clique is summed from it. Any other set ``W`` is read by conditioning:
+        for every value ``w`` of ``W`` less its last attribute ``l``, the measure restricted to
+        ``W∖l = w`` (its factors times the indicator, as :data:`EVIDENCE` in log) is calibrated
+        again, and its marginal on ``l`` is ``μ_W(w, ·)`` exactly. Sets sharing ``W∖l`` share the
+        passes: every pair ``(a, ·)`` costs ``n_a`` passes together. The loop is over the values
+        conditioned on, each one pass of messages, never over cells.
+        """
+        out: dict = {}
+        pending: dict = {}
+        for s in sets:
+            s = tuple(s)
+            held = next((i for i, c in enumerate(self.cliques) if set(s) <= set(c)), None)
+            if held is not None:
+                summed = self.summed_axes(held, s)
+                out[s] = mu[held].sum(axis=summed) if summed else mu[held].copy()
+            else:
+                pending.setdefault(s[:-1], []).append(s)
+        for condition, group in pending.items():
+            shape = tuple(self.sizes[a] for a in condition)
+            results = {s: np.empty(shape + (self.sizes[s[-1]],)) for s in group}
+            holders = [self.holder((a,)) for a in condition]
+            for values in np.ndindex(*shape):
+                factors = list(log_factors)
+                for a, v, h in zip(condition, values, holders):
+                    mask = np.full(self.sizes[a], EVIDENCE)
+                    mask[v] = 0.0
+                    factors[h] = factors[h] + mask.reshape(self.broadcast_shape(h, (a,)))
+                restricted, _, _ = self.calibrate(factors)
+                for s in group:
+                    h = self.holder((s[-1],))
+                    summed = self.summed_axes(h, (s[-1],))
+                    results[s][values] = restricted[h].sum(axis=summed) if summed else restricted[h]
+            out.update(results)
+        return out
+
+
+#: The log factor of a value ruled out by conditioning: its cells underflow to exactly 0 while
+#: every difference of log messages stays finite (an infinite one would give NaN).
+EVIDENCE = -1e3
+
+
 def _sum(a: np.ndarray, axes: tuple) -> np.ndarray:
     return a.sum(axis=axes) if axes else a
 

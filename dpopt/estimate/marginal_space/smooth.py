@@ -57,7 +57,7 @@ from dpopt.errors import ParameterError, QueryError
 from dpopt.estimate.certificates.verify import CERTIFICATE_TOL
 from dpopt.estimate.engines.smooth import RTOL_FACTOR, STEPS, default_smoothing
 from dpopt.estimate.marginal_space.junction_tree import JunctionTree
-from dpopt.estimate.marginal_space.layout import ResidualIndex, SetFamily, check_sets
+from dpopt.estimate.marginal_space.layout import ResidualIndex, SetFamily, check_sets, maximal_sets
 from dpopt.estimate.marginal_space.result import MarginalEstimate
 from dpopt.estimate.status import Status
 from dpopt.model.constraints import ConstraintSet
@@ -192,7 +192,7 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
     sizes = [int(s) for s in domain.sizes]
     held_attrs = {a for s in work + axes for a in s}
     loose = [(a,) for a in range(len(domain)) if a not in held_attrs]
-    tree = JunctionTree(sizes, work + [a for a in axes if a] + loose, max_cells, names=domain.attrs)
+    tree = JunctionTree(sizes, [a for a in axes if a] + loose, max_cells, names=domain.attrs)
 
     # The measurements' total and λ (the dense engine's formulas).
     values = [np.asarray(m.values, dtype=np.float64) for m in measurements]
@@ -224,18 +224,20 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
                                  "dense smooth engine does" if held else "left free (total='free')")}}
     theta = np.zeros(rows.size)  # Σ of the previous steps' ν / λ: log x_{k−1} = log p − Cᵀθ
     status, message, certificate, mu = Status.NUMERICAL_ERROR, "no step taken", None, None
+    point = theta  # the natural parameters of the last point (the estimate, or the incumbent)
     for done in range(1, steps + 1):
         remaining = None if time_limit is None else float(time_limit) - (time.perf_counter() - start)
         nu, mu, certificate, used, status, message = _proximal_step(
             tree, rows, base, theta, targets, var, lam, tol, max_newton, remaining)
         info["newton_steps"] += used
+        point = theta + nu / lam
         if status is not Status.OPTIMAL or not certificate["ok"]:
             if status is Status.OPTIMAL:
                 status = Status.NUMERICAL_ERROR
                 message += (f"; dpopt's certificate failed: gap {certificate['gap']:.1e}, stationarity "
                             f"{certificate['stationarity']:.1e}, total {certificate['total_residual']:.1e}")
             break
-        theta = theta + nu / lam
+        theta = point
     if steps > 1:
         message = f"proximal step {done} of {steps}: {message}"
     info["certificate"] = certificate
@@ -244,10 +246,16 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
         message += (f"; certified: relative duality gap {certificate['gap']:.1e}, stationarity "
                     f"{certificate['stationarity']:.1e} (tolerance {CERTIFICATE_TOL:g}); junction tree of "
                     f"{len(tree.cliques)} cliques, {tree.cells:,} cells")
-    index = ResidualIndex(domain, tree.cliques)
-    family = SetFamily(index, tree.cliques)
+    # The released family: the tree's cliques and the workload sets (read by conditioning when no
+    # clique holds them), all marginals of the one model, hence consistent.
+    held_sets = maximal_sets(list(tree.cliques) + work)
+    index = ResidualIndex(domain, held_sets)
+    family = SetFamily(index, held_sets)
     if mu is not None and all(np.isfinite(m).all() for m in mu):
-        cells = family.pack([m.ravel() for m in mu])
+        factors = [b if f is None else b + f for b, f in zip(base, rows.factors(-point))]
+        read = tree.set_marginals(factors, mu, [s for s in held_sets if s not in tree.cliques])
+        read.update(zip(tree.cliques, mu))
+        cells = family.pack([read[s].ravel() for s in held_sets])
         residuals = family.adjoint(cells) / index.per_set(family.diagonal())
         fit = rows.marginals(mu)[: rows.num_noisy] - targets[: rows.num_noisy]
         chi2 = float(np.sum(fit**2 / var[: rows.num_noisy]))
@@ -260,7 +268,7 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
         status=status, success=ok, message=message, fun=chi2, objective="smooth", backend="marginal_space",
         solver="Newton's method on the dual (conjugate gradients), marginals by junction-tree message passing",
         domain=domain, workload=tuple(tuple(domain.attrs[a] for a in w) for w in work),
-        cliques=tuple(tuple(domain.attrs[a] for a in c) for c in tree.cliques), index=index, family=family,
+        cliques=tuple(tuple(domain.attrs[a] for a in c) for c in held_sets), index=index, family=family,
         residuals=residuals, clique_marginals=cells, total=total_value, table=None, measurements=measurements,
         constraints=constraints, nit=info["newton_steps"], time=time.perf_counter() - start, incumbent=not ok,
         info=info, residual_weights=None)
