@@ -164,8 +164,9 @@ def estimate_marginals(
         ``"l2"`` (default): the least-squares fit above. ``"smooth"``: the dense smooth estimate
         (least squares + ``λ D(x ‖ prior)`` in proximal steps, :mod:`dpopt.estimate.engines.smooth`)
         computed exactly by message passing on a junction tree of the sets
-        (:mod:`~dpopt.estimate.marginal_space.smooth`); ``shrink`` and ``nonnegative=False`` do not
-        apply to it, ``exact_cells`` is not used, and ``max_cells`` bounds the junction tree.
+        (:mod:`~dpopt.estimate.marginal_space.smooth`; a domain of at most ``exact_cells`` cells is
+        solved as a table by that engine); ``shrink`` and ``nonnegative=False`` do not apply to it,
+        and ``max_cells`` bounds the junction tree.
     smooth : dict, optional
         Options of the smooth estimate (``prior``, ``steps``, ``smoothing``, ``tol``, ``max_newton``).
 
@@ -181,7 +182,7 @@ def estimate_marginals(
         from dpopt.estimate.marginal_space.smooth import estimate_smooth
 
         return estimate_smooth(measurements, workload, constraints, total=total, time_limit=time_limit,
-                               max_cells=max_cells, **(smooth or {}))
+                               max_cells=max_cells, exact_cells=exact_cells, **(smooth or {}))
     if objective != "l2" or smooth is not None:
         raise ParameterError(f"objective must be 'l2' or 'smooth' (smooth options only with 'smooth'), got "
                              f"objective={objective!r}")

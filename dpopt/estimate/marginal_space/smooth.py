@@ -110,7 +110,7 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
                     constraints: ConstraintSet | None = None, *, total: float | str = "auto",
                     prior: str = "uniform", steps: int = STEPS, smoothing: float | None = None,
                     tol: float = 1e-10, max_newton: int = 100, time_limit: float | None = None,
-                    max_cells: int = 2**27) -> MarginalEstimate:
+                    max_cells: int = 2**27, exact_cells: int = 0) -> MarginalEstimate:
     """The dense smooth estimate's workload marginals, computed on a junction tree (module notes).
 
     Parameters
@@ -142,6 +142,11 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
         Seconds for all the steps; reaching it gives TIME_LIMIT and no estimate.
     max_cells : int
         Refuse junction trees whose cliques hold more cells (DomainError naming the largest).
+    exact_cells : int
+        Domains of at most this many cells are solved as a table by the dense engine
+        (``info["polytope"] == "table"``; the same estimate, and faster when one clique would
+        hold the whole domain, as every triple of 16 attributes does). Default 0: always the
+        junction tree (:func:`~dpopt.estimate.marginal_space.estimate_marginals` passes its own).
 
     Returns
     -------
@@ -192,6 +197,9 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
     sizes = [int(s) for s in domain.sizes]
     held_attrs = {a for s in work + axes for a in s}
     loose = [(a,) for a in range(len(domain)) if a not in held_attrs]
+    if exact_cells and domain.size <= exact_cells:
+        return _smooth_table(measurements, constraints, domain, work, axes, total, prior, steps, smoothing, tol,
+                             max_newton, time_limit, start)
     tree = JunctionTree(sizes, [a for a in axes if a] + loose, max_cells, names=domain.attrs)
 
     # The measurements' total and λ (the dense engine's formulas).
@@ -272,6 +280,59 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
         residuals=residuals, clique_marginals=cells, total=total_value, table=None, measurements=measurements,
         constraints=constraints, nit=info["newton_steps"], time=time.perf_counter() - start, incumbent=not ok,
         info=info, residual_weights=None)
+
+
+def _smooth_table(measurements, constraints, domain, work, axes, total, prior, steps, smoothing, tol, max_newton,
+                  time_limit, start) -> MarginalEstimate:
+    """The dense engine on the table (same options, the one-way prior as a product table), and
+    the workload's marginals read off it, as a :class:`MarginalEstimate`."""
+    from dpopt.estimate import reconstruct
+    from dpopt.estimate.engines.smooth import prior_total
+    from dpopt.estimate.problem import ConsistencyProblem
+    from dpopt.model.constraints import NonNegativity
+    from dpopt.model.queries.marginal import Marginal
+
+    cs = ConstraintSet(domain, [NonNegativity()])
+    table_prior = None
+    if prior == "one-way":
+        sizes = [int(s) for s in domain.sizes]
+        values = [np.asarray(m.values, dtype=np.float64) for m in measurements]
+        variances = [float(m.variance) for m in measurements]
+        n = prior_total(ConsistencyProblem(measurements, cs))
+        table_prior = np.full(1, n)
+        for a, size in enumerate(sizes):  # C order over the attributes: the table's layout
+            table_prior = np.multiply.outer(table_prior, _one_way(a, size, n, axes, values, variances, sizes) / n
+                                            ).ravel()
+    result = reconstruct(measurements, cs, "smooth", steps=steps, smoothing=smoothing, prior=table_prior,
+                         total="free" if total == "free" else "estimate", tol=tol, max_steps=max_newton,
+                         time_limit=time_limit, integer=False)
+    held_sets = maximal_sets(work)
+    index = ResidualIndex(domain, held_sets)
+    family = SetFamily(index, held_sets)
+    x = np.zeros(domain.size) if result.x is None else np.asarray(result.x, dtype=np.float64)
+    cells = family.pack([Marginal(domain, [domain.attrs[a] for a in s]).matvec(x) for s in held_sets])
+    residuals = family.adjoint(cells) / index.per_set(family.diagonal())
+    dense = result.info
+    held = dense.get("held_total")
+    info = {"lambda": dense.get("lambda"), "smoothing": dense.get("smoothing"), "steps": int(steps), "prior": prior,
+            "held_total": held, "prior_total": dense.get("prior_total"), "newton_steps": result.nit,
+            "polytope": "table", "cliques": len(held_sets), "clique_cells": int(family.size),
+            "largest_clique_cells": int(domain.size), "chi2": dense.get("chi2"),
+            "certificate": {"dense": True, "gap": dense.get("duality_gap"), "stationarity": dense.get("stationarity"),
+                            "total_residual": dense.get("invariant_residual"), "ok": bool(result.success)},
+            "total": {"mode": total, "held": held is not None, "value": held, "measured": None, "stddev": None,
+                      "predicted_bias": None, "rule": "the smooth estimate holds N̂ unless 'free'",
+                      "reason": "held at the measured N̂, as the dense smooth engine does" if held is not None
+                      else "left free (total='free')"}}
+    message = f"the full table ({domain.size:,} cells) fits: solved densely (smooth): {result.message}"
+    return MarginalEstimate(
+        status=result.status, success=bool(result.success), message=message, fun=dense.get("chi2"),
+        objective="smooth", backend="marginal_space", solver="dpopt.estimate.reconstruct (smooth, newton)",
+        domain=domain, workload=tuple(tuple(domain.attrs[a] for a in w) for w in work),
+        cliques=tuple(tuple(domain.attrs[a] for a in c) for c in held_sets), index=index, family=family,
+        residuals=residuals, clique_marginals=cells, total=float(x.sum()), table=None if result.x is None else x,
+        measurements=measurements, constraints=constraints, nit=result.nit, time=time.perf_counter() - start,
+        incumbent=not result.success, info=info, residual_weights=None)
 
 
 def _check_constraints(constraints: ConstraintSet, domain) -> None:
