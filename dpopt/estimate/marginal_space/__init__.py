@@ -9,12 +9,16 @@ marginals of a workload that fit them best, without ever forming the full table:
   by the independence prior of :mod:`.prior`), then non-negativity and structural zeros by the dual of the
   least-squares projection over the local marginal polytope (:mod:`.projection`), certified
   by its duality gap; returns a :class:`MarginalEstimate`;
+- ``estimate_marginals(..., objective="smooth")`` — the dense smooth (entropy-regularised)
+  estimate computed exactly by message passing on a junction tree of the measured sets
+  (:mod:`.smooth`, :mod:`.junction_tree`), where that tree fits;
 - :func:`synthetic_records` — records drawn (from uniforms the caller passes) from a
   Bayesian network fitted to the estimate, with controlled rounding along the network so
   that its families' marginals are kept to within a record.
 
 Parts: :mod:`.layout` (residuals and marginals held set by set), :mod:`.gls`, :mod:`.prior`,
-:mod:`.projection`, :mod:`.interior`, :mod:`.estimator`, :mod:`.result`, :mod:`.sampling`.
+:mod:`.projection`, :mod:`.interior`, :mod:`.estimator`, :mod:`.result`, :mod:`.sampling`,
+:mod:`.smooth`, :mod:`.junction_tree`.
 Pure post-processing: no data, no randomness of its own.
 """
 
