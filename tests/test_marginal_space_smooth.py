@@ -223,3 +223,20 @@ def test_small_domains_are_solved_as_a_table_with_the_same_estimate(case, prior)
     assert table.success and tree.success and table.table is not None
     for s, m in tree.marginals(sets).items():
         np.testing.assert_allclose(table.marginals(sets)[s], m, rtol=1e-8, atol=1e-8 * tree.total)
+
+
+def test_records_follow_the_smooth_estimate():
+    # records drawn from the smooth estimate of a 30-attribute chain keep its pair marginals to
+    # within the controlled rounding of sampling.py (a couple of records per cell)
+    from dpopt.model.data import Dataset
+    from dpopt.privacy.randomness import make_random
+
+    data = random_sparse_network(30, seed=2).sample(20000, 4)
+    names = data.domain.attrs
+    sets = [(names[i], names[i + 1]) for i in range(29)]
+    est = estimate_marginals(_measure(data, sets, [30.0] * 29, 1), objective="smooth")
+    assert est.success
+    codes = est.records(rng=make_random(5))
+    assert abs(len(codes) - est.total) <= 1
+    records, marg = Dataset(codes, data.domain), est.marginals(sets)
+    assert max(np.abs(records.marginal(s) - marg[s]).max() for s in sets) <= 2.0
