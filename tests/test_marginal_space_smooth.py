@@ -240,3 +240,9 @@ def test_records_follow_the_smooth_estimate():
     assert abs(len(codes) - est.total) <= 1
     records, marg = Dataset(codes, data.domain), est.marginals(sets)
     assert max(np.abs(records.marginal(s) - marg[s]).max() for s in sets) <= 2.0
+
+
+def test_time_limit_releases_nothing(case):
+    data, sets, ms = case
+    est = estimate_smooth(ms, time_limit=1e-9)
+    assert est.status is Status.TIME_LIMIT and not est.success and est.incumbent

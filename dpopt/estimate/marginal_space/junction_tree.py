@@ -26,6 +26,7 @@ it has the running-intersection property. Components are joined by empty separat
 from __future__ import annotations
 
 import math
+import time
 from typing import Sequence
 
 import numpy as np
@@ -210,9 +211,10 @@ class JunctionTree:
 
 
     # ---- marginals outside the cliques --------------------------------------------------------
-    def set_marginals(self, log_factors: list[np.ndarray], mu: list[np.ndarray],
-                      sets: Sequence[tuple[int, ...]]) -> dict[tuple[int, ...], np.ndarray]:
-        """``{axes: marginal}`` (arrays over the sorted axes) of the calibrated measure ``μ``.
+    def set_marginals(self, log_factors: list[np.ndarray], mu: list[np.ndarray], sets: Sequence[tuple[int, ...]],
+                      deadline: float | None = None) -> dict[tuple[int, ...], np.ndarray] | None:
+        """``{axes: marginal}`` (arrays over the sorted axes) of the calibrated measure ``μ``; None
+        when ``time.perf_counter()`` passes ``deadline`` before every set is read.
 
         A set inside a clique is summed from it. Any other set ``W`` is read by conditioning:
         for every value ``w`` of ``W`` less its last attribute ``l``, the measure restricted to
@@ -236,6 +238,8 @@ class JunctionTree:
             results = {s: np.empty(shape + (self.sizes[s[-1]],)) for s in group}
             holders = [self.holder((a,)) for a in condition]
             for values in np.ndindex(*shape):
+                if deadline is not None and time.perf_counter() > deadline:
+                    return None
                 factors = list(log_factors)
                 for a, v, h in zip(condition, values, holders):
                     mask = np.full(self.sizes[a], EVIDENCE)

@@ -261,7 +261,12 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
     family = SetFamily(index, held_sets)
     if mu is not None and all(np.isfinite(m).all() for m in mu):
         factors = [b if f is None else b + f for b, f in zip(base, rows.factors(-point))]
-        read = tree.set_marginals(factors, mu, [s for s in held_sets if s not in tree.cliques])
+        deadline = None if time_limit is None else start + float(time_limit)
+        read = tree.set_marginals(factors, mu, [s for s in held_sets if s not in tree.cliques], deadline)
+        if read is None:  # the workload's marginals outside the cliques could not all be read in time
+            ok, status = False, Status.TIME_LIMIT
+            message += "; time limit while reading the workload's marginals outside the tree: nothing to release"
+            read = {s: np.zeros([sizes[a] for a in s]) for s in held_sets if s not in tree.cliques}
         read.update(zip(tree.cliques, mu))
         cells = family.pack([read[s].ravel() for s in held_sets])
         residuals = family.adjoint(cells) / index.per_set(family.diagonal())
