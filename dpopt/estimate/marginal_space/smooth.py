@@ -80,10 +80,9 @@ class _Rows:
         self.summed = [tree.summed_axes(h, a) for h, a in zip(self.holders, axes)]
         # The clique's axes with the set's first: one transposed copy summed along one axis is
         # several times faster than numpy's sum over many small axes (16 binary axes: 4.6×).
-        self.transposed = [tuple(i for i in range(len(tree.cliques[h])) if i not in s) for h, s in
-                      zip(self.holders, self.summed)]
-        self.transposed = [kept + s for kept, s in zip(self.transposed, self.summed)]
-        self.shared = np.bincount(self.holders, minlength=len(tree.cliques)) > 1 if axes else np.zeros(0, bool)
+        self.transposed = [tuple(i for i in range(len(tree.cliques[h])) if i not in s) + s
+                           for h, s in zip(self.holders, self.summed)]
+        self.shared = np.bincount(np.asarray(self.holders, dtype=np.intp), minlength=len(tree.cliques)) > 1
         cells = [math.prod(s) for s in self.shapes]
         self.offsets = np.concatenate([[0], np.cumsum(cells)]).astype(np.int64)
         self.num_noisy = int(self.offsets[-1])
