@@ -18,7 +18,11 @@ Cases (``--cases``):
   (``total="free"``: the total left to the non-negative fit, the default before the total rule),
   ``shrink`` (``shrink=True``), ``unconstrained`` (``nonnegative=False``: the consistent
   least-squares fit) and ``total-hat`` (``total="measured"``: the total held at the unconstrained
-  fit's, whatever the rule says). Each row gives the estimate's total and whether it was held.
+  fit's, whatever the rule says), ``smooth`` (``objective="smooth"``: the entropy-regularised
+  estimate on a junction tree, :mod:`dpopt.estimate.marginal_space.smooth`) and ``smooth-1way``
+  (the same from the product of the estimated one-way marginals). Each row gives the estimate's
+  total and whether it was held. With ``bn`` the options other than ``ls`` run on ``auto``'s
+  selected measurements (``auto wide, ...`` rows); with ``nltcs`` beside the dense smooth engine.
   The rule's validation away from adult is ``bench_wide_total.py``.
 * ``bn``     — binary data from a known sparse Bayesian network (``dpopt.datasets.bayes_net``,
   parents within 3 places, seed 1), n = 50,000, d = 27, 50, 100: every 2-way marginal (and every
