@@ -246,3 +246,17 @@ def test_time_limit_releases_nothing(case):
     data, sets, ms = case
     est = estimate_smooth(ms, time_limit=1e-9)
     assert est.status is Status.TIME_LIMIT and not est.success and est.incumbent
+
+
+def test_near_exact_noise_certifies_and_equals_dense():
+    # sigma = 0.1 on counts of 10^4: the Newton residual cannot fall below the marginal sums'
+    # rounding, so residuals at rounding level count as converged (this ran to ITERATION_LIMIT)
+    data = random_sparse_network(12, seed=3).sample(50_000, 103)
+    names = data.domain.attrs
+    sets = [tuple(names[i:i + 3]) for i in range(10)]
+    ms = _measure(data, sets, [0.1] * 10, 2)
+    est = estimate_marginals(ms, objective="smooth", exact_cells=0)
+    assert est.status is Status.OPTIMAL, est.message
+    dense = reconstruct(ms, ConstraintSet(data.domain, [NonNegativity()]), "smooth")
+    for s, want in _dense_marginals(data.domain, dense.x, sets).items():
+        np.testing.assert_allclose(est.marginals(sets)[s], want, rtol=1e-7, atol=1e-7 * dense.x.sum())
