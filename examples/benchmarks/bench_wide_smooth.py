@@ -28,7 +28,7 @@ from fractions import Fraction
 
 import numpy as np
 
-ESTIMATORS = {"ls": {}, "smooth": {"objective": "smooth"},
+ESTIMATORS = {"ls": {"objective": "ls"}, "smooth": {"objective": "smooth", "smooth": {"prior": "uniform"}},
               "smooth-1way": {"objective": "smooth", "smooth": {"prior": "one-way"}}}
 
 
@@ -49,9 +49,13 @@ def main() -> None:
     parser.add_argument("--eps", type=float, nargs="+", default=[1.0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--max-cells", type=int, default=2**22, help="largest junction tree tried")
+    parser.add_argument("--estimators", nargs="+", default=list(ESTIMATORS), choices=list(ESTIMATORS))
     args = parser.parse_args()
+    estimators = {name: ESTIMATORS[name] for name in args.estimators}
+    paired = "smooth" in estimators and "smooth-1way" in estimators
     print(f"{'net':>3} {'acc':>4} {'eps':>4} {'seed':>4} {'mode':>6} {'tree cells':>10} {'noise/count':>11} "
-          + " ".join(f"{name:>18}" for name in ESTIMATORS), flush=True)
+          + " ".join(f"{name:>18}" for name in estimators)
+          + ("  1way-uniform (s.e.)" if paired else ""), flush=True)
     for net_seed in args.net:
         net = random_sparse_network(args.d, seed=net_seed, window=args.window)
         data = net.sample(50_000, net_seed + 100)
@@ -76,8 +80,8 @@ def main() -> None:
                     weights = 1.0 / (variances * cells)
                     n_hat = float(np.sum(weights * np.array([m.values.sum() for m in ms])) / weights.sum())
                     ratio = sigma_bar * float(np.mean(cells)) / max(n_hat, 1.0)
-                    out, tree = [], "-"
-                    for name, options in ESTIMATORS.items():
+                    out, tree, per_set = [], "-", {}
+                    for name, options in estimators.items():
                         cpu = time.process_time()
                         try:
                             est = estimate_marginals(ms, sets, max_cells=args.max_cells, **options)
@@ -90,10 +94,18 @@ def main() -> None:
                             out.append(f"{est.status.name:>18}")
                             continue
                         fit = est.marginals(sets)
-                        err = float(np.mean([np.abs(np.asarray(fit[s], float) - truths[s]).sum() / n for s in sets]))
+                        per_set[name] = np.array([np.abs(np.asarray(fit[s], float) - truths[s]).sum() / n
+                                                  for s in sets])
+                        err = float(per_set[name].mean())
                         out.append(f"{err:.4f} ({time.process_time() - cpu:5.1f} s)".rjust(18))
+                    # the prior's effect: the mean over the workload of the per-marginal difference, and its
+                    # standard error over the workload's marginals
+                    diff = ""
+                    if paired and "smooth" in per_set and "smooth-1way" in per_set:
+                        delta = per_set["smooth-1way"] - per_set["smooth"]
+                        diff = f"  {delta.mean():+.5f} ({delta.std(ddof=1) / np.sqrt(delta.size):.5f})"
                     print(f"{net_seed:>3} {accounting:>4} {eps:>4} {seed:>4} {chosen.mode:>6} {tree!s:>10} "
-                          f"{ratio:>11.3g} " + " ".join(out), flush=True)
+                          f"{ratio:>11.3g} " + " ".join(out) + diff, flush=True)
 
 
 if __name__ == "__main__":

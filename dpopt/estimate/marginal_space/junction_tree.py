@@ -36,9 +36,14 @@ from dpopt.errors import DomainError
 __all__ = ["JunctionTree", "elimination_cliques"]
 
 
-def elimination_cliques(sizes: Sequence[int], sets: Sequence[Sequence[int]]) -> list[tuple[int, ...]]:
+def elimination_cliques(sizes: Sequence[int], sets: Sequence[Sequence[int]],
+                        limit: float | None = None) -> list[tuple[int, ...]] | None:
     """The maximal cliques of the triangulation by greedy minimum fill-in (ties: fewer cells),
-    as sorted axis tuples. Loops over attributes and their neighbours, never over cells."""
+    as sorted axis tuples. Loops over attributes and their neighbours, never over cells.
+
+    ``limit``: return None as soon as the cliques found hold more cells than this. Every clique
+    holds the attribute eliminated with it, so none is contained in a later one and the running
+    sum of cells only grows: None means the whole tree would exceed ``limit``."""
     neighbours: dict[int, set[int]] = {}
     for s in sets:
         for a in s:
@@ -46,6 +51,7 @@ def elimination_cliques(sizes: Sequence[int], sets: Sequence[Sequence[int]]) -> 
     logs = {a: math.log(max(int(sizes[a]), 1)) for a in neighbours}
     remaining = set(neighbours)
     cliques: list[frozenset] = []
+    found = 0
     while remaining:
         def cost(v):
             near = neighbours[v] & remaining
@@ -58,6 +64,10 @@ def elimination_cliques(sizes: Sequence[int], sets: Sequence[Sequence[int]]) -> 
         clique = frozenset(near | {v})
         if not any(clique <= c for c in cliques):
             cliques = [c for c in cliques if not c <= clique] + [clique]
+            if limit is not None:
+                found += math.prod(int(sizes[a]) for a in clique)
+                if found > limit:
+                    return None
         remaining.discard(v)
     return [tuple(sorted(c)) for c in cliques]
 

@@ -56,13 +56,13 @@ from scipy.sparse.linalg import LinearOperator, cg
 from dpopt.errors import ParameterError, QueryError
 from dpopt.estimate.certificates.verify import CERTIFICATE_TOL
 from dpopt.estimate.engines.smooth import RTOL_FACTOR, STEPS, default_smoothing
-from dpopt.estimate.marginal_space.junction_tree import JunctionTree
+from dpopt.estimate.marginal_space.junction_tree import JunctionTree, elimination_cliques
 from dpopt.estimate.marginal_space.layout import ResidualIndex, SetFamily, check_sets, maximal_sets
 from dpopt.estimate.marginal_space.result import MarginalEstimate
 from dpopt.estimate.status import Status
 from dpopt.model.constraints import ConstraintSet
 
-__all__ = ["estimate_smooth", "SMOOTH_PRIORS"]
+__all__ = ["estimate_smooth", "SMOOTH_PRIORS", "tree_cells", "tree_sets"]
 
 #: Newton residuals within this fraction of the largest target are rounding (about 500 ulp).
 ROUNDING_FLOOR = 1e-13
@@ -208,12 +208,12 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
         if not work:
             raise QueryError("estimate_smooth: the workload is empty")
     sizes = [int(s) for s in domain.sizes]
-    held_attrs = {a for s in work + axes for a in s}
-    loose = [(a,) for a in range(len(domain)) if a not in held_attrs]
     if exact_cells and domain.size <= exact_cells:
         return _smooth_table(measurements, constraints, domain, work, axes, total, prior, steps, smoothing, tol,
                              max_newton, time_limit, start)
-    tree = JunctionTree(sizes, [a for a in axes if a] + loose, max_cells, names=domain.attrs)
+    held_by_tree = tree_sets(len(domain), axes, work)
+    loose = [s for s in held_by_tree if s not in axes]
+    tree = JunctionTree(sizes, held_by_tree, max_cells, names=domain.attrs)
 
     # The measurements' total and λ (the dense engine's formulas).
     values = [np.asarray(m.values, dtype=np.float64) for m in measurements]
@@ -298,6 +298,21 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
         residuals=residuals, clique_marginals=cells, total=total_value, table=None, measurements=measurements,
         constraints=constraints, nit=info["newton_steps"], time=time.perf_counter() - start, incumbent=not ok,
         info=info, residual_weights=None)
+
+
+def tree_sets(num_attrs: int, measured_axes, work) -> list[tuple[int, ...]]:
+    """The sets the junction tree must hold: every measured set, and alone every attribute that
+    neither a measured nor a workload set holds (released uniform). Workload sets are read off
+    the tree by conditioning, so they do not enlarge it."""
+    held = {a for s in list(work) + list(measured_axes) for a in s}
+    return [a for a in measured_axes if a] + [(a,) for a in range(num_attrs) if a not in held]
+
+
+def tree_cells(sizes, measured_axes, work, limit: int | None = None) -> int | None:
+    """Cells over the cliques of the junction tree :func:`estimate_smooth` builds (public: the
+    measured sets and the domain's sizes only), or None as soon as they exceed ``limit``."""
+    cliques = elimination_cliques([int(n) for n in sizes], tree_sets(len(sizes), measured_axes, work), limit)
+    return None if cliques is None else int(sum(math.prod(int(sizes[a]) for a in c) for c in cliques))
 
 
 def _smooth_table(measurements, constraints, domain, work, axes, total, prior, steps, smoothing, tol, max_newton,
