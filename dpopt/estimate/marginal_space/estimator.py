@@ -94,13 +94,31 @@ class ObjectiveChoice:
                 "tree_cells": self.tree_cells, "limit": self.limit, "table": self.table}
 
 
-def choose_objective(measurements: Sequence[Measurement], workload: Iterable[Sequence[str]] | None = None,
-                     constraints: ConstraintSet | None = None, *, total: float | str = "auto",
-                     shrink: bool = False, nonnegative: bool = True, exact_cells: int = EXACT_CELLS,
+def choose_objective(domain: Domain, measured: Sequence[Sequence[str]],
+                     workload: Iterable[Sequence[str]] | None = None, constraints: ConstraintSet | None = None, *,
+                     exact: str | None = None, total: float | str = "auto", shrink: bool = False,
+                     nonnegative: bool = True, exact_cells: int = EXACT_CELLS,
                      limit: int = SMOOTH_TREE_CELLS) -> ObjectiveChoice:
     """The rule of ``objective="auto"``: the smooth estimate where it applies and its junction tree
-    is small, least squares otherwise. Public quantities only (the measured sets, their noise
-    being non-zero, the domain's sizes, the declared constraints and options); never the answers.
+    is small, least squares otherwise. Public quantities only (the measured sets, whether a
+    measurement is exact, the domain's sizes, the declared constraints and options); never the
+    answers, so a plan can state the choice before any measurement.
+
+    Parameters
+    ----------
+    domain : Domain
+    measured : sequence of attribute-name sets
+        The measured marginals' sets (``()`` for a total; every attribute for the identity).
+    workload : iterable of attribute-name sets, optional
+        The marginals to release (they do not enlarge the tree, see
+        :func:`~dpopt.estimate.marginal_space.smooth.tree_sets`).
+    constraints : ConstraintSet, optional
+    exact : str, optional
+        The label of an exact measurement (variance 0), if any.
+    total, shrink, nonnegative, exact_cells
+        As for :func:`estimate_marginals`.
+    limit : int
+        The junction tree's largest size (default :data:`SMOOTH_TREE_CELLS`).
 
     Least squares (``"l2"``) when any of these holds, in this order (the reason names the first):
 
@@ -121,16 +139,13 @@ def choose_objective(measurements: Sequence[Measurement], workload: Iterable[Seq
     -------
     ObjectiveChoice
     """
-    measurements = list(measurements)
-    domain = measurements[0].query.domain
     table = bool(exact_cells) and domain.size <= exact_cells
 
     def least_squares(reason, cells=None):
         return ObjectiveChoice("auto", "l2", f"least squares: {reason}", cells, limit, table)
 
-    exact = [m.label for m in measurements if not float(m.variance) > 0]
-    if exact:
-        return least_squares(f"measurement {exact[0]!r} is exact (a public count), which the smooth estimate "
+    if exact is not None:
+        return least_squares(f"measurement {exact!r} is exact (a public count), which the smooth estimate "
                              "does not keep")
     if not isinstance(total, str):
         return least_squares("a public total is given, which the smooth estimate does not keep")
@@ -150,12 +165,13 @@ def choose_objective(measurements: Sequence[Measurement], workload: Iterable[Seq
                                f"exact_cells = {exact_cells:,}), solved by the dense smooth engine", None, limit, True)
     from dpopt.estimate.marginal_space.smooth import tree_cells
 
-    axes = [tuple(sorted(domain.axes(s))) for s in marginal_sets(measurements) if s]
+    axes = [tuple(sorted(domain.axes(s))) for s in measured if s]
     work = [] if workload is None else check_sets(domain, list(workload), "workload")
-    cells = tree_cells(domain.sizes, axes, work, limit)
-    if cells is None:
+    cells, largest = tree_cells(domain.sizes, axes, work, limit)
+    if cells > limit:
         return least_squares(f"the junction tree of the measured sets holds more than {limit:,} cells "
-                             "(SMOOTH_TREE_CELLS)")
+                             f"(SMOOTH_TREE_CELLS; a clique of {math.prod(domain.sizes[a] for a in largest):,} "
+                             f"cells: {', '.join(domain.attrs[a] for a in largest)})")
     return ObjectiveChoice("auto", "smooth", f"smooth: the junction tree of the measured sets holds {cells:,} "
                            f"cells, at most {limit:,} (SMOOTH_TREE_CELLS)", cells, limit, False)
 
@@ -281,11 +297,12 @@ def estimate_marginals(
     measurements = list(measurements)
     if not measurements:
         raise QueryError("estimate_marginals: give at least one measurement")
-    marginal_sets(measurements)  # QueryError naming a measurement of another query, before any rule
     workload = None if workload is None else list(workload)
     if objective == "auto":
-        choice = choose_objective(measurements, workload, constraints, total=total, shrink=shrink,
-                                  nonnegative=nonnegative, exact_cells=exact_cells)
+        exact = next((m.label for m in measurements if not float(m.variance) > 0), None)
+        choice = choose_objective(measurements[0].query.domain, marginal_sets(measurements), workload, constraints,
+                                  exact=exact, total=total, shrink=shrink, nonnegative=nonnegative,
+                                  exact_cells=exact_cells)
     else:
         choice = ObjectiveChoice(objective, objective, f"{'least squares' if objective == 'l2' else 'smooth'}: "
                                  "asked for", None, SMOOTH_TREE_CELLS, bool(exact_cells) and

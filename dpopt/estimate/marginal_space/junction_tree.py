@@ -37,13 +37,14 @@ __all__ = ["JunctionTree", "elimination_cliques"]
 
 
 def elimination_cliques(sizes: Sequence[int], sets: Sequence[Sequence[int]],
-                        limit: float | None = None) -> list[tuple[int, ...]] | None:
+                        limit: int | None = None) -> list[tuple[int, ...]]:
     """The maximal cliques of the triangulation by greedy minimum fill-in (ties: fewer cells),
     as sorted axis tuples. Loops over attributes and their neighbours, never over cells.
 
-    ``limit``: return None as soon as the cliques found hold more cells than this. Every clique
-    holds the attribute eliminated with it, so none is contained in a later one and the running
-    sum of cells only grows: None means the whole tree would exceed ``limit``."""
+    ``limit``: stop as soon as the cliques found hold more cells than this, and return them (a
+    part of the cliques). Every clique holds the attribute eliminated with it, so none is
+    contained in a later one and the running sum of cells only grows: a list above ``limit``
+    means the whole tree would be. (A complete graph on 100 attributes then takes one step.)"""
     neighbours: dict[int, set[int]] = {}
     for s in sets:
         for a in s:
@@ -67,7 +68,7 @@ def elimination_cliques(sizes: Sequence[int], sets: Sequence[Sequence[int]],
             if limit is not None:
                 found += math.prod(int(sizes[a]) for a in clique)
                 if found > limit:
-                    return None
+                    break
         remaining.discard(v)
     return [tuple(sorted(c)) for c in cliques]
 
@@ -91,14 +92,14 @@ class JunctionTree:
     def __init__(self, sizes: Sequence[int], sets: Sequence[Sequence[int]], max_cells: int,
                  names: Sequence[str] | None = None) -> None:
         self.sizes = [int(s) for s in sizes]
-        self.cliques = elimination_cliques(self.sizes, sets)
+        self.cliques = elimination_cliques(self.sizes, sets, max_cells)  # stops once above max_cells
         self.shapes = [tuple(self.sizes[a] for a in c) for c in self.cliques]
         cells = [math.prod(s) for s in self.shapes]
         self.cells = int(sum(cells))
         if self.cells > max_cells:
             big = int(np.argmax(cells))
             label = ", ".join(names[a] for a in self.cliques[big]) if names is not None else str(self.cliques[big])
-            raise DomainError(f"the junction tree's cliques hold {self.cells:,} cells, above max_cells = "
+            raise DomainError(f"the junction tree's cliques hold at least {self.cells:,} cells, above max_cells = "
                               f"{max_cells:,} (largest clique: {label} with {cells[big]:,} cells)")
         k = len(self.cliques)
         # Maximum-weight spanning tree (Kruskal) on separator sizes; weight-0 edges join components.

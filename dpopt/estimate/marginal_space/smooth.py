@@ -308,11 +308,13 @@ def tree_sets(num_attrs: int, measured_axes, work) -> list[tuple[int, ...]]:
     return [a for a in measured_axes if a] + [(a,) for a in range(num_attrs) if a not in held]
 
 
-def tree_cells(sizes, measured_axes, work, limit: int | None = None) -> int | None:
+def tree_cells(sizes, measured_axes, work, limit: int | None = None) -> tuple[int, tuple[int, ...]]:
     """Cells over the cliques of the junction tree :func:`estimate_smooth` builds (public: the
-    measured sets and the domain's sizes only), or None as soon as they exceed ``limit``."""
+    measured sets and the domain's sizes only), and its largest clique. Above ``limit`` the count
+    stops early: it is then a number above ``limit``, not the tree's size."""
     cliques = elimination_cliques([int(n) for n in sizes], tree_sets(len(sizes), measured_axes, work), limit)
-    return None if cliques is None else int(sum(math.prod(int(sizes[a]) for a in c) for c in cliques))
+    cells = [math.prod(int(sizes[a]) for a in c) for c in cliques]
+    return int(sum(cells)), (cliques[int(np.argmax(cells))] if cliques else ())
 
 
 def _smooth_table(measurements, constraints, domain, work, axes, total, prior, steps, smoothing, tol, max_newton,
