@@ -429,7 +429,7 @@ class Auto(Algorithm):
         from dpopt.estimate.marginal_space.smooth import tree_cells
 
         axes = [tuple(sorted(domain.axes(s))) for s in sets] + [(a,) for a in range(len(domain))]
-        cells, largest = tree_cells(domain.sizes, axes, [], MAX_CLIQUE_CELLS)
+        cells, largest, _ = tree_cells(domain.sizes, axes, [], MAX_CLIQUE_CELLS)
         if self.params.estimator != "smooth":
             return cells
         if not self.params.nonnegative:

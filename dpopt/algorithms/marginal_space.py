@@ -333,7 +333,7 @@ def plan_objective(domain, constraints, measured, workload, params, key: tuple):
                                None, MAX_CLIQUE_CELLS, True)
     axes = [tuple(sorted(domain.axes(s))) for s in measured if s]
     work = [tuple(sorted(domain.axes(s))) for s in workload]
-    cells, largest = tree_cells(domain.sizes, axes, work, MAX_CLIQUE_CELLS)
+    cells, largest, _ = tree_cells(domain.sizes, axes, work, MAX_CLIQUE_CELLS)
     if cells > MAX_CLIQUE_CELLS:
         raise at_key(DomainError(
             f"'smooth' needs a junction tree of more than {MAX_CLIQUE_CELLS:,} cells (a clique of "

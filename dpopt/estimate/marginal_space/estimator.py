@@ -128,7 +128,10 @@ def choose_objective(domain: Domain, measured: Sequence[Sequence[str]],
     2. ``shrink=True`` or ``nonnegative=False``: options of the least-squares fit;
     3. the domain is larger than ``exact_cells`` and the junction tree of the measured sets
        (:func:`~dpopt.estimate.marginal_space.smooth.tree_cells`) holds more than ``limit``
-       (:data:`SMOOTH_TREE_CELLS`) cells.
+       (:data:`SMOOTH_TREE_CELLS`) cells, or one Newton product would read more cells than that
+       (the tree's, plus each measured set's clique: many sets on one large clique are slow,
+       e.g. all 231 pairs of 22 binary attributes on one clique of 2^22 cells: a test on it had
+       not finished after about 9 CPU-minutes).
 
     Otherwise the smooth estimate (as a table by the dense engine when the domain has at most
     ``exact_cells`` cells). Evidence (issue 27, same measurements): it was below least squares in
@@ -167,13 +170,18 @@ def choose_objective(domain: Domain, measured: Sequence[Sequence[str]],
 
     axes = [tuple(sorted(domain.axes(s))) for s in measured if s]
     work = [] if workload is None else check_sets(domain, list(workload), "workload")
-    cells, largest = tree_cells(domain.sizes, axes, work, limit)
+    cells, largest, reads = tree_cells(domain.sizes, axes, work, limit)
     if cells > limit:
         return least_squares(f"the junction tree of the measured sets holds more than {limit:,} cells "
                              f"(SMOOTH_TREE_CELLS; a clique of {math.prod(domain.sizes[a] for a in largest):,} "
                              f"cells: {', '.join(domain.attrs[a] for a in largest)})")
+    if reads > limit:
+        return least_squares(f"the junction tree of the measured sets holds {cells:,} cells, but each Newton "
+                             f"product would read {reads:,} (many measured sets share its cliques), above "
+                             f"{limit:,} (SMOOTH_TREE_CELLS)", cells)
     return ObjectiveChoice("auto", "smooth", f"smooth: the junction tree of the measured sets holds {cells:,} "
-                           f"cells, at most {limit:,} (SMOOTH_TREE_CELLS)", cells, limit, False)
+                           f"cells and each Newton product reads {reads:,}, at most {limit:,} (SMOOTH_TREE_CELLS)",
+                           cells, limit, False)
 
 
 def marginal_sets(measurements: Sequence[Measurement], who: str = "measurement") -> list[tuple[str, ...]]:

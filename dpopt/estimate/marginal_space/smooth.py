@@ -308,13 +308,23 @@ def tree_sets(num_attrs: int, measured_axes, work) -> list[tuple[int, ...]]:
     return [a for a in measured_axes if a] + [(a,) for a in range(num_attrs) if a not in held]
 
 
-def tree_cells(sizes, measured_axes, work, limit: int | None = None) -> tuple[int, tuple[int, ...]]:
-    """Cells over the cliques of the junction tree :func:`estimate_smooth` builds (public: the
-    measured sets and the domain's sizes only), and its largest clique. Above ``limit`` the count
-    stops early: it is then a number above ``limit``, not the tree's size."""
+def tree_cells(sizes, measured_axes, work, limit: int | None = None) -> tuple[int, tuple[int, ...], int | None]:
+    """``(cells, largest, reads)`` of the junction tree :func:`estimate_smooth` builds, from public
+    quantities only (the measured sets and the domain's sizes): the cells over its cliques, its
+    largest clique, and the cells one Newton product reads — the tree's, plus for each measured
+    set the cells of the clique holding it (its marginal is summed out of that clique's array, and
+    its factor added back in; several sets on one clique multiply that clique's cost). Above
+    ``limit`` the count stops early: ``cells`` is then a number above ``limit``, not the tree's
+    size, and ``reads`` is None."""
     cliques = elimination_cliques([int(n) for n in sizes], tree_sets(len(sizes), measured_axes, work), limit)
     cells = [math.prod(int(sizes[a]) for a in c) for c in cliques]
-    return int(sum(cells)), (cliques[int(np.argmax(cells))] if cliques else ())
+    largest = cliques[int(np.argmax(cells))] if cliques else ()
+    total = int(sum(cells))
+    if limit is not None and total > limit:
+        return total, largest, None
+    held = [set(c) for c in cliques]
+    reads = total + sum(cells[next(i for i, c in enumerate(held) if set(s) <= c)] for s in measured_axes if s)
+    return total, largest, int(reads)
 
 
 def _smooth_table(measurements, constraints, domain, work, axes, total, prior, steps, smoothing, tol, max_newton,
