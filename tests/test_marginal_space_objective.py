@@ -229,3 +229,18 @@ def test_auto_wide_bad_estimator_is_one_line_error_naming_the_key(wide, auto, sa
         plan(auto_spec(net, **auto), data=data)
     text = str(err.value)
     assert "estimator" in text and says in text and "\n" not in text
+
+
+def test_asked_smooth_with_an_invariant_is_refused_in_the_plan(wide):
+    """Refused before any budget is spent, naming the key; 'auto' takes least squares instead."""
+    net, data = wide
+    sets = [tuple(net.domain.attrs[i:i + 3]) for i in range(0, 6, 2)]
+    spec = space_spec(net, sets, objective="smooth")
+    spec["constraints"] = {"invariants": [{"query": "total", "values": [4000]}]}
+    with pytest.raises(DpoptErrors + (ParameterError,)) as err:
+        plan(spec, data=data)
+    text = str(err.value)
+    assert "objective" in text and "invariants" in text and "\n" not in text
+    spec["marginal_space"]["objective"] = "auto"
+    assert "objective ([marginal_space] objective = 'auto'): least squares: the constraints declare invariants" \
+        in plan(spec, data=data).describe()

@@ -400,7 +400,7 @@ class Auto(Algorithm):
         if cells > MAX_CLIQUE_CELLS:
             raise DomainError(f"workload: its marginals hold {cells:,} cells, above the marginal-space limit of "
                               f"{MAX_CLIQUE_CELLS:,}; name fewer or smaller marginals")
-        tree = self._wide_tree(domain, sets)
+        tree = self._wide_tree(domain, constraints, sets)
         selection = plan_wide_selection(domain, sets, budget, mechanism)  # what to measure: that module's rule
         how = {"auto": "the smooth estimate on a junction tree of the measured sets when it holds at most "
                        f"{SMOOTH_TREE_CELLS:,} cells and nothing it cannot keep is declared, else residual least "
@@ -417,7 +417,7 @@ class Auto(Algorithm):
         details = AutoWidePlan(workload, mechanism, tuple(sets), cells, selection, tree)
         return self.new_plan(domain, constraints, budget, steps=selection.steps(), details=details, lines=lines)
 
-    def _wide_tree(self, domain, sets) -> int:
+    def _wide_tree(self, domain, constraints, sets) -> int:
         """Cells of the junction tree of every workload set and one-way: the most the selection can
         measure, so a bound on the smooth estimate's tree. With ``estimator = "smooth"`` it must fit
         (:data:`~dpopt.estimate.marginal_space.MAX_CLIQUE_CELLS`), and non-negativity must be on,
@@ -435,6 +435,12 @@ class Auto(Algorithm):
         if not self.params.nonnegative:
             raise at_key(ParameterError("estimator = 'smooth' keeps non-negativity: nonnegative = false needs "
                                         "estimator 'l2'"), ("auto", "estimator"))
+        from dpopt.estimate.marginal_space.estimator import smooth_cannot_keep
+
+        unkept = smooth_cannot_keep(constraints, self.params.total)
+        if unkept is not None:  # refused here, before any budget is spent
+            raise at_key(ParameterError(f"estimator = 'smooth' cannot run: {unkept}; use 'l2' or 'auto'"),
+                         ("auto", "estimator"))
         if cells > MAX_CLIQUE_CELLS:
             raise at_key(DomainError(
                 f"estimator = 'smooth' may need a junction tree of more than {MAX_CLIQUE_CELLS:,} cells (the "

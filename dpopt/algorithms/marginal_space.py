@@ -32,7 +32,7 @@ from dpopt.algorithms.base import Algorithm, AlgorithmParams, Release, make_rele
 from dpopt.algorithms.measure_reconstruct import parse_measure_tables, plan_measures
 from dpopt.errors import DomainError, DpoptError, ParameterError, QueryError, at_key
 from dpopt.estimate.marginal_space import EXACT_CELLS, MAX_CLIQUE_CELLS, MarginalFrameMap, estimate_marginals
-from dpopt.estimate.marginal_space.estimator import OBJECTIVES, choose_objective
+from dpopt.estimate.marginal_space.estimator import OBJECTIVES, choose_objective, smooth_cannot_keep
 from dpopt.estimate.marginal_space.layout import maximal_sets
 from dpopt.estimate.marginal_space.total import TOTAL_MODES
 from dpopt.estimate.status import Status
@@ -328,6 +328,9 @@ def plan_objective(domain, constraints, measured, workload, params, key: tuple):
         return ObjectiveChoice("l2", "l2", "least squares: asked for", None, MAX_CLIQUE_CELLS, table)
     if not options["nonnegative"]:
         raise at_key(ParameterError("'smooth' keeps non-negativity: nonnegative = false needs objective 'l2'"), key)
+    unkept = smooth_cannot_keep(constraints, params.total)
+    if unkept is not None:  # refused here, before any budget is spent
+        raise at_key(ParameterError(f"'smooth' cannot run: {unkept}; use objective 'l2' or 'auto'"), key)
     if table:
         return ObjectiveChoice("smooth", "smooth", "smooth: asked for (the table fits: the dense smooth engine)",
                                None, MAX_CLIQUE_CELLS, True)

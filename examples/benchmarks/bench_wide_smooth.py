@@ -3,8 +3,10 @@
 On binary data from ``random_sparse_network(d, seed=NET, window=W)`` (records seed ``NET + 100``,
 n = 50,000), ``auto``'s wide plan (:mod:`dpopt.strategy.wide_selection`: one-way marginals,
 then every workload marginal or ``d`` selected ones) measures; on the *same* measurements this
-compares the least-squares estimate (``ls``, the default: ``total="auto"``) with the smooth
-estimate (``objective="smooth"``, uniform and one-way priors). The smooth estimate needs the
+compares the least-squares estimate (``ls``: ``objective="l2"``, ``total="auto"``) with the smooth
+estimate (``objective="smooth"``, uniform and one-way priors; ``--estimators`` picks them). With
+both priors, the last column is the one-way prior's mean difference in error over the workload's
+marginals, and its standard error (the evidence that kept the uniform prior). The smooth estimate needs the
 junction tree of the *measured* sets to fit (``--max-cells``); where it does not (every pair
 measured, say), the row says so: there only ``ls`` applies. bench_wide.py's figures use
 network seed 1 and measurement seed 7; the figures here use other seeds.

@@ -57,7 +57,7 @@ from dpopt.model.measurement import Measurement
 from dpopt.model.queries.basic import Identity, Total
 from dpopt.model.queries.marginal import Marginal
 
-__all__ = ["estimate_marginals", "marginal_sets", "choose_objective", "ObjectiveChoice", "OBJECTIVES",
+__all__ = ["estimate_marginals", "marginal_sets", "choose_objective", "smooth_cannot_keep", "ObjectiveChoice", "OBJECTIVES",
            "SMOOTH_TREE_CELLS", "PRIOR_RATIO", "MAX_CLIQUE_CELLS", "EXACT_CELLS"]
 
 #: Condition-number allowance of the prior on unmeasured residuals (step 3 of the module notes).
@@ -92,6 +92,24 @@ class ObjectiveChoice:
     def info(self) -> dict:
         return {"asked": self.asked, "objective": self.objective, "reason": self.reason,
                 "tree_cells": self.tree_cells, "limit": self.limit, "table": self.table}
+
+
+def smooth_cannot_keep(constraints: ConstraintSet | None, total: float | str = "auto",
+                       exact: str | None = None) -> str | None:
+    """What a release declares that the smooth estimate does not keep (a public count, structural
+    zeros, a hierarchy, an inequality), as the reason of a one-line message, or None."""
+    if exact is not None:
+        return f"measurement {exact!r} is exact (a public count), which the smooth estimate does not keep"
+    if not isinstance(total, str):
+        return "a public total is given, which the smooth estimate does not keep"
+    if constraints is not None and isinstance(constraints, ConstraintSet):
+        kept = [what for what, present in (("invariants", constraints.invariants),
+                                           ("inequalities", constraints.inequalities),
+                                           ("structural zeros or hierarchies", list(constraints.zero_patterns())))
+                if present]
+        if kept:
+            return f"the constraints declare {kept[0]}, which the smooth estimate does not keep"
+    return None
 
 
 def choose_objective(domain: Domain, measured: Sequence[Sequence[str]],
@@ -147,18 +165,9 @@ def choose_objective(domain: Domain, measured: Sequence[Sequence[str]],
     def least_squares(reason, cells=None):
         return ObjectiveChoice("auto", "l2", f"least squares: {reason}", cells, limit, table)
 
-    if exact is not None:
-        return least_squares(f"measurement {exact!r} is exact (a public count), which the smooth estimate "
-                             "does not keep")
-    if not isinstance(total, str):
-        return least_squares("a public total is given, which the smooth estimate does not keep")
-    if constraints is not None and isinstance(constraints, ConstraintSet):
-        kept = [what for what, present in (("invariants", constraints.invariants),
-                                           ("inequalities", constraints.inequalities),
-                                           ("structural zeros or hierarchies", list(constraints.zero_patterns())))
-                if present]
-        if kept:
-            return least_squares(f"the constraints declare {kept[0]}, which the smooth estimate does not keep")
+    unkept = smooth_cannot_keep(constraints, total, exact)
+    if unkept is not None:
+        return least_squares(unkept)
     if shrink:
         return least_squares("shrink = true is a least-squares option")
     if nonnegative is not True:
