@@ -5,6 +5,7 @@ fit against the dense constrained least squares (equal where the local polytope 
 marginal polytope, a relaxation elsewhere), constraints, certificate failures, records.
 """
 
+import functools
 from itertools import combinations
 
 import numpy as np
@@ -12,7 +13,7 @@ import pytest
 
 from dpopt.errors import DomainError, InconsistentConstraintsError, ParameterError, QueryError
 from dpopt.estimate import reconstruct
-from dpopt.estimate.marginal_space import estimate_marginals
+from dpopt.estimate.marginal_space import estimate_marginals as _estimate_marginals
 from dpopt.estimate.marginal_space import layout as layout_module
 from dpopt.estimate.marginal_space.interior import interior_residuals
 from dpopt.estimate.marginal_space.layout import ResidualIndex, SetFamily, contrast, is_decomposable, maximal_sets
@@ -26,6 +27,9 @@ from dpopt.model.measurement import Measurement
 from dpopt.model.queries import Marginal, Total
 from dpopt.model.queries.basic import Identity
 from dpopt.model.queries.ranges import Prefix
+
+# These tests are of the least-squares estimate: objective 'l2' unless a test names another.
+estimate_marginals = functools.partial(_estimate_marginals, objective="l2")
 
 DOM = Domain(("a", "b", "c", "d", "e"), (2, 3, 2, 3, 2))
 #: Estimate in marginal space even on these small domains (they would otherwise be solved as a table).

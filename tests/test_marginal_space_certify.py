@@ -3,17 +3,21 @@ gradients on the active face must certify to far below the tolerance, every figu
 independently of the solver (feasibility, consistency, and the duality gap recomputed from
 the primal and dual values)."""
 
+import functools
 from itertools import combinations
 
 import numpy as np
 import pytest
 
 from dpopt.datasets.bayes_net import random_sparse_network
-from dpopt.estimate.marginal_space import estimate_marginals
+from dpopt.estimate.marginal_space import estimate_marginals as _estimate_marginals
 from dpopt.estimate.marginal_space.projection import ProjectionProblem, certify, dual_value, objective, polish, project
 from dpopt.estimate.status import Status
 from dpopt.model.measurement import Measurement
 from dpopt.model.queries import Marginal
+
+# These tests are of the least-squares estimate: objective 'l2' unless a test names another.
+estimate_marginals = functools.partial(_estimate_marginals, objective="l2")
 
 
 def _laplace_triples(d: int, measured: int, scale: float, seed: int):

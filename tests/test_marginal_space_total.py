@@ -7,6 +7,7 @@ that equality (brute force), public totals' priority, and the decision's indepen
 data behind fixed noisy answers.
 """
 
+import functools
 import math
 
 import numpy as np
@@ -15,13 +16,16 @@ from scipy import integrate, stats
 
 from dpopt.errors import ParameterError
 from dpopt.estimate import reconstruct
-from dpopt.estimate.marginal_space import estimate_marginals
+from dpopt.estimate.marginal_space import estimate_marginals as _estimate_marginals
 from dpopt.estimate.marginal_space.total import choose_total, clipping_bias
 from dpopt.estimate.status import Status
 from dpopt.model.constraints import ConstraintSet, Invariant, NonNegativity
 from dpopt.model.domain import Domain
 from dpopt.model.measurement import Measurement
 from dpopt.model.queries import Marginal, Total
+
+# These tests are of the least-squares estimate: objective 'l2' unless a test names another.
+estimate_marginals = functools.partial(_estimate_marginals, objective="l2")
 
 DOM = Domain(("a", "b", "c", "d", "e"), (2, 3, 2, 3, 2))
 CHAIN = [("a", "b", "c"), ("b", "c", "d"), ("c", "d", "e")]  # decomposable: the local polytope is exact
@@ -214,7 +218,7 @@ def space_spec(**marginal_space):
             "privacy": {"accounting": "pure", "epsilon": 1},
             "measure": [{"label": ", ".join(s), "query": "marginal", "attrs": list(s), "mechanism": "laplace",
                          "share": "1/3"} for s in CHAIN],
-            "marginal_space": {"exact_cells": 0, "records": False, **marginal_space},
+            "marginal_space": {"exact_cells": 0, "records": False, "objective": "l2", **marginal_space},
             "output": {"formats": ["csv"], "plots": False}}
 
 

@@ -97,7 +97,12 @@ class AutoParams(AlgorithmParams):
         only when named here; :data:`~dpopt.strategy.candidates.DEFAULT_CANDIDATES`).
     estimator : {"auto", "l2", "smooth"}
         ``"auto"``: the risk rule of :mod:`dpopt.estimate.choice.rule`; otherwise only that objective's
-        candidates are scored.
+        candidates are scored. Beyond the dense table it is the marginal-space estimate's
+        ``objective``: ``"auto"`` is the rule of
+        :func:`~dpopt.estimate.marginal_space.estimator.choose_objective` on the sets the selection
+        measured (smooth when their junction tree holds at most
+        :data:`~dpopt.estimate.marginal_space.estimator.SMOOTH_TREE_CELLS` cells and nothing it cannot
+        keep is declared), ``"smooth"`` needs the junction tree of every workload set to fit.
     select : str or None
         How the scored fits become the release (:func:`~dpopt.estimate.choice.rule.choose_fit`'s
         ``select``: ``"by_noise"``, ``"least"``, ``"one_se"``, ``"l1"``, ``"stack"``, ``"ewa"``,
@@ -220,6 +225,7 @@ class AutoWidePlan:
     sets: tuple
     cells: int
     selection: object = None  # dpopt.strategy.wide_selection.WideSelectionPlan
+    tree_cells: int = 0  # the junction tree of every workload set and one-way (bounds the smooth estimate's)
 
 
 @register
@@ -356,14 +362,31 @@ class Auto(Algorithm):
         """What a marginal-space run holds (read by ``resources`` when no table is held)."""
         from dpopt.algorithms.marginal_space import SOLVER_BYTES_PER_CELL
 
+        from dpopt.algorithms.marginal_space import TREE_BYTES_PER_CELL
+        from dpopt.estimate.marginal_space.estimator import SMOOTH_TREE_CELLS
+
         cells = getattr(plan.details, "cells", 0)
-        return [("the marginal-space estimate", ("workload",), float(cells) * SOLVER_BYTES_PER_CELL,
-                 f"{cells:,} marginal cells", "name fewer or smaller marginals in [workload]")]
+        least_squares = ("the marginal-space estimate", ("workload",), float(cells) * SOLVER_BYTES_PER_CELL,
+                         f"{cells:,} marginal cells", "name fewer or smaller marginals in [workload]")
+        if self.params.estimator == "l2":
+            return [least_squares]
+        # The smooth estimate's tree is that of the measured sets, known after the selection: at most
+        # every workload set's, and under "auto" at most SMOOTH_TREE_CELLS (else least squares runs).
+        tree = getattr(plan.details, "tree_cells", 0)
+        if self.params.estimator == "auto":
+            tree = min(tree, SMOOTH_TREE_CELLS)
+        smooth = ("the smooth marginal-space estimate", ("auto", "estimator"), float(tree) * TREE_BYTES_PER_CELL,
+                  f"a junction tree of at most {tree:,} cells", "name fewer or smaller marginals in [workload], or "
+                  "set [auto] estimator = 'l2'")
+        if self.params.estimator == "smooth":
+            return [smooth]
+        return [max(least_squares, smooth, key=lambda row: row[2])]
 
     def _plan_marginal_space(self, domain, constraints, budget, workload: Workload, mechanism: str) -> AlgorithmPlan:
         from dpopt.algorithms.marginal_space import clique_cells
         from dpopt.errors import DomainError
         from dpopt.estimate.marginal_space import EXACT_CELLS, MAX_CLIQUE_CELLS
+        from dpopt.estimate.marginal_space.estimator import SMOOTH_TREE_CELLS
         from dpopt.strategy.wide_selection import plan_wide_selection
 
         if not workload.is_marginal:
@@ -378,17 +401,62 @@ class Auto(Algorithm):
         if cells > MAX_CLIQUE_CELLS:
             raise DomainError(f"workload: its marginals hold {cells:,} cells, above the marginal-space limit of "
                               f"{MAX_CLIQUE_CELLS:,}; name fewer or smaller marginals")
+        tree = self._wide_tree(domain, constraints, sets)
         selection = plan_wide_selection(domain, sets, budget, mechanism)  # what to measure: that module's rule
+        how = {"auto": "the smooth estimate on a junction tree of the measured sets when it holds at most "
+                       f"{SMOOTH_TREE_CELLS:,} cells and nothing it cannot keep is declared, else residual least "
+                       "squares and the certified non-negative consistent projection (decided after the selection, "
+                       "from the sets it chose)",
+               "l2": "residual least squares, then the certified non-negative consistent projection",
+               "smooth": f"the smooth estimate on a junction tree of the measured sets (at most {tree:,} cells)"
+               }[self.params.estimator]
         lines = [f"the domain has {domain.size:.3g} cells, beyond the dense table ({EXACT_CELLS:,} cells)",
                  *selection.lines(),
-                 f"how to fit: estimated in marginal space, {cells:,} marginal cells (residual least squares, then "
-                 "the certified non-negative consistent projection; the full table is never formed)"
+                 f"how to fit ([auto] estimator = {self.params.estimator!r}): estimated in marginal space, {cells:,} "
+                 f"marginal cells; {how}; the full table is never formed"
                  + ("; integer marginals from synthetic records" if constraints.integral else "")]
-        details = AutoWidePlan(workload, mechanism, tuple(sets), cells, selection)
+        details = AutoWidePlan(workload, mechanism, tuple(sets), cells, selection, tree)
         return self.new_plan(domain, constraints, budget, steps=selection.steps(), details=details, lines=lines)
 
+    def _wide_tree(self, domain, constraints, sets) -> int:
+        """Cells of the junction tree of every workload set and one-way: the most the selection can
+        measure, so a bound on the smooth estimate's tree. With ``estimator = "smooth"`` it must fit
+        (:data:`~dpopt.estimate.marginal_space.MAX_CLIQUE_CELLS`), and non-negativity must be on,
+        or the plan is refused here, before any budget is spent."""
+        import math
+
+        from dpopt.errors import DomainError
+        from dpopt.estimate.marginal_space import MAX_CLIQUE_CELLS
+        from dpopt.estimate.marginal_space.smooth import tree_cells
+
+        axes = [tuple(sorted(domain.axes(s))) for s in sets] + [(a,) for a in range(len(domain))]
+        cells, largest, _ = tree_cells(domain.sizes, axes, [], MAX_CLIQUE_CELLS)
+        if self.params.estimator != "smooth":
+            return cells
+        if not self.params.nonnegative:
+            raise at_key(ParameterError("estimator = 'smooth' keeps non-negativity: nonnegative = false needs "
+                                        "estimator 'l2'"), ("auto", "estimator"))
+        from dpopt.estimate.marginal_space.estimator import smooth_cannot_keep
+
+        unkept = smooth_cannot_keep(constraints, self.params.total)
+        if unkept is not None:  # refused here, before any budget is spent
+            raise at_key(ParameterError(f"estimator = 'smooth' cannot run: {unkept}; use 'l2' or 'auto'"),
+                         ("auto", "estimator"))
+        if cells > MAX_CLIQUE_CELLS:
+            raise at_key(DomainError(
+                f"estimator = 'smooth' may need a junction tree of more than {MAX_CLIQUE_CELLS:,} cells (the "
+                f"selection may measure every workload set; a clique of "
+                f"{math.prod(domain.sizes[a] for a in largest):,} cells: "
+                f"{', '.join(domain.attrs[a] for a in largest)}); use estimator 'auto' or 'l2'"), ("auto", "estimator"))
+        return cells
+
     def _run_marginal_space(self, plan, data, accountant, rng) -> Release:
-        from dpopt.algorithms.marginal_space import marginal_release_answers, not_certified_message, total_note
+        from dpopt.algorithms.marginal_space import (
+            marginal_release_answers,
+            not_certified_message,
+            objective_note,
+            total_note,
+        )
         from dpopt.estimate.marginal_space import estimate_marginals
         from dpopt.model.data import decode_codes
         from dpopt.strategy.wide_selection import run_wide_selection
@@ -398,17 +466,20 @@ class Auto(Algorithm):
         measurements = selection.measurements
         estimate = estimate_marginals(measurements, list(details.sets), plan.constraints,
                                       nonnegative=self.params.nonnegative, time_limit=self.params.time_limit,
-                                      total=self.params.total)
+                                      total=self.params.total, objective=self.params.estimator)
         info = {"marginal_space": True, "marginals": len(details.sets), "cells": details.cells,
-                "wide_selection": selection.info(), "total": estimate.info["total"]}
+                "wide_selection": selection.info(), "total": estimate.info["total"],
+                "objective": estimate.info["objective"]}
         if not estimate.success:
             return make_release(self, plan, accountant, status=estimate.status, measurements=measurements,
                                 reconstruction=estimate, info={**info, "spec_key": ("auto",)},
                                 message=not_certified_message(estimate))
         integral = plan.constraints.integral
         records = estimate.records(rng=rng) if integral else None
+        polytope = estimate.info["polytope"]
         notes = [f"the domain has {plan.domain.size:.3g} cells: {selection.describe()}; estimated in marginal space "
-                 f"({estimate.info['polytope']} polytope); no table was formed", total_note(estimate, "[auto] total")]
+                 f"({polytope if polytope == 'junction tree' else polytope + ' polytope'}); no table was formed",
+                 objective_note(estimate, "[auto] estimator"), total_note(estimate, "[auto] total")]
         if integral:
             notes.append("integer marginals: those of synthetic records drawn from the estimate (whole persons, "
                          "consistent); the estimate's fractional counts are in the 'fitted' column")

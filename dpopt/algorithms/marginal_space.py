@@ -32,6 +32,7 @@ from dpopt.algorithms.base import Algorithm, AlgorithmParams, Release, make_rele
 from dpopt.algorithms.measure_reconstruct import parse_measure_tables, plan_measures
 from dpopt.errors import DomainError, DpoptError, ParameterError, QueryError, at_key
 from dpopt.estimate.marginal_space import EXACT_CELLS, MAX_CLIQUE_CELLS, MarginalFrameMap, estimate_marginals
+from dpopt.estimate.marginal_space.estimator import OBJECTIVES, choose_objective, smooth_cannot_keep
 from dpopt.estimate.marginal_space.layout import maximal_sets
 from dpopt.estimate.marginal_space.total import TOTAL_MODES
 from dpopt.estimate.status import Status
@@ -41,11 +42,17 @@ from dpopt.spec.model import MeasureSpec
 if TYPE_CHECKING:  # pragma: no cover
     from dpopt.spec.table import SpecReader
 
-__all__ = ["MarginalSpace", "MarginalSpaceParams", "marginal_release_answers", "SOLVER_BYTES_PER_CELL"]
+__all__ = ["MarginalSpace", "MarginalSpaceParams", "marginal_release_answers", "SOLVER_BYTES_PER_CELL",
+           "TREE_BYTES_PER_CELL"]
 
 #: Bytes held per clique cell by the estimator (L-BFGS-B's ten pairs of vectors, the iterate, the
 #: gradient, the marginals, the index map) — the envelope ``resources`` charges.
 SOLVER_BYTES_PER_CELL = 8 * 28
+#: Bytes held per junction-tree cell by the smooth estimate (clique marginals, log factors and
+#: their tangents, separators, the conjugate-gradient vectors over the measured rows). Measured,
+#: not guessed: tracemalloc's peak over the tree's cells was 263-268 B on trees of 16 k, 115 k
+#: and 852 k cells (binary windows of 10, 13 and 16 attributes, one row per tree cell).
+TREE_BYTES_PER_CELL = 8 * 35
 #: The query kinds a ``[[measure]]`` table may name here.
 MARGINAL_KINDS = {"marginal": ("attrs",), "total": (), "identity": (), "all_marginals": ("k",)}
 
@@ -78,6 +85,13 @@ class MarginalSpaceParams(AlgorithmParams):
         :mod:`~dpopt.estimate.marginal_space.total`): held at its measured estimate ``n̂``, left to
         the non-negative fit, or (default) held when the free total's predicted bias exceeds
         ``n̂``'s standard error. A public count is an invariant on the total (``[constraints]``).
+    objective : {"auto", "l2", "smooth"}
+        ``estimate_marginals(objective=...)``: least squares, the smooth estimate on a junction
+        tree, or (default) the rule of
+        :func:`~dpopt.estimate.marginal_space.estimator.choose_objective` (smooth when nothing it
+        cannot keep is declared and the tree of the measured sets holds at most
+        :data:`~dpopt.estimate.marginal_space.estimator.SMOOTH_TREE_CELLS` cells). Decided in the
+        plan, from public quantities only.
     """
 
     measures: tuple[MeasureSpec, ...] = ()
@@ -88,6 +102,7 @@ class MarginalSpaceParams(AlgorithmParams):
     exact_cells: int = EXACT_CELLS
     shrink: bool = False
     total: str = "auto"
+    objective: str = "auto"
 
     def validate(self) -> None:
         if not self.measures:
@@ -107,6 +122,11 @@ class MarginalSpaceParams(AlgorithmParams):
         if not isinstance(self.shrink, bool):
             raise ParameterError(f"shrink must be true or false, got {self.shrink!r}")
         check_total_mode(self.total)
+        if isinstance(self.objective, bool) or self.objective not in OBJECTIVES:
+            raise ParameterError(f"objective must be one of {', '.join(map(repr, OBJECTIVES))}, got "
+                                 f"{self.objective!r}")
+        if self.objective == "smooth" and self.shrink:
+            raise ParameterError("shrink = true is an option of objective 'l2', not 'smooth'")
 
     def describe(self) -> str:
         w = self.workload
@@ -122,7 +142,8 @@ class MarginalSpaceParams(AlgorithmParams):
         workload = parse_marginals(t, "workload") if t.has("workload") else None
         return cls(measures, workload, t.float("time_limit", positive=True), t.bool("records", default=True),
                    t.int("max_parents", minimum=0), t.int("exact_cells", default=EXACT_CELLS, minimum=0),
-                   t.bool("shrink", default=False), total_from_spec(t))
+                   t.bool("shrink", default=False), total_from_spec(t),
+                   t.str("objective", default="auto", choices=OBJECTIVES))
 
 
 @register
@@ -137,7 +158,7 @@ class MarginalSpace(Algorithm):
     supports = frozenset({"nonnegative", "integer", "structural_zeros", "hierarchy", "invariants"})
     sections = {"measure": ("label", "query", "attrs", "k", "mechanism", "share"),
                 "marginal_space": ("workload", "time_limit", "records", "max_parents", "exact_cells", "shrink",
-                                   "total")}
+                                   "total", "objective")}
     dense_domain = False
     Params = MarginalSpaceParams
 
@@ -174,13 +195,28 @@ class MarginalSpace(Algorithm):
                          ("marginal_space", "workload") if workload else ("measure",))
         how = "solved as a table (exact)" if domain.size <= self.params.exact_cells else \
             "estimated in marginal space (the full table is never formed)"
+        choice = self.objective(domain, constraints, planned, workload)
         lines = [f"marginal space: {len(set(sets))} marginals ({cells:,} cells), {how}",
+                 f"objective ([marginal_space] objective = {self.params.objective!r}): {choice.reason}",
                  "records: a Bayesian network fitted to the estimate" if self.params.records else "no records"]
         return self.new_plan(domain, constraints, budget, steps=planned, measures=planned, details=workload,
                              lines=lines)
 
+    def objective(self, domain, constraints, planned, workload):
+        """The estimate's objective (:func:`plan_objective`) for these planned measures and workload."""
+        from dpopt.estimate.marginal_space import marginal_sets
+        from dpopt.model.measurement import Measurement
+
+        measured = marginal_sets([Measurement.exact(m.query, np.zeros(m.query.num_rows), m.label) for m in planned])
+        return plan_objective(domain, constraints, measured, workload, self.params, ("marginal_space", "objective"))
+
     def memory(self, plan) -> list[tuple]:
         """What the run holds: ``(what, spec path, bytes, detail, advice)`` (read by ``resources``)."""
+        choice = self.objective(plan.domain, plan.constraints, plan.measures, list(plan.details or []))
+        if choice.objective == "smooth" and not choice.table:
+            return [("the smooth marginal-space estimate", ("marginal_space", "objective"),
+                     float(choice.tree_cells) * TREE_BYTES_PER_CELL, f"a junction tree of {choice.tree_cells:,} cells",
+                     "measure fewer or smaller marginals, or set [marginal_space] objective = 'l2'")]
         sets = [tuple(getattr(m.query, "attrs", ())) for m in plan.measures] + list(plan.details or [])
         cells = clique_cells(plan.domain, sets)
         return [("the marginal-space estimate", ("marginal_space",), float(cells) * SOLVER_BYTES_PER_CELL,
@@ -192,11 +228,13 @@ class MarginalSpace(Algorithm):
         workload = list(dict.fromkeys([tuple(getattr(m.query, "attrs", ())) for m in measurements
                                        if getattr(m.query, "attrs", ())] + list(plan.details or [])))
         estimate = estimate_marginals(measurements, workload or None, plan.constraints, time_limit=p.time_limit,
-                                      exact_cells=p.exact_cells, shrink=p.shrink, total=p.total)
+                                      exact_cells=p.exact_cells, shrink=p.shrink, total=p.total,
+                                      objective=p.objective)
         if not estimate.success:
             return make_release(self, plan, accountant, status=estimate.status, measurements=measurements,
                                 reconstruction=estimate,
-                                info={"spec_key": ("marginal_space",), "total": estimate.info["total"]},
+                                info={"spec_key": ("marginal_space",), "total": estimate.info["total"],
+                                      "objective": estimate.info["objective"]},
                                 message=not_certified_message(estimate))
         if estimate.get("table") is not None:  # a small domain, solved as a table: release it as a table
             return self._release_table(plan, accountant, estimate, measurements)
@@ -205,12 +243,7 @@ class MarginalSpace(Algorithm):
             records = estimate.records(rng=rng, max_parents=p.max_parents)
         answers = marginal_release_answers(plan.domain, estimate.workload, estimate.marginal, records,
                                            measurements, plan.constraints.integral)
-        notes = [f"Marginals estimated in marginal space ({estimate.info['polytope']} polytope): "
-                 + {"table": "the domain is small enough to be solved as a table, exactly.",
-                    "marginal": "the marginals are decomposable, so the fit is that of the best table.",
-                    "local": "a relaxation: every released marginal is non-negative and consistent with every "
-                             "other, but no single table need have them all."}[estimate.info["polytope"]]]
-        notes.append(total_note(estimate))
+        notes = [polytope_note(estimate), objective_note(estimate), total_note(estimate)]
         if records is not None:
             notes.append("Synthetic records: drawn from a Bayesian network fitted to the estimate (post-processing); "
                          "each family's counts within one record of its conditional law.")
@@ -224,7 +257,8 @@ class MarginalSpace(Algorithm):
                             records=None if records is None or not p.records else decode_codes(records, plan.domain),
                             notes=notes, info={"polytope": estimate.info["polytope"],
                                                "certificate": estimate.info["certificate"],
-                                               "marginals": len(estimate.workload), "total": estimate.info["total"]})
+                                               "marginals": len(estimate.workload), "total": estimate.info["total"],
+                                               "objective": estimate.info["objective"]})
         release.answers = answers  # a lazy mapping: frames are built when read
         return release
 
@@ -244,8 +278,10 @@ class MarginalSpace(Algorithm):
         return make_release(self, plan, accountant, status=Status.OPTIMAL, message=estimate.message, counts=counts,
                             answers=answers, measurements=measurements, reconstruction=estimate, rounding=rounding,
                             notes=[f"The domain has {plan.domain.size:,} cells, at most exact_cells = "
-                                   f"{self.params.exact_cells:,}: solved as a table, exactly.", total_note(estimate)],
-                            info={"polytope": "table", "total": estimate.info["total"]})
+                                   f"{self.params.exact_cells:,}: solved as a table, exactly.", objective_note(estimate),
+                                   total_note(estimate)],
+                            info={"polytope": "table", "total": estimate.info["total"],
+                                  "objective": estimate.info["objective"]})
 
     @classmethod
     def example(cls, domain):
@@ -270,6 +306,63 @@ def total_from_spec(table) -> str:
                                       "count that is public is an invariant: [constraints] invariants = "
                                       f"[{{ query = \"total\", values = [{value!r}] }}]")
     return table.str("total", default="auto", choices=TOTAL_MODES)
+
+
+def plan_objective(domain, constraints, measured, workload, params, key: tuple):
+    """The estimate's objective, decided in the plan from public quantities
+    (:func:`~dpopt.estimate.marginal_space.estimator.choose_objective` under ``"auto"``); an asked-for
+    ``"smooth"`` whose junction tree exceeds
+    :data:`~dpopt.estimate.marginal_space.MAX_CLIQUE_CELLS` is refused at ``key``, naming its
+    largest clique's cells."""
+    from dpopt.estimate.marginal_space.estimator import ObjectiveChoice
+    from dpopt.estimate.marginal_space.smooth import tree_cells
+
+    objective = params.objective
+    options = {"total": params.total, "shrink": getattr(params, "shrink", False),
+               "nonnegative": getattr(params, "nonnegative", True), "exact_cells": getattr(params, "exact_cells",
+                                                                                           EXACT_CELLS)}
+    if objective == "auto":
+        return choose_objective(domain, measured, workload, constraints, **options)
+    table = bool(options["exact_cells"]) and domain.size <= options["exact_cells"]
+    if objective == "l2":
+        return ObjectiveChoice("l2", "l2", "least squares: asked for", None, MAX_CLIQUE_CELLS, table)
+    if not options["nonnegative"]:
+        raise at_key(ParameterError("'smooth' keeps non-negativity: nonnegative = false needs objective 'l2'"), key)
+    unkept = smooth_cannot_keep(constraints, params.total)
+    if unkept is not None:  # refused here, before any budget is spent
+        raise at_key(ParameterError(f"'smooth' cannot run: {unkept}; use objective 'l2' or 'auto'"), key)
+    if table:
+        return ObjectiveChoice("smooth", "smooth", "smooth: asked for (the table fits: the dense smooth engine)",
+                               None, MAX_CLIQUE_CELLS, True)
+    axes = [tuple(sorted(domain.axes(s))) for s in measured if s]
+    work = [tuple(sorted(domain.axes(s))) for s in workload]
+    cells, largest, _ = tree_cells(domain.sizes, axes, work, MAX_CLIQUE_CELLS)
+    if cells > MAX_CLIQUE_CELLS:
+        raise at_key(DomainError(
+            f"'smooth' needs a junction tree of more than {MAX_CLIQUE_CELLS:,} cells (a clique of "
+            f"{math.prod(domain.sizes[a] for a in largest):,} cells: {', '.join(domain.attrs[a] for a in largest)}); "
+            "use objective 'l2' or 'auto', or measure fewer or smaller marginals"), key)
+    return ObjectiveChoice("smooth", "smooth", f"smooth: asked for (a junction tree of {cells:,} cells)", cells,
+                           MAX_CLIQUE_CELLS, False)
+
+
+def polytope_note(estimate) -> str:
+    """The release note saying over what the marginals were estimated (``info["polytope"]``)."""
+    polytope = estimate.info["polytope"]
+    where = polytope if polytope == "junction tree" else f"{polytope} polytope"
+    return f"Marginals estimated in marginal space ({where}): " + {
+        "table": "the domain is small enough to be solved as a table, exactly.",
+        "marginal": "the marginals are decomposable, so the fit is that of the best table.",
+        "local": "a relaxation: every released marginal is non-negative and consistent with every other, but no "
+                 "single table need have them all.",
+        "junction tree": "the smooth estimate is a graphical model on a junction tree of the measured sets, so "
+                         "every released marginal is one table's (positive and consistent)."}[polytope]
+
+
+def objective_note(estimate, key: str = "[marginal_space] objective") -> str:
+    """The release note saying which objective the estimate used and why (``info["objective"]``)."""
+    o = estimate.info["objective"]
+    return f"Objective ({key} = {o['asked']!r}): {o['reason']}."
 
 
 def total_note(estimate, key: str = "[marginal_space] total") -> str:

@@ -13,12 +13,18 @@ Cases (``--cases``):
   child process whose outcome is recorded (its junction tree of all triples is the whole domain);
   ``adult-chain`` a chain of 3-way marginals (attributes i, i+1, i+2:
   decomposable) where Private-PGM finishes, on the same measurements. ``--estimators`` picks the
-  estimator options run on those measurements: ``ls`` (default: the estimator's defaults, least
-  squares with non-negativity and ``total="auto"``, then records on the chain), ``free``
-  (``total="free"``: the total left to the non-negative fit, the default before the total rule),
+  estimator options run on those measurements: ``auto`` (default: the estimator's defaults, the
+  objective rule of ``choose_objective`` — smooth on a small junction tree, else least squares —
+  and ``total="auto"``, then records on the chain), ``ls`` (``objective="l2"``: least squares
+  with non-negativity), ``free`` (least squares with ``total="free"``: the total left to the
+  non-negative fit, the default before the total rule),
   ``shrink`` (``shrink=True``), ``unconstrained`` (``nonnegative=False``: the consistent
   least-squares fit) and ``total-hat`` (``total="measured"``: the total held at the unconstrained
-  fit's, whatever the rule says). Each row gives the estimate's total and whether it was held.
+  fit's, whatever the rule says), ``smooth`` (``objective="smooth"``: the entropy-regularised
+  estimate on a junction tree, :mod:`dpopt.estimate.marginal_space.smooth`) and ``smooth-1way``
+  (the same from the product of the estimated one-way marginals). Each row gives the estimate's
+  total and whether it was held. With ``bn`` the options other than ``ls`` run on ``auto``'s
+  selected measurements (``auto wide, ...`` rows); with ``nltcs`` beside the dense smooth engine.
   The rule's validation away from adult is ``bench_wide_total.py``.
 * ``bn``     — binary data from a known sparse Bayesian network (``dpopt.datasets.bayes_net``,
   parents within 3 places, seed 1), n = 50,000, d = 27, 50, 100: every 2-way marginal (and every
@@ -75,10 +81,13 @@ BN_SIZES = (27, 50, 100)
 COLORS = {"space": "tab:blue", "auto wide": "tab:green", "mwem": "tab:orange", "independent (exact 1-way)": "tab:gray"}
 RECORDS = 50_000
 #: The adult cases' estimator options (``--estimators``): label and keyword arguments of estimate_marginals.
-ESTIMATORS = {"ls": ("space", {}), "free": ("space (total free)", {"total": "free"}),
+ESTIMATORS = {"ls": ("space (least squares)", {"objective": "l2"}), "auto": ("space", {}),
+              "free": ("space (total free)", {"objective": "l2", "total": "free"}),
               "shrink": ("space (shrink)", {"shrink": True}),
               "unconstrained": ("space (no non-negativity)", {"nonnegative": False}),
-              "total-hat": ("space (total = n̂, held)", {"total": "measured"})}
+              "total-hat": ("space (total = n̂, held)", {"objective": "l2", "total": "measured"}),
+              "smooth": ("space (smooth)", {"objective": "smooth"}),
+              "smooth-1way": ("space (smooth, one-way prior)", {"objective": "smooth", "smooth": {"prior": "one-way"}})}
 
 
 # ---- measurements ---------------------------------------------------------------------------------
@@ -107,28 +116,30 @@ def errors(estimates: dict, truths: dict, n: float) -> float:
 
 # ---- the cases ------------------------------------------------------------------------------------------
 def case_rows(case: str, eps: float, accounting: str, seed: int, pgm: bool, time_limit: float | None,
-              mwem: bool = True, estimators=("ls",)) -> list[dict]:
+              mwem: bool = True, estimators=("auto",)) -> list[dict]:
     if case == "nltcs":
-        return nltcs_rows(eps, accounting, seed, pgm)
+        return nltcs_rows(eps, accounting, seed, pgm, estimators)
     if case.startswith("adult"):
         return adult_rows(case, eps, accounting, seed, pgm, time_limit, estimators)
-    return bn_rows(int(case[2:].split("k")[0]), int(case.split("k")[1]), eps, accounting, seed, time_limit, mwem)
+    return bn_rows(int(case[2:].split("k")[0]), int(case.split("k")[1]), eps, accounting, seed, time_limit, mwem,
+                   estimators)
 
 
 def space_row(label, ms, workload, truths, n, time_limit=None, **options) -> tuple[dict, object]:
     from dpopt.estimate.marginal_space import estimate_marginals
 
-    tick = time.perf_counter()
+    tick, cpu = time.perf_counter(), time.process_time()
     est = estimate_marginals(ms, workload, time_limit=time_limit, **options)
     seconds = time.perf_counter() - tick
     row = {"method": label, "seconds": seconds, "status": est.status.name, "polytope": est.info["polytope"],
-           "cells": est.info["clique_cells"], "total": est.total, "total_held": est.info["total"]["held"]}
+           "cells": est.info["clique_cells"], "total": est.total, "total_held": est.info["total"]["held"],
+           "objective": est.info["objective"]["objective"], "cpu_seconds": time.process_time() - cpu}
     if est.success:
         row["error"] = errors(est.marginals([tuple(s) for s in truths]), truths, n)
     return row, est
 
 
-def nltcs_rows(eps, accounting, seed, pgm) -> list[dict]:
+def nltcs_rows(eps, accounting, seed, pgm, estimators=("auto",)) -> list[dict]:
     from dpopt.estimate import reconstruct
     from dpopt.model.constraints import ConstraintSet, NonNegativity
     from dpopt.model.queries.marginal import Marginal
@@ -143,12 +154,24 @@ def nltcs_rows(eps, accounting, seed, pgm) -> list[dict]:
     dense = reconstruct(ms, ConstraintSet(data.domain, [NonNegativity()]), "l2")
     rows.append({"method": "dense", "seconds": time.perf_counter() - tick, "status": dense.status.name,
                  "error": errors({s: Marginal(data.domain, s).matvec(dense.x) for s in sets}, truths, n)})
+    for name in estimators:  # other options of the marginal-space estimate, on the same measurements
+        if name == "auto":  # the "space" row above
+            continue
+        cpu = time.process_time()
+        row, _ = space_row(ESTIMATORS[name][0], ms, sets, truths, n, **ESTIMATORS[name][1])
+        rows.append({**row, "cpu_seconds": time.process_time() - cpu})
+    if "smooth" in estimators:  # the dense smooth engine, which the marginal-space one equals
+        tick, cpu = time.perf_counter(), time.process_time()
+        dense = reconstruct(ms, ConstraintSet(data.domain, [NonNegativity()]), "smooth")
+        rows.append({"method": "dense smooth", "seconds": time.perf_counter() - tick,
+                     "cpu_seconds": time.process_time() - cpu, "status": dense.status.name,
+                     "error": errors({s: Marginal(data.domain, s).matvec(dense.x) for s in sets}, truths, n)})
     if pgm:
         rows.append(pgm_row(data, ms, sets, truths, n))
     return rows
 
 
-def adult_rows(case, eps, accounting, seed, pgm, time_limit, estimators=("ls",)) -> list[dict]:
+def adult_rows(case, eps, accounting, seed, pgm, time_limit, estimators=("auto",)) -> list[dict]:
     """``adult-chain`` (12 triples i, i+1, i+2) or ``adult``/``adult-3way`` (all 364 triples): the
     estimate (error per workload marginal, CPU seconds, certificate), its records on the chain,
     and Private-PGM on the same measurements when ``pgm`` (on all triples its outcome is recorded,
@@ -174,7 +197,7 @@ def adult_rows(case, eps, accounting, seed, pgm, time_limit, estimators=("ls",))
             row["incumbent_error"] = errors(est.marginals(sets), truths, n)
         print(json.dumps({"eps": eps, **row}, default=str), file=sys.stderr, flush=True)  # progress, case by case
         rows.append(row)
-        if name == "ls" and est.success and case == "adult-chain":  # records of all 364 triples: not benchmarked
+        if name == "auto" and est.success and case == "adult-chain":  # records of all 364 triples: not benchmarked
             rows.append(records_row(est, data, sets, truths, n))
     if pgm and case == "adult-chain":
         rows.append(pgm_row(data, ms, sets, truths, n))
@@ -208,7 +231,7 @@ def run_pgm_only(args) -> None:
     print(json.dumps(row))
 
 
-def selected_rows(data, sets, budget, seed, truths, population, n, time_limit) -> list[dict]:
+def selected_rows(data, sets, budget, seed, truths, population, n, time_limit, estimators=("auto",)) -> list[dict]:
     """``auto``'s wide plan (:mod:`dpopt.strategy.wide_selection`): one-way marginals, the probe, then
     every workload marginal or the exponentially-chosen ones; measurement, selection and
     estimation timed together (CPU seconds beside wall), then its records."""
@@ -227,10 +250,21 @@ def selected_rows(data, sets, budget, seed, truths, population, n, time_limit) -
         records = records_row(est, data, sets, truths, n, population)
         records["method"] = "auto wide records"
         rows.append(records)
+    for name in estimators:  # other estimator options on the same selected measurements
+        if name == "auto":  # the first row
+            continue
+        cpu = time.process_time()
+        row, est = space_row(f"auto wide, {ESTIMATORS[name][0]}", chosen.measurements, sets, truths, n,
+                             time_limit=time_limit, **ESTIMATORS[name][1])
+        row.update(cpu_seconds=time.process_time() - cpu, gap=est.info.get("certificate", {}).get("gap"),
+                   largest_clique_cells=est.info.get("largest_clique_cells"))
+        if est.success:
+            row["error_vs_network"] = errors(est.marginals(sets), population, n)
+        rows.append(row)
     return rows
 
 
-def bn_rows(d, k, eps, accounting, seed, time_limit, mwem=True) -> list[dict]:
+def bn_rows(d, k, eps, accounting, seed, time_limit, mwem=True, estimators=("auto",)) -> list[dict]:
     from dpopt.algorithms.mwem_factored import factored_mwem
     from dpopt.datasets.bayes_net import random_sparse_network
     from dpopt.estimate.engines.factored import BinaryMarginalCells
@@ -257,7 +291,7 @@ def bn_rows(d, k, eps, accounting, seed, time_limit, mwem=True) -> list[dict]:
     if est.success:
         row["error_vs_network"] = errors(est.marginals(sets), population, n)
     rows.append(row)
-    rows.extend(selected_rows(data, sets, budget, seed, truths, population, n, time_limit))
+    rows.extend(selected_rows(data, sets, budget, seed, truths, population, n, time_limit, estimators))
     if mwem:
         tick = time.perf_counter()
         amount = {"epsilon": eps} if accounting == "pure" else {"rho": eps * eps / 2}
@@ -337,8 +371,9 @@ def main() -> None:
     parser.add_argument("--time-limit", type=float, default=None, help="seconds for each estimation")
     parser.add_argument("--no-mwem", action="store_true", help="bn: skip factored MWEM (minutes per case)")
     parser.add_argument("--plot", type=Path, default=None, help="write error and time against d to this PNG")
-    parser.add_argument("--estimators", nargs="+", default=["ls"], choices=list(ESTIMATORS),
-                        help="adult cases: the estimator options to run on the same measurements (default ls)")
+    parser.add_argument("--estimators", nargs="+", default=["auto"], choices=list(ESTIMATORS),
+                        help="the estimator options to run on the same measurements (default auto; adult and "
+                             "nltcs: on the measured sets, bn: on auto's selected measurements)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--pgm-only", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -373,7 +408,8 @@ def main() -> None:
                     net = f"{row['error_vs_network']:.4f}" if "error_vs_network" in row else "-"
                     secs = f"{row['seconds']:8.1f} s" if "seconds" in row else " " * 10
                     extra = "".join(f" {k} {row[k]:.3g}" if isinstance(row[k], float) else f" {k} {row[k]}"
-                                    for k in ("cpu_seconds", "gap", "iterations", "stopped", "incumbent_error", "total",
+                                    for k in ("objective", "cpu_seconds", "gap", "iterations", "stopped",
+                                              "incumbent_error", "total",
                                               "total_held", "history")
                                     if row.get(k) is not None)
                     print(f"  {row['method']:<28} error {err:>8}  vs network {net:>8}  {secs}  "

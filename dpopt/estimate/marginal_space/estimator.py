@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -56,7 +57,8 @@ from dpopt.model.measurement import Measurement
 from dpopt.model.queries.basic import Identity, Total
 from dpopt.model.queries.marginal import Marginal
 
-__all__ = ["estimate_marginals", "marginal_sets", "PRIOR_RATIO", "MAX_CLIQUE_CELLS", "EXACT_CELLS"]
+__all__ = ["estimate_marginals", "marginal_sets", "choose_objective", "smooth_cannot_keep", "ObjectiveChoice", "OBJECTIVES",
+           "SMOOTH_TREE_CELLS", "PRIOR_RATIO", "MAX_CLIQUE_CELLS", "EXACT_CELLS"]
 
 #: Condition-number allowance of the prior on unmeasured residuals (step 3 of the module notes).
 PRIOR_RATIO = 1e3
@@ -64,6 +66,131 @@ PRIOR_RATIO = 1e3
 MAX_CLIQUE_CELLS = 2**27
 #: Domains up to this many cells are solved as a table (exact); larger ones in marginal space.
 EXACT_CELLS = 2**20
+#: Largest junction tree (cells over its cliques) on which ``objective="auto"`` takes the smooth
+#: estimate. A judgement from the validation runs of issue 27 (bench_wide_smooth.py, networks 3/4/5:
+#: every tree auto's selection gave held at most 1,400 cells; the adult chain's 1.54 M cells took
+#: 12–33 CPU-s and 0.6 GB), not a derived constant: it keeps the smooth estimate to trees that
+#: solve in a minute or so and about a gigabyte (:data:`dpopt.algorithms.marginal_space.TREE_BYTES_PER_CELL`).
+SMOOTH_TREE_CELLS = 2**22
+#: ``objective`` of :func:`estimate_marginals`: the rule, least squares, or the smooth estimate.
+OBJECTIVES = ("auto", "l2", "smooth")
+
+
+@dataclass(frozen=True)
+class ObjectiveChoice:
+    """What :func:`choose_objective` decided: ``objective`` (``"l2"`` or ``"smooth"``), asked for
+    as ``asked``, with its ``reason``; ``tree_cells`` the smooth estimate's junction tree (None
+    when not computed, or when above ``limit``); ``table``: the domain is solved as a table."""
+
+    asked: str
+    objective: str
+    reason: str
+    tree_cells: int | None
+    limit: int
+    table: bool
+
+    def info(self) -> dict:
+        return {"asked": self.asked, "objective": self.objective, "reason": self.reason,
+                "tree_cells": self.tree_cells, "limit": self.limit, "table": self.table}
+
+
+def smooth_cannot_keep(constraints: ConstraintSet | None, total: float | str = "auto",
+                       exact: str | None = None) -> str | None:
+    """What a release declares that the smooth estimate does not keep (a public count, structural
+    zeros, a hierarchy, an inequality), as the reason of a one-line message, or None."""
+    if exact is not None:
+        return f"measurement {exact!r} is exact (a public count), which the smooth estimate does not keep"
+    if not isinstance(total, str):
+        return "a public total is given, which the smooth estimate does not keep"
+    if constraints is not None and isinstance(constraints, ConstraintSet):
+        kept = [what for what, present in (("invariants", constraints.invariants),
+                                           ("inequalities", constraints.inequalities),
+                                           ("structural zeros or hierarchies", list(constraints.zero_patterns())))
+                if present]
+        if kept:
+            return f"the constraints declare {kept[0]}, which the smooth estimate does not keep"
+    return None
+
+
+def choose_objective(domain: Domain, measured: Sequence[Sequence[str]],
+                     workload: Iterable[Sequence[str]] | None = None, constraints: ConstraintSet | None = None, *,
+                     exact: str | None = None, total: float | str = "auto", shrink: bool = False,
+                     nonnegative: bool = True, exact_cells: int = EXACT_CELLS,
+                     limit: int = SMOOTH_TREE_CELLS) -> ObjectiveChoice:
+    """The rule of ``objective="auto"``: the smooth estimate where it applies and its junction tree
+    is small, least squares otherwise. Public quantities only (the measured sets, whether a
+    measurement is exact, the domain's sizes, the declared constraints and options); never the
+    answers, so a plan can state the choice before any measurement.
+
+    Parameters
+    ----------
+    domain : Domain
+    measured : sequence of attribute-name sets
+        The measured marginals' sets (``()`` for a total; every attribute for the identity).
+    workload : iterable of attribute-name sets, optional
+        The marginals to release (they do not enlarge the tree, see
+        :func:`~dpopt.estimate.marginal_space.smooth.tree_sets`).
+    constraints : ConstraintSet, optional
+    exact : str, optional
+        The label of an exact measurement (variance 0), if any.
+    total, shrink, nonnegative, exact_cells
+        As for :func:`estimate_marginals`.
+    limit : int
+        The junction tree's largest size (default :data:`SMOOTH_TREE_CELLS`).
+
+    Least squares (``"l2"``) when any of these holds, in this order (the reason names the first):
+
+    1. a public count is declared — an invariant, an exact measurement (variance 0), a number
+       for ``total`` — or structural zeros, a hierarchy or an inequality: the smooth estimate
+       keeps non-negativity only (:mod:`~dpopt.estimate.marginal_space.smooth`, *Scope*);
+    2. ``shrink=True`` or ``nonnegative=False``: options of the least-squares fit;
+    3. the domain is larger than ``exact_cells`` and the junction tree of the measured sets
+       (:func:`~dpopt.estimate.marginal_space.smooth.tree_cells`) holds more than ``limit``
+       (:data:`SMOOTH_TREE_CELLS`) cells, or one Newton product would read more cells than that
+       (the tree's, plus each measured set's clique: many sets on one large clique are slow,
+       e.g. all 231 pairs of 22 binary attributes on one clique of 2^22 cells: a test on it had
+       not finished after about 9 CPU-minutes).
+
+    Otherwise the smooth estimate (as a table by the dense engine when the domain has at most
+    ``exact_cells`` cells). Evidence (issue 27, same measurements): it was below least squares in
+    42 of 43 validation rows where the tree fitted (the one loss 1.4 %), on the adult chain at
+    zCDP ε 0.1 and 1, on the networks of bench_wide.py, and on nltcs at all four budgets.
+
+    Returns
+    -------
+    ObjectiveChoice
+    """
+    table = bool(exact_cells) and domain.size <= exact_cells
+
+    def least_squares(reason, cells=None):
+        return ObjectiveChoice("auto", "l2", f"least squares: {reason}", cells, limit, table)
+
+    unkept = smooth_cannot_keep(constraints, total, exact)
+    if unkept is not None:
+        return least_squares(unkept)
+    if shrink:
+        return least_squares("shrink = true is a least-squares option")
+    if nonnegative is not True:
+        return least_squares("nonnegative = false is a least-squares option")
+    if table:
+        return ObjectiveChoice("auto", "smooth", f"smooth: the domain's {domain.size:,} cells fit a table (at most "
+                               f"exact_cells = {exact_cells:,}), solved by the dense smooth engine", None, limit, True)
+    from dpopt.estimate.marginal_space.smooth import tree_cells
+
+    axes = [tuple(sorted(domain.axes(s))) for s in measured if s]
+    work = [] if workload is None else check_sets(domain, list(workload), "workload")
+    cells, largest, reads = tree_cells(domain.sizes, axes, work, limit)
+    if cells > limit:
+        return least_squares(f"the junction tree of the measured sets holds more than {limit:,} cells "
+                             f"(SMOOTH_TREE_CELLS; a clique of {math.prod(domain.sizes[a] for a in largest):,} "
+                             f"cells: {', '.join(domain.attrs[a] for a in largest)})")
+    if reads > limit:
+        return least_squares(f"the junction tree of the measured sets holds {cells:,} cells, but each Newton "
+                             f"product would read {reads:,} (many measured sets share its cliques), above "
+                             f"{limit:,} (SMOOTH_TREE_CELLS)", cells)
+    return ObjectiveChoice("auto", "smooth", f"smooth: the junction tree of the measured sets holds {cells:,} "
+                           f"cells and each Newton product reads {reads:,}, at most {limit:,} (SMOOTH_TREE_CELLS)",
+                           cells, limit, False)
 
 
 def marginal_sets(measurements: Sequence[Measurement], who: str = "measurement") -> list[tuple[str, ...]]:
@@ -99,6 +226,8 @@ def estimate_marginals(
     max_iter: int = 20000,
     max_cells: int = MAX_CLIQUE_CELLS,
     exact_cells: int = EXACT_CELLS,
+    objective: str = "auto",
+    smooth: dict | None = None,
 ) -> MarginalEstimate:
     """The consistent, non-negative workload marginals that fit the measured marginals best.
 
@@ -158,13 +287,66 @@ def estimate_marginals(
         graph: their local polytope is the marginal polytope, ``"marginal"``), otherwise over the
         local relaxation (``"local"``), which can fit the noise more closely than any table could.
 
+    objective : {"auto", "l2", "smooth"}
+        ``"l2"``: the least-squares fit above. ``"smooth"``: the dense smooth estimate
+        (least squares + ``λ D(x ‖ prior)`` in proximal steps, :mod:`dpopt.estimate.engines.smooth`)
+        computed exactly by message passing on a junction tree of the measured sets
+        (:mod:`~dpopt.estimate.marginal_space.smooth`; a domain of at most ``exact_cells`` cells is
+        solved as a table by that engine); ``shrink`` and ``nonnegative=False`` do not apply to it,
+        ``max_cells`` bounds the junction tree (DomainError naming its largest clique), and public
+        counts, structural zeros and inequalities are refused. ``"auto"`` (default): the rule of
+        :func:`choose_objective` — smooth when nothing it cannot keep is declared and its junction
+        tree holds at most :data:`SMOOTH_TREE_CELLS` cells, least squares otherwise.
+        ``info["objective"]`` says which was used and why (and the message ends with it).
+    smooth : dict, optional
+        Options of the smooth estimate (``prior``, ``steps``, ``smoothing``, ``tol``, ``max_newton``);
+        under ``"auto"`` they apply when the rule chooses it.
+
     Returns
     -------
     MarginalEstimate
         ``status`` OPTIMAL only when the certificate holds (``info["certificate"]``).
     """
-    start = time.perf_counter()
+    if isinstance(objective, bool) or objective not in OBJECTIVES:
+        raise ParameterError(f"objective must be one of {', '.join(map(repr, OBJECTIVES))}, got {objective!r}")
+    if smooth is not None and objective == "l2":
+        raise ParameterError("smooth options apply to objective 'smooth' or 'auto', not 'l2'")
     measurements = list(measurements)
+    if not measurements:
+        raise QueryError("estimate_marginals: give at least one measurement")
+    workload = None if workload is None else list(workload)
+    if objective == "auto":
+        exact = next((m.label for m in measurements if not float(m.variance) > 0), None)
+        choice = choose_objective(measurements[0].query.domain, marginal_sets(measurements), workload, constraints,
+                                  exact=exact, total=total, shrink=shrink, nonnegative=nonnegative,
+                                  exact_cells=exact_cells)
+    else:
+        choice = ObjectiveChoice(objective, objective, f"{'least squares' if objective == 'l2' else 'smooth'}: "
+                                 "asked for", None, SMOOTH_TREE_CELLS, bool(exact_cells) and
+                                 measurements[0].query.domain.size <= exact_cells)
+    if choice.objective == "smooth":
+        if shrink or nonnegative is not True:
+            raise ParameterError("shrink and nonnegative=False apply to objective 'l2', not 'smooth'")
+        from dpopt.estimate.marginal_space.smooth import estimate_smooth
+
+        result = estimate_smooth(measurements, workload, constraints, total=total, time_limit=time_limit,
+                                 max_cells=max_cells, exact_cells=exact_cells, **(smooth or {}))
+        if choice.tree_cells is None and result.info.get("polytope") == "junction tree":
+            choice = ObjectiveChoice(choice.asked, "smooth", choice.reason, int(result.info["clique_cells"]),
+                                     choice.limit, False)
+    else:
+        result = _estimate_l2(measurements, workload, constraints, total=total, nonnegative=nonnegative,
+                              shrink=shrink, tol=tol, time_limit=time_limit, max_iter=max_iter,
+                              max_cells=max_cells, exact_cells=exact_cells)
+    result.info["objective"] = choice.info()
+    result.message = f"{result.message}; objective {choice.reason}"
+    return result
+
+
+def _estimate_l2(measurements: list[Measurement], workload, constraints, *, total, nonnegative, shrink, tol,
+                 time_limit, max_iter, max_cells, exact_cells) -> MarginalEstimate:
+    """The least-squares estimate (``objective="l2"``; the steps of the module notes)."""
+    start = time.perf_counter()
     if not measurements:
         raise QueryError("estimate_marginals: give at least one measurement")
     sets = marginal_sets(measurements)

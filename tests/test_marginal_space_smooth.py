@@ -1,0 +1,262 @@
+"""The smooth estimate in marginal space (issue 27): the dense smooth engine's estimate, exactly,
+from message passing on a junction tree.
+
+Independent references: the dense engine (``reconstruct(..., "smooth")``) on domains small
+enough to hold the table, brute-force marginals and products ``C diag(x) Cᵀ v`` of the full
+table for the junction tree, and the optimality conditions of the one-way prior's projection.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import combinations
+
+import numpy as np
+import pytest
+
+from dpopt.datasets.bayes_net import random_sparse_network
+from dpopt.errors import DomainError, ParameterError
+from dpopt.estimate import reconstruct
+from dpopt.estimate.marginal_space import estimate_marginals
+from dpopt.estimate.marginal_space.junction_tree import JunctionTree, elimination_cliques
+from dpopt.estimate.marginal_space.smooth import _one_way, estimate_smooth
+from dpopt.estimate.status import Status
+from dpopt.model.constraints import ConstraintSet, Invariant, NonNegativity
+from dpopt.model.measurement import Measurement
+from dpopt.model.queries import Marginal, Total
+
+
+def _measure(data, sets, sigmas, seed):
+    gen = np.random.default_rng(seed)  # test noise, not privacy noise
+    out = []
+    for t, s in zip(sets, sigmas):
+        q = Marginal(data.domain, t)
+        y = np.asarray(data.marginal(t), float) + gen.normal(0.0, s, q.num_rows)
+        out.append(Measurement(q, y, "gaussian", s, s**2, label=", ".join(t)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def case():
+    """8 binary attributes, a chain of triples plus a pair that closes a cycle (not decomposable:
+    the junction tree fills an edge), noise from well below to well above the counts."""
+    data = random_sparse_network(8, seed=1).sample(1500, 2)
+    names = data.domain.attrs
+    sets = [tuple(names[i:i + 3]) for i in range(6)] + [(names[0], names[6])]
+    ms = _measure(data, sets, [2.0, 5.0, 40.0, 9.0, 80.0, 3.0, 25.0], 0)
+    return data, sets, ms
+
+
+def _dense_marginals(domain, x, sets):
+    return {tuple(s): Marginal(domain, s).matvec(x) for s in sets}
+
+
+@pytest.mark.parametrize("steps,total", [(3, "auto"), (1, "auto"), (3, "free"), (2, "free")])
+def test_equals_dense_smooth(case, steps, total):
+    data, sets, ms = case
+    est = estimate_marginals(ms, objective="smooth", total=total, smooth={"steps": steps}, exact_cells=0)
+    assert est.status is Status.OPTIMAL, est.message
+    dense = reconstruct(ms, ConstraintSet(data.domain, [NonNegativity()]), "smooth", steps=steps,
+                        total="estimate" if total == "auto" else "free")
+    assert dense.status is Status.OPTIMAL, dense.message
+    assert est.info["lambda"] == pytest.approx(dense.info["lambda"], rel=1e-14)
+    got = est.marginals(sets)
+    for s, want in _dense_marginals(data.domain, dense.x, sets).items():
+        np.testing.assert_allclose(got[s], want, rtol=1e-8, atol=1e-8 * dense.x.sum())
+    # every subset read from the residuals is the dense table's too
+    for s in [(data.domain.attrs[0],), tuple(data.domain.attrs[3:5])]:
+        np.testing.assert_allclose(est.marginal(s), Marginal(data.domain, s).matvec(dense.x), rtol=1e-8)
+    assert est.total == pytest.approx(dense.x.sum(), rel=1e-10)
+    # the certificate's primal, from clique marginals alone, is the dense objective at its optimum
+    cert = est.info["certificate"]
+    assert cert["ok"] and abs(cert["gap"]) <= 1e-9
+    assert cert["primal"] == pytest.approx(dense.fun, rel=1e-8)
+    assert est.fun == pytest.approx(dense.info["chi2"], rel=1e-8)
+
+
+def test_one_way_prior_equals_dense_with_that_prior(case):
+    data, sets, ms = case
+    est = estimate_smooth(ms, prior="one-way")
+    assert est.success, est.message
+    axes = [tuple(sorted(data.domain.axes(m.query.attrs))) for m in ms]
+    values = [np.asarray(m.values, float) for m in ms]
+    variances = [float(m.variance) for m in ms]
+    sizes = list(data.domain.sizes)
+    total = est.info["prior_total"]
+    p = np.full(1, total)
+    for a, n in enumerate(sizes):  # C order over the attributes: the table's layout
+        p = np.multiply.outer(p, _one_way(a, n, total, axes, values, variances, sizes) / total).ravel()
+    dense = reconstruct(ms, ConstraintSet(data.domain, [NonNegativity()]), "smooth", prior=p)
+    assert dense.success
+    for s, want in _dense_marginals(data.domain, dense.x, sets).items():
+        np.testing.assert_allclose(est.marginals(sets)[s], want, rtol=1e-8, atol=1e-8 * dense.x.sum())
+
+
+def test_one_way_estimate_is_the_projected_inverse_variance_average():
+    rng = np.random.default_rng(3)
+    sizes = [4, 3, 5]
+    axes = [(0, 1), (0, 2), (0,)]
+    values = [rng.normal(5, 20, 12), rng.normal(5, 20, 20), rng.normal(10, 20, 4)]
+    variances = [4.0, 9.0, 1.0]
+    total = 60.0
+    m = _one_way(0, 4, total, axes, values, variances, sizes)
+    # by hand: each set's sums onto attribute 0, with variance sigma² D_S / n_0 per cell
+    parts = [values[0].reshape(4, 3).sum(1), values[1].reshape(4, 5).sum(1), values[2]]
+    w = np.array([1 / (4.0 * 3), 1 / (9.0 * 5), 1 / 1.0])
+    mean = sum(wi * pi for wi, pi in zip(w, parts)) / w.sum()
+    floor = 1 / math.sqrt(w.sum())
+    assert m.sum() == pytest.approx(total) and (m >= floor - 1e-12).all()
+    # KKT of min ||m - mean||² on {m >= floor, sum m = total}: m - mean = -tau off the floor,
+    # and mean - floor <= -tau on it
+    free = m > floor + 1e-12
+    tau = float(np.mean(mean[free] - m[free]))
+    np.testing.assert_allclose(m[free] - mean[free], -tau, atol=1e-10)
+    assert (mean[~free] - floor <= tau + 1e-10).all()
+
+
+def _brute_tree_check(sizes, sets, seed):
+    """Junction-tree marginals and forward-mode products against the full table."""
+    rng = np.random.default_rng(seed)
+    tree = JunctionTree(sizes, sets, 10**6)
+    for s in sets:
+        tree.holder(s)  # every set is in a clique
+    factors = [rng.normal(0, 1, shape) for shape in tree.shapes]
+    full = np.zeros(sizes)
+    for c, f in zip(tree.cliques, factors):
+        full = full + f.reshape([sizes[a] if a in c else 1 for a in range(len(sizes))])
+    x = np.exp(full)
+    mu, mu_sep, log_z = tree.calibrate(factors)
+    assert log_z == pytest.approx(math.log(x.sum()), rel=1e-12)
+    for c, m in zip(tree.cliques, mu):
+        other = tuple(a for a in range(len(sizes)) if a not in c)
+        np.testing.assert_allclose(m, x.sum(axis=other), rtol=1e-11)
+    g = [rng.normal(0, 1, shape) for shape in tree.shapes]
+    full_g = np.zeros(sizes)
+    for c, f in zip(tree.cliques, g):
+        full_g = full_g + f.reshape([sizes[a] if a in c else 1 for a in range(len(sizes))])
+    weighted = tree.tangent(mu, mu_sep, g)
+    for c, w in zip(tree.cliques, weighted):
+        other = tuple(a for a in range(len(sizes)) if a not in c)
+        np.testing.assert_allclose(w, (x * full_g).sum(axis=other), rtol=1e-9, atol=1e-12 * x.sum())
+    return tree
+
+
+def test_junction_tree_against_the_full_table():
+    # a 4-cycle of pairs (filled to two triangles), a triple, a separate component and a loose attribute
+    sizes = [2, 3, 2, 4, 3, 2, 2, 3]
+    sets = [(0, 1), (1, 2), (2, 3), (0, 3), (3, 4, 5), (6,), (7, 6)]
+    tree = _brute_tree_check(sizes, sets, 0)
+    assert max(len(c) for c in tree.cliques) == 3
+    _brute_tree_check([3, 2, 2, 3, 2], [(0, 1, 2), (2, 3), (3, 4), (0, 4)], 1)
+
+
+def test_elimination_keeps_a_chordal_graph():
+    # a chain of triples is chordal: its cliques are the triples themselves
+    sets = [(i, i + 1, i + 2) for i in range(10)]
+    assert sorted(elimination_cliques([2] * 12, sets)) == sorted(sets)
+
+
+def test_wide_chain_without_the_table():
+    # 40 binary attributes (10^12 cells): chain pairs, certified, total held at the measured N̂
+    data = random_sparse_network(40, seed=2).sample(3000, 4)
+    names = data.domain.attrs
+    sets = [(names[i], names[i + 1]) for i in range(39)]
+    ms = _measure(data, sets, [30.0] * 39, 5)
+    est = estimate_marginals(ms, objective="smooth")
+    assert est.success, est.message
+    assert est.info["largest_clique_cells"] == 4 and est.info["cliques"] == 39
+    n_hat = np.mean([m.values.sum() for m in ms])  # equal variances and sizes: the plain mean
+    assert est.total == pytest.approx(n_hat, rel=1e-9)
+    marg = est.marginals(sets)
+    for (a, b), (b2, c) in zip(sets, sets[1:]):  # consistent on shared attributes, positive
+        np.testing.assert_allclose(marg[(a, b)].reshape(2, 2).sum(0), marg[(b2, c)].reshape(2, 2).sum(1), rtol=1e-9)
+    assert min(m.min() for m in marg.values()) > 0
+
+
+def test_clique_limit_names_the_largest_clique():
+    data = random_sparse_network(12, seed=1).sample(500, 2)
+    names = data.domain.attrs
+    sets = list(combinations(names, 2))  # all pairs measured: one clique of 2^12 cells
+    ms = _measure(data, sets, [5.0] * len(sets), 1)
+    with pytest.raises(DomainError, match=r"largest clique: .* with 4,096 cells"):
+        estimate_marginals(ms, sets, objective="smooth", max_cells=1000, exact_cells=0)
+
+
+def test_refusals(case):
+    data, sets, ms = case
+    exact = Measurement.exact(Marginal(data.domain, sets[0]), data.marginal(sets[0]).astype(float), "exact")
+    with pytest.raises(ParameterError, match="exact"):
+        estimate_smooth(ms + [exact])
+    inv = Invariant(Total(data.domain), np.array([1500.0]), name="n")
+    with pytest.raises(ParameterError, match="invariants"):
+        estimate_smooth(ms, constraints=ConstraintSet(data.domain, [NonNegativity(), inv]))
+    with pytest.raises(ParameterError, match="invariants"):
+        estimate_marginals(ms, objective="smooth", total=1500)
+    with pytest.raises(ParameterError, match="shrink"):
+        estimate_marginals(ms, objective="smooth", shrink=True)
+    with pytest.raises(ParameterError, match="prior"):
+        estimate_smooth(ms, prior="flat")
+    with pytest.raises(ParameterError, match="objective"):
+        estimate_marginals(ms, objective="entropy")
+
+
+def test_unmeasured_workload_sets_by_conditioning(case):
+    # sets no clique holds (pairs and a triple across the chain, an attribute no measurement
+    # holds) are read by conditioning: still the dense estimate's marginals
+    data, sets, ms = case
+    names = data.domain.attrs
+    extra = [(names[1], names[5]), (names[0], names[4], names[7]), (names[2], names[6]), (names[7],)]
+    est = estimate_marginals(ms[:-1], sets[:-1] + extra, objective="smooth", exact_cells=0)
+    assert est.success, est.message
+    dense = reconstruct(ms[:-1], ConstraintSet(data.domain, [NonNegativity()]), "smooth")
+    got = est.marginals(extra + [(names[0], names[4])])
+    for s, want in _dense_marginals(data.domain, dense.x, extra + [(names[0], names[4])]).items():
+        np.testing.assert_allclose(got[s], want, rtol=1e-8, atol=1e-8 * dense.x.sum())
+
+
+@pytest.mark.parametrize("prior", ["uniform", "one-way"])
+def test_small_domains_are_solved_as_a_table_with_the_same_estimate(case, prior):
+    data, sets, ms = case
+    table = estimate_marginals(ms, objective="smooth", smooth={"prior": prior})
+    tree = estimate_marginals(ms, objective="smooth", smooth={"prior": prior}, exact_cells=0)
+    assert table.info["polytope"] == "table" and tree.info["polytope"] == "junction tree"
+    assert table.success and tree.success and table.table is not None
+    for s, m in tree.marginals(sets).items():
+        np.testing.assert_allclose(table.marginals(sets)[s], m, rtol=1e-8, atol=1e-8 * tree.total)
+
+
+def test_records_follow_the_smooth_estimate():
+    # records drawn from the smooth estimate of a 30-attribute chain keep its pair marginals to
+    # within the controlled rounding of sampling.py (a couple of records per cell)
+    from dpopt.model.data import Dataset
+    from dpopt.privacy.randomness import make_random
+
+    data = random_sparse_network(30, seed=2).sample(20000, 4)
+    names = data.domain.attrs
+    sets = [(names[i], names[i + 1]) for i in range(29)]
+    est = estimate_marginals(_measure(data, sets, [30.0] * 29, 1), objective="smooth")
+    assert est.success
+    codes = est.records(rng=make_random(5))
+    assert abs(len(codes) - est.total) <= 1
+    records, marg = Dataset(codes, data.domain), est.marginals(sets)
+    assert max(np.abs(records.marginal(s) - marg[s]).max() for s in sets) <= 2.0
+
+
+def test_time_limit_releases_nothing(case):
+    data, sets, ms = case
+    est = estimate_smooth(ms, time_limit=1e-9)
+    assert est.status is Status.TIME_LIMIT and not est.success and est.incumbent
+
+
+def test_near_exact_noise_certifies_and_equals_dense():
+    # sigma = 0.1 on counts of 10^4: the Newton residual cannot fall below the marginal sums'
+    # rounding, so residuals at rounding level count as converged (this ran to ITERATION_LIMIT)
+    data = random_sparse_network(12, seed=3).sample(50_000, 103)
+    names = data.domain.attrs
+    sets = [tuple(names[i:i + 3]) for i in range(10)]
+    ms = _measure(data, sets, [0.1] * 10, 2)
+    est = estimate_marginals(ms, objective="smooth", exact_cells=0)
+    assert est.status is Status.OPTIMAL, est.message
+    dense = reconstruct(ms, ConstraintSet(data.domain, [NonNegativity()]), "smooth")
+    for s, want in _dense_marginals(data.domain, dense.x, sets).items():
+        np.testing.assert_allclose(est.marginals(sets)[s], want, rtol=1e-7, atol=1e-7 * dense.x.sum())
