@@ -68,9 +68,12 @@ def test_rule_small_tree_takes_smooth_and_equals_it(chain):
     asked = estimate_marginals(ms, objective="smooth", exact_cells=0)
     for s in sets:
         np.testing.assert_array_equal(est.marginal(s), asked.marginal(s))
-    # the table route (4,096 cells <= exact_cells): smooth by the dense engine
+    # the table route (4,096 cells <= exact_cells): least squares stays the default there
     table = estimate_marginals(ms)
-    assert table.info["objective"]["objective"] == "smooth" and table.info["objective"]["table"]
+    assert table.info["objective"]["objective"] == "l2" and table.info["objective"]["table"]
+    assert "fit a table" in table.info["objective"]["reason"]
+    asked_table = estimate_marginals(ms, objective="smooth")
+    assert asked_table.info["objective"]["objective"] == "smooth" and asked_table.info["objective"]["table"]
 
 
 def test_rule_big_tree_takes_least_squares():

@@ -89,8 +89,9 @@ class MarginalSpaceParams(AlgorithmParams):
         ``estimate_marginals(objective=...)``: least squares, the smooth estimate on a junction
         tree, or (default) the rule of
         :func:`~dpopt.estimate.marginal_space.estimator.choose_objective` (smooth when nothing it
-        cannot keep is declared and the tree of the measured sets holds at most
-        :data:`~dpopt.estimate.marginal_space.estimator.SMOOTH_TREE_CELLS` cells). Decided in the
+        cannot keep is declared, the domain is beyond the dense table and the tree of the measured
+        sets holds at most :data:`~dpopt.estimate.marginal_space.estimator.SMOOTH_TREE_CELLS`
+        cells). Decided in the
         plan, from public quantities only.
     """
 

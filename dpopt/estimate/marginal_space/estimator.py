@@ -151,10 +151,14 @@ def choose_objective(domain: Domain, measured: Sequence[Sequence[str]],
        e.g. all 231 pairs of 22 binary attributes on one clique of 2^22 cells: a test on it had
        not finished after about 9 CPU-minutes).
 
-    Otherwise the smooth estimate (as a table by the dense engine when the domain has at most
-    ``exact_cells`` cells). Evidence (issue 27, same measurements): it was below least squares in
-    42 of 43 validation rows where the tree fitted (the one loss 1.4 %), on the adult chain at
-    zCDP ε 0.1 and 1, on the networks of bench_wide.py, and on nltcs at all four budgets.
+    4. the domain has at most ``exact_cells`` cells (it is solved as a table): there the smooth
+       estimate is not better everywhere — below least squares on nltcs at all four budgets, but
+       worse than the noisy answers themselves on a census table (issue 25) — and the dense
+       algorithm ``auto`` chooses a table's fit by its estimated risk.
+
+    Otherwise the smooth estimate on the junction tree. Evidence (issue 27, same measurements):
+    it was below least squares in 42 of 43 validation rows where the tree fitted (the one loss
+    1.4 %), on the adult chain at zCDP ε 0.1 and 1, and on the networks of bench_wide.py.
 
     Returns
     -------
@@ -173,8 +177,12 @@ def choose_objective(domain: Domain, measured: Sequence[Sequence[str]],
     if nonnegative is not True:
         return least_squares("nonnegative = false is a least-squares option")
     if table:
-        return ObjectiveChoice("auto", "smooth", f"smooth: the domain's {domain.size:,} cells fit a table (at most "
-                               f"exact_cells = {exact_cells:,}), solved by the dense smooth engine", None, limit, True)
+        # On a table the evidence is mixed (better on nltcs, worse than the noisy answers on a
+        # census table: issue 25), and the dense algorithm `auto` chooses a table's fit by its
+        # estimated risk; here least squares stays the default.
+        return least_squares(f"the domain's {domain.size:,} cells fit a table (at most exact_cells = "
+                             f"{exact_cells:,}), where the smooth estimate is not better everywhere (ask for "
+                             "objective = 'smooth', or use the algorithm auto, which chooses by estimated risk)")
     from dpopt.estimate.marginal_space.smooth import tree_cells
 
     axes = [tuple(sorted(domain.axes(s))) for s in measured if s]
