@@ -158,6 +158,9 @@ def repair(problem: ProjectionProblem, r: np.ndarray, mu: np.ndarray) -> tuple[n
     ``(1 - t) r + t r_int`` keeps every fixed residual and consistency (the map is linear);
     ``t`` is the smallest value that lifts every negative cell where the interior point is
     positive. Cells the interior point leaves at zero cannot be lifted (their violation stays).
+    Structural zeros are equalities, not bounds: they are never lifted (the interior point holds
+    them at zero up to rounding, so the mix keeps their deviation within the current one's order),
+    and without non-negativity no cell is.
     """
     step = repair_step(problem, r, mu)
     if step is None:
@@ -168,8 +171,13 @@ def repair(problem: ProjectionProblem, r: np.ndarray, mu: np.ndarray) -> tuple[n
 
 def repair_step(problem: ProjectionProblem, r: np.ndarray, mu: np.ndarray) -> tuple | None:
     """``(t, r_int, mu_int)`` of :func:`repair` (the interior point at the current total), or None
-    when it leaves ``r`` as it is (no negative cell, no interior point, or none it can lift)."""
+    when it leaves ``r`` as it is (no negative cell outside the structural zeros, no interior
+    point, none it can lift, or no non-negativity to restore)."""
+    if not problem.nonnegative:  # only the structural zeros constrain the cells: nothing to lift
+        return None
     neg = mu < 0
+    if problem.zero_cells is not None:  # a zero cell's rounding-level sign is no violation of a bound
+        neg &= ~problem.zero_cells
     if problem.interior is None or not neg.any():
         return None
     r_int, mu_int = problem.interior
