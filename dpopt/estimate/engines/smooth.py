@@ -424,33 +424,54 @@ def _newton(rows: _Rows, p, free, lam, tol, max_steps, time_limit, start, verbos
                 break
             direction = _newton_direction(rows, x, var, lam, gradient, worst)
             slope = float(gradient @ direction)
-            t, accepted = 1.0, False
             norm = float(np.linalg.norm(gradient / row_scale))
-            while t > 1e-12:
-                trial_nu = nu + t * direction
+
+            def trial(trial_nu):
                 trial_x = primal(trial_nu)
-                trial_value = dual(trial_nu, trial_x)
-                trial_gradient = rows.matvec(trial_x) - d - var * trial_nu
-                if np.isfinite(trial_value) and (
-                        trial_value >= value + 1e-4 * t * slope
-                        or np.linalg.norm(trial_gradient / row_scale) < (1.0 - 1e-4 * t) * norm):
-                    accepted = True
-                    break
-                t /= 2
-            if not accepted and worst <= 1e3 * tol:
-                # Rounding error, not the method, stops further progress: the certificate judges.
-                status, message = Status.OPTIMAL, (f"Newton's method on the dual converged to rounding level in "
-                                                   f"{steps} steps (largest relative residual {worst:.1e})")
+                return dual(trial_nu, trial_x), rows.matvec(trial_x) - d - var * trial_nu, trial_x
+
+            step = dual_backtrack(nu, direction, value, slope, norm, row_scale, trial)
+            if step is None:
+                status, message = dual_stalled(steps, worst, tol,
+                                               ": the invariants may leave no table positive on every free cell")
                 break
-            if not accepted:
-                status, message = Status.NUMERICAL_ERROR, (
-                    f"Newton's method on the dual could not improve after {steps} steps (largest relative "
-                    f"residual {worst:.2e}): the invariants may leave no table positive on every free cell")
-                break
-            nu, x, value, gradient = trial_nu, trial_x, trial_value, trial_gradient
+            nu, value, gradient, x = step
     if not np.isfinite(x).all():
         return None, nu, steps, Status.NUMERICAL_ERROR, "Newton's method on the dual diverged (non-finite table)"
     return x, nu, steps, status, message
+
+
+def dual_backtrack(nu: np.ndarray, direction: np.ndarray, value: float, slope: float, norm: float,
+                   row_scale: np.ndarray, trial, *, finite_gradient: bool = False):
+    """The Newton step's backtracking on the concave dual, shared by the dense and the
+    marginal-space smooth estimates: the first ``t = 1, 1/2, …`` (above 1e-12) whose dual value
+    rises by Armijo's ``1e-4 t slope`` or whose scaled gradient norm falls by the factor
+    ``1 − 1e-4 t`` (near the optimum rounding can hide the value's rise, not the gradient's fall).
+
+    ``trial(nu)`` returns ``(value, gradient, state)``; with ``finite_gradient`` a step whose
+    gradient is not finite is refused too. Returns ``(nu, value, gradient, state)`` of the accepted
+    step, or None when none is."""
+    t = 1.0
+    while t > 1e-12:
+        trial_nu = nu + t * direction
+        trial_value, trial_gradient, state = trial(trial_nu)
+        if np.isfinite(trial_value) and (not finite_gradient or np.isfinite(trial_gradient).all()) and (
+                trial_value >= value + 1e-4 * t * slope
+                or np.linalg.norm(trial_gradient / row_scale) < (1.0 - 1e-4 * t) * norm):
+            return trial_nu, trial_value, trial_gradient, state
+        t /= 2
+    return None
+
+
+def dual_stalled(steps: int, worst: float, tol: float, why: str = "") -> tuple[Status, str]:
+    """Status and message when no step is accepted: OPTIMAL when the largest relative residual
+    ``worst`` is within ``1e3 tol`` (rounding, not the method, stops progress; the certificate
+    judges the point), else NUMERICAL_ERROR (``why`` appended)."""
+    if worst <= 1e3 * tol:
+        return Status.OPTIMAL, (f"Newton's method on the dual converged to rounding level in {steps} steps "
+                                f"(largest relative residual {worst:.1e})")
+    return Status.NUMERICAL_ERROR, (f"Newton's method on the dual could not improve after {steps} steps (largest "
+                                    f"relative residual {worst:.2e}){why}")
 
 
 def _newton_direction(rows: _Rows, x, var, lam, gradient, worst):

@@ -55,7 +55,7 @@ from scipy.sparse.linalg import LinearOperator, cg
 
 from dpopt.errors import ParameterError, QueryError
 from dpopt.estimate.certificates.verify import CERTIFICATE_TOL
-from dpopt.estimate.engines.smooth import RTOL_FACTOR, STEPS, default_smoothing
+from dpopt.estimate.engines.smooth import RTOL_FACTOR, STEPS, default_smoothing, dual_backtrack, dual_stalled
 from dpopt.estimate.marginal_space.junction_tree import JunctionTree, elimination_cliques
 from dpopt.estimate.marginal_space.layout import ResidualIndex, SetFamily, check_sets, maximal_sets
 from dpopt.estimate.marginal_space.result import MarginalEstimate
@@ -488,31 +488,19 @@ def _proximal_step(tree, rows: _Rows, base, theta, d, var, lam, tol, max_newton,
             direction, _ = cg(hess, gradient, rtol=min(0.5, max(1e-10, np.sqrt(worst) * RTOL_FACTOR)), maxiter=500,
                               M=precond)
             slope = float(gradient @ direction)
-            t, accepted = 1.0, False
             norm = float(np.linalg.norm(gradient / row_scale))
-            while t > 1e-12:
-                trial_nu = nu + t * direction
+
+            def trial(trial_nu):
                 trial_mu, trial_sep, trial_mass = evaluate(trial_nu)
-                trial_value = dual(trial_nu, trial_mass)
                 trial_cx = rows.marginals(trial_mu)
-                trial_gradient = trial_cx - d - var * trial_nu
-                if np.isfinite(trial_value) and np.isfinite(trial_gradient).all() and (
-                        trial_value >= value + 1e-4 * t * slope
-                        or np.linalg.norm(trial_gradient / row_scale) < (1.0 - 1e-4 * t) * norm):
-                    accepted = True
-                    break
-                t /= 2
-            if not accepted and worst <= 1e3 * tol:
-                status, message = Status.OPTIMAL, (f"Newton's method on the dual converged to rounding level in "
-                                                   f"{steps} steps (largest relative residual {worst:.1e})")
+                return (dual(trial_nu, trial_mass), trial_cx - d - var * trial_nu,
+                        (trial_mu, trial_sep, trial_mass, trial_cx))
+
+            step = dual_backtrack(nu, direction, value, slope, norm, row_scale, trial, finite_gradient=True)
+            if step is None:
+                status, message = dual_stalled(steps, worst, tol)
                 break
-            if not accepted:
-                status, message = Status.NUMERICAL_ERROR, (
-                    f"Newton's method on the dual could not improve after {steps} steps (largest relative "
-                    f"residual {worst:.2e})")
-                break
-            nu, mu, mu_sep, mass, value, cx, gradient = (trial_nu, trial_mu, trial_sep, trial_mass, trial_value,
-                                                         trial_cx, trial_gradient)
+            nu, value, gradient, (mu, mu_sep, mass, cx) = step
     certificate = _certificate(tree, rows, mu, mu_sep, prior_mu, prior_sep, prior_mass, mass, nu, cx, d, var, lam,
                                value)
     return nu, mu, certificate, steps, status, message
