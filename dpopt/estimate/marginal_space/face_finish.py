@@ -38,6 +38,7 @@ Lagrangian's point after 1,470 products (repair-only gap 3.3e-3) the finish reac
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -50,8 +51,43 @@ FINISH_STEPS = 300
 FINISH_ROUNDS = 3
 
 
+#: "lsqr" (least-norm step only) or "craig" (CG on the normal equations of the second kind, which
+#: also gives the face multipliers ``lam``, y = B^T lam; the point is then certified against
+#: ``nu = kappa + lam`` as well). Experiment of issue 27 (stream s27c2).
+FINISH_SOLVER = os.environ.get("DPOPT_FINISH_SOLVER", "lsqr")
+FINISH_TRACE = bool(os.environ.get("DPOPT_FINISH_TRACE"))
+
+
 class _Late(Exception):
     pass
+
+
+def _craig(matvec, rmatvec, b, steps):
+    """CG on ``B B^T lam = b`` (Craig's method, CGNE; Hestenes and Stiefel 1952, Craig 1955):
+    returns ``y = B^T lam``, the least-norm solution of ``B y = b`` in exact arithmetic, and ``lam``.
+    One ``matvec`` and one ``rmatvec`` per step; stops at ``|b - B y| <= 1e-14 |b|``."""
+    lam = np.zeros_like(b)
+    res = b.copy()
+    p = res.copy()
+    y = None
+    rr = float(res @ res)
+    stop = (1e-14 * np.sqrt(rr)) ** 2
+    for _ in range(steps):
+        if rr <= stop:
+            break
+        q = rmatvec(p)
+        qq = float(q @ q)
+        if qq == 0.0:
+            break
+        alpha = rr / qq
+        lam += alpha * p
+        y = alpha * q if y is None else y + alpha * q
+        res -= alpha * matvec(q)
+        rr, old = float(res @ res), rr
+        p = res + (rr / old) * p
+    if y is None:
+        y = rmatvec(np.zeros_like(b))
+    return y, lam
 
 
 def face_finish(problem, kappa: np.ndarray, r: np.ndarray, mu: np.ndarray, *, steps: int = FINISH_STEPS,
@@ -66,7 +102,7 @@ def face_finish(problem, kappa: np.ndarray, r: np.ndarray, mu: np.ndarray, *, st
     within ``feasibility``), when a round leaves no cell negative, or at ``deadline``
     (``time.perf_counter()``; a round then in progress is dropped).
     """
-    from dpopt.estimate.marginal_space.projection import _better, certify_with
+    from dpopt.estimate.marginal_space.projection import _better, certify_at, certify_with
 
     fam = problem.cliques
     zeros = problem.zero_cells
@@ -95,9 +131,14 @@ def face_finish(problem, kappa: np.ndarray, r: np.ndarray, mu: np.ndarray, *, st
             full[rows] = np.ravel(v)
             return scale * fam.adjoint(full)
 
-        operator = LinearOperator((rows.size, scale.size), matvec=matvec, rmatvec=rmatvec, dtype=np.float64)
+        multipliers = None
         try:
-            z = lsqr(operator, -m[rows], atol=0.0, btol=1e-14, iter_lim=steps)[0]
+            if FINISH_SOLVER == "craig":
+                z, multipliers = _craig(matvec, rmatvec, -m[rows], steps)
+            else:
+                operator = LinearOperator((rows.size, scale.size), matvec=matvec, rmatvec=rmatvec,
+                                          dtype=np.float64)
+                z = lsqr(operator, -m[rows], atol=0.0, btol=1e-14, iter_lim=steps)[0]
         except _Late:
             break
         x = x + scale * z
@@ -106,6 +147,25 @@ def face_finish(problem, kappa: np.ndarray, r: np.ndarray, mu: np.ndarray, *, st
         point = certify_with(problem, kappa, r, mu, x, m)
         if best is None or _better(point, best, feasibility):
             best = point
+        if multipliers is not None:
+            # x = r_ref + W^-1 E^T (kappa + lam) on the face: pair it with nu = kappa + lam, whose
+            # own primal point it is (up to the recurrence), within the dual's bounds.
+            nu = kappa.copy()
+            nu[rows] += multipliers
+            if zeros is not None:
+                np.maximum(nu, 0.0, out=nu, where=~zeros)
+            else:
+                np.maximum(nu, 0.0, out=nu)
+            r_nu = problem.residuals(nu)
+            mu_nu = fam.expand(r_nu)
+            products += 1
+            for candidate in (certify_with(problem, nu, r_nu, mu_nu, x, m), certify_at(problem, nu, r_nu, mu_nu)):
+                if _better(candidate, best, feasibility):
+                    best = candidate
+            if FINISH_TRACE:
+                print(f"    finish round: rows {rows.size}, kappa-gap {point[3]:.3g} viol {point[4]:.3g}, "
+                      f"nu-gap {best[3]:.3g} viol {best[4]:.3g}, products {products}", flush=True)
+            point = best
         if (point[4] <= feasibility and point[3] <= stop_gap) or not problem.nonnegative or \
                 m.min(initial=0.0) >= 0.0:
             break
