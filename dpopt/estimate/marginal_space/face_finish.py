@@ -104,6 +104,9 @@ def face_finish(problem, kappa: np.ndarray, r: np.ndarray, mu: np.ndarray, *, st
     """
     from dpopt.estimate.marginal_space.projection import _better, certify_at, certify_with
 
+    if FINISH_SOLVER == "pdas":
+        return pdas_finish(problem, kappa, r, mu, steps=steps, rounds=int(os.environ.get("DPOPT_FINISH_ROUNDS", rounds)),
+                           deadline=deadline, stop_gap=stop_gap, feasibility=feasibility)
     fam = problem.cliques
     zeros = problem.zero_cells
     scale = np.sqrt(problem.inv_w_flat)  # W^-1/2, 0 on fixed residuals
@@ -159,14 +162,100 @@ def face_finish(problem, kappa: np.ndarray, r: np.ndarray, mu: np.ndarray, *, st
             r_nu = problem.residuals(nu)
             mu_nu = fam.expand(r_nu)
             products += 1
-            for candidate in (certify_with(problem, nu, r_nu, mu_nu, x, m), certify_at(problem, nu, r_nu, mu_nu)):
+            paired = certify_with(problem, nu, r_nu, mu_nu, x, m)
+            own = certify_at(problem, nu, r_nu, mu_nu)
+            for candidate in (paired, own):
                 if _better(candidate, best, feasibility):
                     best = candidate
             if FINISH_TRACE:
-                print(f"    finish round: rows {rows.size}, kappa-gap {point[3]:.3g} viol {point[4]:.3g}, "
-                      f"nu-gap {best[3]:.3g} viol {best[4]:.3g}, products {products}", flush=True)
+                raw = kappa[rows] + multipliers
+                print(f"    finish round: rows {rows.size}, kappa-gap {point[3]:.3g}, nu with x {paired[3]:.3g}, "
+                      f"nu alone {own[3]:.3g}; nu<0 on {int(np.count_nonzero(raw < 0))} rows (sum "
+                      f"{float(raw[raw < 0].sum()):.3g}), |x-r(nu)|max {float(np.abs(x - r_nu).max()):.3g}, "
+                      f"|Ex on face|max {float(np.abs(m[rows]).max()):.3g}, min Ex {float(m.min()):.3g}, "
+                      f"products {products}", flush=True)
             point = best
         if (point[4] <= feasibility and point[3] <= stop_gap) or not problem.nonnegative or \
                 m.min(initial=0.0) >= 0.0:
+            break
+    return best, products
+
+
+def pdas_finish(problem, kappa: np.ndarray, r: np.ndarray, mu: np.ndarray, *, steps: int = FINISH_STEPS,
+                rounds: int = FINISH_ROUNDS, deadline: float | None = None, stop_gap: float = 0.0,
+                feasibility: float = 0.0) -> tuple[tuple | None, int]:
+    """:func:`face_finish` with the face multipliers kept (experiment, issue 27, stream s27c2).
+
+    Each round solves the face's equality problem, ``x = r_ref + W^-1 E_A^T nu_A`` with
+    ``E_A x = 0``, by CGNE (:func:`_craig`), which returns ``nu_A`` with ``x`` (warm: the
+    previous round's ``nu`` restricted to the new face). The next face is ``{nu > 0} ∪ {E x < 0}``
+    (plus the structural zeros): a primal-dual active-set step (Hintermüller, Ito and Kunisch
+    2003, SIAM J. Optim. 13(3), the semismooth Newton method for bound constraints). Each point
+    is certified, by the unchanged certificate, against ``kappa`` (equation (7)) and against
+    ``nu+ = max(nu, 0)`` (off the structural zeros); when the face is right ``nu >= 0``,
+    ``x = r(nu)`` and the gap against ``nu`` is ``<nu, E x>`` plus the repair of what is left.
+    """
+    from dpopt.estimate.marginal_space.projection import _better, certify_at, certify_with
+
+    fam = problem.cliques
+    zeros = problem.zero_cells
+    scale = np.sqrt(problem.inv_w_flat)
+    products = 0
+    best = None
+    full = np.zeros(fam.size)
+    nu = kappa.copy()
+    m = mu
+    for _ in range(rounds):
+        face = (nu > 0) | (m < 0) if problem.nonnegative else np.zeros(fam.size, dtype=bool)
+        if zeros is not None:
+            face |= zeros
+        rows = np.flatnonzero(face)
+        if rows.size == 0:
+            break
+        nu[~face] = 0.0
+        x = problem.residuals(nu)
+        m = fam.expand(x)
+        products += 1
+
+        def matvec(z):
+            nonlocal products
+            if deadline is not None and time.perf_counter() > deadline:
+                raise _Late
+            products += 1
+            return fam.expand(scale * np.ravel(z))[rows]
+
+        def rmatvec(v):
+            full[...] = 0.0
+            full[rows] = np.ravel(v)
+            return scale * fam.adjoint(full)
+
+        try:
+            z, lam = _craig(matvec, rmatvec, -m[rows], steps)
+        except _Late:
+            break
+        x = x + scale * z
+        nu[rows] += lam
+        m = fam.expand(x)
+        products += 1
+        point = certify_with(problem, kappa, r, mu, x, m)
+        if best is None or _better(point, best, feasibility):
+            best = point
+        plus = np.maximum(nu, 0.0) if zeros is None else np.where(zeros, nu, np.maximum(nu, 0.0))
+        r_plus = problem.residuals(plus)
+        mu_plus = fam.expand(r_plus)
+        products += 1
+        paired = certify_with(problem, plus, r_plus, mu_plus, x, m)
+        own = certify_at(problem, plus, r_plus, mu_plus)
+        for candidate in (paired, own):
+            if _better(candidate, best, feasibility):
+                best = candidate
+        if FINISH_TRACE:
+            negative = nu < 0 if zeros is None else (nu < 0) & ~zeros
+            print(f"    pdas round: rows {rows.size}, kappa-gap {point[3]:.3g}, nu+ with x {paired[3]:.3g}, "
+                  f"nu+ alone {own[3]:.3g}; nu<0 on {int(np.count_nonzero(negative))} (sum "
+                  f"{float(nu[negative].sum()):.3g}), |E_A x|max {float(np.abs(m[rows]).max()):.3g}, "
+                  f"min Ex {float(m.min()):.3g}, Ex<0 on {int(np.count_nonzero(m < 0))}, products {products}",
+                  flush=True)
+        if best[4] <= feasibility and best[3] <= stop_gap or not problem.nonnegative:
             break
     return best, products
