@@ -104,8 +104,9 @@ def face_finish(problem, kappa: np.ndarray, r: np.ndarray, mu: np.ndarray, *, st
     """
     from dpopt.estimate.marginal_space.projection import _better, certify_at, certify_with
 
+    rounds = int(os.environ.get("DPOPT_FINISH_ROUNDS", rounds))
     if FINISH_SOLVER == "pdas":
-        return pdas_finish(problem, kappa, r, mu, steps=steps, rounds=int(os.environ.get("DPOPT_FINISH_ROUNDS", rounds)),
+        return pdas_finish(problem, kappa, r, mu, steps=steps, rounds=rounds,
                            deadline=deadline, stop_gap=stop_gap, feasibility=feasibility)
     fam = problem.cliques
     zeros = problem.zero_cells
@@ -150,6 +151,9 @@ def face_finish(problem, kappa: np.ndarray, r: np.ndarray, mu: np.ndarray, *, st
         point = certify_with(problem, kappa, r, mu, x, m)
         if best is None or _better(point, best, feasibility):
             best = point
+        if FINISH_TRACE and multipliers is None:
+            print(f"    lsqr round: rows {rows.size}, gap {point[3]:.3g}, min Ex {float(m.min()):.3g}, "
+                  f"products {products}", flush=True)
         if multipliers is not None:
             # x = r_ref + W^-1 E^T (kappa + lam) on the face: pair it with nu = kappa + lam, whose
             # own primal point it is (up to the recurrence), within the dual's bounds.
@@ -169,6 +173,12 @@ def face_finish(problem, kappa: np.ndarray, r: np.ndarray, mu: np.ndarray, *, st
                     best = candidate
             if FINISH_TRACE:
                 raw = kappa[rows] + multipliers
+                from dpopt.estimate.marginal_space.projection import dual_value, objective
+                unrepaired = objective(problem, x) - dual_value(problem, kappa)
+                unrepaired_nu = objective(problem, x) - dual_value(problem, nu)
+                denominator = 1.0 + abs(point[5]) + abs(point[6])
+                print(f"    unrepaired (7) gap of x: vs kappa {unrepaired / denominator:.3g}, vs nu+ "
+                      f"{unrepaired_nu / denominator:.3g}; repaired {point[3]:.3g}", flush=True)
                 print(f"    finish round: rows {rows.size}, kappa-gap {point[3]:.3g}, nu with x {paired[3]:.3g}, "
                       f"nu alone {own[3]:.3g}; nu<0 on {int(np.count_nonzero(raw < 0))} rows (sum "
                       f"{float(raw[raw < 0].sum()):.3g}), |x-r(nu)|max {float(np.abs(x - r_nu).max()):.3g}, "
