@@ -115,6 +115,7 @@ def face_finish(problem, kappa: np.ndarray, r: np.ndarray, mu: np.ndarray, *, st
     x, m = r, mu
     best = None
     full = np.zeros(fam.size)
+    total = np.zeros(fam.size)
     for _ in range(rounds):
         face = (kappa > 0) | (m < 0) if problem.nonnegative else np.zeros(fam.size, dtype=bool)
         if zeros is not None:
@@ -157,8 +158,8 @@ def face_finish(problem, kappa: np.ndarray, r: np.ndarray, mu: np.ndarray, *, st
         if multipliers is not None:
             # x = r_ref + W^-1 E^T (kappa + lam) on the face: pair it with nu = kappa + lam, whose
             # own primal point it is (up to the recurrence), within the dual's bounds.
-            nu = kappa.copy()
-            nu[rows] += multipliers
+            total[rows] += multipliers  # x = r(kappa + total): every round's multipliers add up
+            nu = kappa + total
             if zeros is not None:
                 np.maximum(nu, 0.0, out=nu, where=~zeros)
             else:
