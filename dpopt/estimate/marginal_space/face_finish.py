@@ -189,12 +189,22 @@ def face_finish(problem, kappa: np.ndarray, r: np.ndarray, mu: np.ndarray, *, st
         if (point[4] <= feasibility and point[3] <= stop_gap) or not problem.nonnegative or \
                 m.min(initial=0.0) >= 0.0:
             break
+    if FINISH_SOLVER == "craig" and os.environ.get("DPOPT_FINISH_HYBRID") and best is not None and \
+            (deadline is None or time.perf_counter() <= deadline) and \
+            not (best[4] <= feasibility and best[3] <= stop_gap):
+        # the primal side has settled: now drop the face cells whose multiplier is negative (PDAS)
+        more, made = pdas_finish(problem, kappa, r, mu, steps=steps, rounds=int(os.environ["DPOPT_FINISH_HYBRID"]),
+                                 deadline=deadline, stop_gap=stop_gap, feasibility=feasibility,
+                                 start=(kappa + total, m))
+        products += made
+        if more is not None and _better(more, best, feasibility):
+            best = more
     return best, products
 
 
 def pdas_finish(problem, kappa: np.ndarray, r: np.ndarray, mu: np.ndarray, *, steps: int = FINISH_STEPS,
                 rounds: int = FINISH_ROUNDS, deadline: float | None = None, stop_gap: float = 0.0,
-                feasibility: float = 0.0) -> tuple[tuple | None, int]:
+                feasibility: float = 0.0, start: tuple | None = None) -> tuple[tuple | None, int]:
     """:func:`face_finish` with the face multipliers kept (experiment, issue 27, stream s27c2).
 
     Each round solves the face's equality problem, ``x = r_ref + W^-1 E_A^T nu_A`` with
@@ -214,8 +224,7 @@ def pdas_finish(problem, kappa: np.ndarray, r: np.ndarray, mu: np.ndarray, *, st
     products = 0
     best = None
     full = np.zeros(fam.size)
-    nu = kappa.copy()
-    m = mu
+    nu, m = (kappa.copy(), mu) if start is None else (start[0].copy(), start[1])
     for _ in range(rounds):
         face = (nu > 0) | (m < 0) if problem.nonnegative else np.zeros(fam.size, dtype=bool)
         if zeros is not None:
