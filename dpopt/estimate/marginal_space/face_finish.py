@@ -225,8 +225,9 @@ def pdas_finish(problem, kappa: np.ndarray, r: np.ndarray, mu: np.ndarray, *, st
     best = None
     full = np.zeros(fam.size)
     nu, m = (kappa.copy(), mu) if start is None else (start[0].copy(), start[1])
+    c = 1.0 / problem.lipschitz  # HIK's constant: mu moves by about L nu
     for _ in range(rounds):
-        face = (nu > 0) | (m < 0) if problem.nonnegative else np.zeros(fam.size, dtype=bool)
+        face = (nu - c * m > 0) if problem.nonnegative else np.zeros(fam.size, dtype=bool)
         if zeros is not None:
             face |= zeros
         rows = np.flatnonzero(face)
