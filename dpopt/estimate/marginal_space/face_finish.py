@@ -34,11 +34,26 @@ education-num marital-status occupation race capital-loss --products 4000``), fr
 Lagrangian's point after 1,470 products (repair-only gap 3.3e-3) the finish reached 8.8e-5 in
 903 products (three faces, cells still negative); from its point after 2,202 products (gap
 6.2e-4) it certified, gap 9.6e-8, in 602.
+
+**Tried and dropped: certifying against the face multipliers** (issue 27, stream s27c2; same
+slice, products 4000, under load). CGNE (CG on ``B B^T lam = b``, Craig's method) in place of
+LSQR returns ``lam`` with ``y = B^T lam``, so ``x = r(kappa + lam)``; the idea was to certify
+against ``nu = kappa + lam`` and take the dual's suboptimality out of (7). It does not help:
+(a) the unrepaired part of (7), ``F(x) - g(kappa)``, was already 2.6e-7 to 4.2e-7 (relative)
+from the point at 3.3e-3; the finish's gap is the repair of the cells *off* the face that the
+move pushes negative (most negative -0.053, -1.8e-3, -7.4e-5 over three rounds); (b) ``nu`` is
+negative on 523 to 2,149 face cells (kappa > 0 where the optimum's multiplier is 0), and
+``max(nu, 0)`` paired with ``x`` gave 7.3e-7 against kappa's 4.2e-7. CGNE's own iterates
+certified as LSQR's do (3,712 products, gap 2.7e-8, against 3,707 and 9.6e-8). Dropping the
+face cells where ``nu < 0`` (a primal-dual active-set step, Hintermüller, Ito and Kunisch 2003,
+with the face ``{nu > 0} ∪ {mu < 0}`` or their ``{nu - mu / L > 0}``) diverged: gaps 0.38, 0.28,
+0.016, and 0.72, 0.10, 0.091, 0.38. More rounds of this finish (8 instead of 3) from the point
+at 3.3e-3: 6.6e-4, 8.8e-5, 2.3e-5, 1.2e-6, 4.5e-7, then 4.19e-7 flat (kappa's own floor), so
+within 1e-6 after 3,276 products in all but never at the benchmark's 1e-7.
 """
 
 from __future__ import annotations
 
-import os
 import time
 
 import numpy as np
@@ -51,43 +66,8 @@ FINISH_STEPS = 300
 FINISH_ROUNDS = 3
 
 
-#: "lsqr" (least-norm step only) or "craig" (CG on the normal equations of the second kind, which
-#: also gives the face multipliers ``lam``, y = B^T lam; the point is then certified against
-#: ``nu = kappa + lam`` as well). Experiment of issue 27 (stream s27c2).
-FINISH_SOLVER = os.environ.get("DPOPT_FINISH_SOLVER", "lsqr")
-FINISH_TRACE = bool(os.environ.get("DPOPT_FINISH_TRACE"))
-
-
 class _Late(Exception):
     pass
-
-
-def _craig(matvec, rmatvec, b, steps):
-    """CG on ``B B^T lam = b`` (Craig's method, CGNE; Hestenes and Stiefel 1952, Craig 1955):
-    returns ``y = B^T lam``, the least-norm solution of ``B y = b`` in exact arithmetic, and ``lam``.
-    One ``matvec`` and one ``rmatvec`` per step; stops at ``|b - B y| <= 1e-14 |b|``."""
-    lam = np.zeros_like(b)
-    res = b.copy()
-    p = res.copy()
-    y = None
-    rr = float(res @ res)
-    stop = (1e-14 * np.sqrt(rr)) ** 2
-    for _ in range(steps):
-        if rr <= stop:
-            break
-        q = rmatvec(p)
-        qq = float(q @ q)
-        if qq == 0.0:
-            break
-        alpha = rr / qq
-        lam += alpha * p
-        y = alpha * q if y is None else y + alpha * q
-        res -= alpha * matvec(q)
-        rr, old = float(res @ res), rr
-        p = res + (rr / old) * p
-    if y is None:
-        y = rmatvec(np.zeros_like(b))
-    return y, lam
 
 
 def face_finish(problem, kappa: np.ndarray, r: np.ndarray, mu: np.ndarray, *, steps: int = FINISH_STEPS,
@@ -102,12 +82,8 @@ def face_finish(problem, kappa: np.ndarray, r: np.ndarray, mu: np.ndarray, *, st
     within ``feasibility``), when a round leaves no cell negative, or at ``deadline``
     (``time.perf_counter()``; a round then in progress is dropped).
     """
-    from dpopt.estimate.marginal_space.projection import _better, certify_at, certify_with
+    from dpopt.estimate.marginal_space.projection import _better, certify_with
 
-    rounds = int(os.environ.get("DPOPT_FINISH_ROUNDS", rounds))
-    if FINISH_SOLVER == "pdas":
-        return pdas_finish(problem, kappa, r, mu, steps=steps, rounds=rounds,
-                           deadline=deadline, stop_gap=stop_gap, feasibility=feasibility)
     fam = problem.cliques
     zeros = problem.zero_cells
     scale = np.sqrt(problem.inv_w_flat)  # W^-1/2, 0 on fixed residuals
@@ -115,7 +91,6 @@ def face_finish(problem, kappa: np.ndarray, r: np.ndarray, mu: np.ndarray, *, st
     x, m = r, mu
     best = None
     full = np.zeros(fam.size)
-    total = np.zeros(fam.size)
     for _ in range(rounds):
         face = (kappa > 0) | (m < 0) if problem.nonnegative else np.zeros(fam.size, dtype=bool)
         if zeros is not None:
@@ -136,14 +111,9 @@ def face_finish(problem, kappa: np.ndarray, r: np.ndarray, mu: np.ndarray, *, st
             full[rows] = np.ravel(v)
             return scale * fam.adjoint(full)
 
-        multipliers = None
+        operator = LinearOperator((rows.size, scale.size), matvec=matvec, rmatvec=rmatvec, dtype=np.float64)
         try:
-            if FINISH_SOLVER == "craig":
-                z, multipliers = _craig(matvec, rmatvec, -m[rows], steps)
-            else:
-                operator = LinearOperator((rows.size, scale.size), matvec=matvec, rmatvec=rmatvec,
-                                          dtype=np.float64)
-                z = lsqr(operator, -m[rows], atol=0.0, btol=1e-14, iter_lim=steps)[0]
+            z = lsqr(operator, -m[rows], atol=0.0, btol=1e-14, iter_lim=steps)[0]
         except _Late:
             break
         x = x + scale * z
@@ -152,131 +122,7 @@ def face_finish(problem, kappa: np.ndarray, r: np.ndarray, mu: np.ndarray, *, st
         point = certify_with(problem, kappa, r, mu, x, m)
         if best is None or _better(point, best, feasibility):
             best = point
-        if FINISH_TRACE and multipliers is None:
-            print(f"    lsqr round: rows {rows.size}, gap {point[3]:.3g}, min Ex {float(m.min()):.3g}, "
-                  f"products {products}", flush=True)
-        if multipliers is not None:
-            # x = r_ref + W^-1 E^T (kappa + lam) on the face: pair it with nu = kappa + lam, whose
-            # own primal point it is (up to the recurrence), within the dual's bounds.
-            total[rows] += multipliers  # x = r(kappa + total): every round's multipliers add up
-            nu = kappa + total
-            if zeros is not None:
-                np.maximum(nu, 0.0, out=nu, where=~zeros)
-            else:
-                np.maximum(nu, 0.0, out=nu)
-            r_nu = problem.residuals(nu)
-            mu_nu = fam.expand(r_nu)
-            products += 1
-            paired = certify_with(problem, nu, r_nu, mu_nu, x, m)
-            own = certify_at(problem, nu, r_nu, mu_nu)
-            for candidate in (paired, own):
-                if _better(candidate, best, feasibility):
-                    best = candidate
-            if FINISH_TRACE:
-                raw = kappa[rows] + multipliers
-                from dpopt.estimate.marginal_space.projection import dual_value, objective
-                unrepaired = objective(problem, x) - dual_value(problem, kappa)
-                unrepaired_nu = objective(problem, x) - dual_value(problem, nu)
-                denominator = 1.0 + abs(point[5]) + abs(point[6])
-                print(f"    unrepaired (7) gap of x: vs kappa {unrepaired / denominator:.3g}, vs nu+ "
-                      f"{unrepaired_nu / denominator:.3g}; repaired {point[3]:.3g}", flush=True)
-                print(f"    finish round: rows {rows.size}, kappa-gap {point[3]:.3g}, nu with x {paired[3]:.3g}, "
-                      f"nu alone {own[3]:.3g}; nu<0 on {int(np.count_nonzero(raw < 0))} rows (sum "
-                      f"{float(raw[raw < 0].sum()):.3g}), |x-r(nu)|max {float(np.abs(x - r_nu).max()):.3g}, "
-                      f"|Ex on face|max {float(np.abs(m[rows]).max()):.3g}, min Ex {float(m.min()):.3g}, "
-                      f"products {products}", flush=True)
-            point = best
         if (point[4] <= feasibility and point[3] <= stop_gap) or not problem.nonnegative or \
                 m.min(initial=0.0) >= 0.0:
-            break
-    if FINISH_SOLVER == "craig" and os.environ.get("DPOPT_FINISH_HYBRID") and best is not None and \
-            (deadline is None or time.perf_counter() <= deadline) and \
-            not (best[4] <= feasibility and best[3] <= stop_gap):
-        # the primal side has settled: now drop the face cells whose multiplier is negative (PDAS)
-        more, made = pdas_finish(problem, kappa, r, mu, steps=steps, rounds=int(os.environ["DPOPT_FINISH_HYBRID"]),
-                                 deadline=deadline, stop_gap=stop_gap, feasibility=feasibility,
-                                 start=(kappa + total, m))
-        products += made
-        if more is not None and _better(more, best, feasibility):
-            best = more
-    return best, products
-
-
-def pdas_finish(problem, kappa: np.ndarray, r: np.ndarray, mu: np.ndarray, *, steps: int = FINISH_STEPS,
-                rounds: int = FINISH_ROUNDS, deadline: float | None = None, stop_gap: float = 0.0,
-                feasibility: float = 0.0, start: tuple | None = None) -> tuple[tuple | None, int]:
-    """:func:`face_finish` with the face multipliers kept (experiment, issue 27, stream s27c2).
-
-    Each round solves the face's equality problem, ``x = r_ref + W^-1 E_A^T nu_A`` with
-    ``E_A x = 0``, by CGNE (:func:`_craig`), which returns ``nu_A`` with ``x`` (warm: the
-    previous round's ``nu`` restricted to the new face). The next face is ``{nu > 0} ∪ {E x < 0}``
-    (plus the structural zeros): a primal-dual active-set step (Hintermüller, Ito and Kunisch
-    2003, SIAM J. Optim. 13(3), the semismooth Newton method for bound constraints). Each point
-    is certified, by the unchanged certificate, against ``kappa`` (equation (7)) and against
-    ``nu+ = max(nu, 0)`` (off the structural zeros); when the face is right ``nu >= 0``,
-    ``x = r(nu)`` and the gap against ``nu`` is ``<nu, E x>`` plus the repair of what is left.
-    """
-    from dpopt.estimate.marginal_space.projection import _better, certify_at, certify_with
-
-    fam = problem.cliques
-    zeros = problem.zero_cells
-    scale = np.sqrt(problem.inv_w_flat)
-    products = 0
-    best = None
-    full = np.zeros(fam.size)
-    nu, m = (kappa.copy(), mu) if start is None else (start[0].copy(), start[1])
-    c = 1.0 / problem.lipschitz  # HIK's constant: mu moves by about L nu
-    for _ in range(rounds):
-        face = (nu - c * m > 0) if problem.nonnegative else np.zeros(fam.size, dtype=bool)
-        if zeros is not None:
-            face |= zeros
-        rows = np.flatnonzero(face)
-        if rows.size == 0:
-            break
-        nu[~face] = 0.0
-        x = problem.residuals(nu)
-        m = fam.expand(x)
-        products += 1
-
-        def matvec(z):
-            nonlocal products
-            if deadline is not None and time.perf_counter() > deadline:
-                raise _Late
-            products += 1
-            return fam.expand(scale * np.ravel(z))[rows]
-
-        def rmatvec(v):
-            full[...] = 0.0
-            full[rows] = np.ravel(v)
-            return scale * fam.adjoint(full)
-
-        try:
-            z, lam = _craig(matvec, rmatvec, -m[rows], steps)
-        except _Late:
-            break
-        x = x + scale * z
-        nu[rows] += lam
-        m = fam.expand(x)
-        products += 1
-        point = certify_with(problem, kappa, r, mu, x, m)
-        if best is None or _better(point, best, feasibility):
-            best = point
-        plus = np.maximum(nu, 0.0) if zeros is None else np.where(zeros, nu, np.maximum(nu, 0.0))
-        r_plus = problem.residuals(plus)
-        mu_plus = fam.expand(r_plus)
-        products += 1
-        paired = certify_with(problem, plus, r_plus, mu_plus, x, m)
-        own = certify_at(problem, plus, r_plus, mu_plus)
-        for candidate in (paired, own):
-            if _better(candidate, best, feasibility):
-                best = candidate
-        if FINISH_TRACE:
-            negative = nu < 0 if zeros is None else (nu < 0) & ~zeros
-            print(f"    pdas round: rows {rows.size}, kappa-gap {point[3]:.3g}, nu+ with x {paired[3]:.3g}, "
-                  f"nu+ alone {own[3]:.3g}; nu<0 on {int(np.count_nonzero(negative))} (sum "
-                  f"{float(nu[negative].sum()):.3g}), |E_A x|max {float(np.abs(m[rows]).max()):.3g}, "
-                  f"min Ex {float(m.min()):.3g}, Ex<0 on {int(np.count_nonzero(m < 0))}, products {products}",
-                  flush=True)
-        if best[4] <= feasibility and best[3] <= stop_gap or not problem.nonnegative:
             break
     return best, products
