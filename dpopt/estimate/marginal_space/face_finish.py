@@ -34,6 +34,22 @@ education-num marital-status occupation race capital-loss --products 4000``), fr
 Lagrangian's point after 1,470 products (repair-only gap 3.3e-3) the finish reached 8.8e-5 in
 903 products (three faces, cells still negative); from its point after 2,202 products (gap
 6.2e-4) it certified, gap 9.6e-8, in 602.
+
+**Tried and dropped: certifying against the face multipliers** (issue 27, stream s27c2; same
+slice, products 4000, under load). CGNE (CG on ``B B^T lam = b``, Craig's method) in place of
+LSQR returns ``lam`` with ``y = B^T lam``, so ``x = r(kappa + lam)``; the idea was to certify
+against ``nu = kappa + lam`` and take the dual's suboptimality out of (7). It does not help:
+(a) the unrepaired part of (7), ``F(x) - g(kappa)``, was already 2.6e-7 to 4.2e-7 (relative)
+from the point at 3.3e-3; the finish's gap is the repair of the cells *off* the face that the
+move pushes negative (most negative -0.053, -1.8e-3, -7.4e-5 over three rounds); (b) ``nu`` is
+negative on 523 to 2,149 face cells (kappa > 0 where the optimum's multiplier is 0), and
+``max(nu, 0)`` paired with ``x`` gave 7.3e-7 against kappa's 4.2e-7. CGNE's own iterates
+certified as LSQR's do (3,712 products, gap 2.7e-8, against 3,707 and 9.6e-8). Dropping the
+face cells where ``nu < 0`` (a primal-dual active-set step, Hintermüller, Ito and Kunisch 2003,
+with the face ``{nu > 0} ∪ {mu < 0}`` or their ``{nu - mu / L > 0}``) diverged: gaps 0.38, 0.28,
+0.016, and 0.72, 0.10, 0.091, 0.38. More rounds of this finish (8 instead of 3) from the point
+at 3.3e-3: 6.6e-4, 8.8e-5, 2.3e-5, 1.2e-6, 4.5e-7, then 4.19e-7 flat (kappa's own floor), so
+within 1e-6 after 3,276 products in all but never at the benchmark's 1e-7.
 """
 
 from __future__ import annotations
