@@ -55,3 +55,20 @@ def print_table(rows: list, title: str) -> None:
     width = max(len(r[0]) for r in rows)
     for label, seconds in rows:
         print(f"  {label:<{width}}  {seconds:8.3f} s")
+
+
+def network_workload(d: int, k: int, net_seed: int, window: int = 3, n: int = 50_000):
+    """Binary data from ``random_sparse_network(d, seed=net_seed, window=window)`` (``n`` records,
+    sample seed ``net_seed + 100``), its ``k``-way marginal sets and their true counts:
+    ``(net, data, sets, combos, truths, n)``, the workload of bench_wide_rule.py and
+    bench_wide_smooth.py."""
+    from dpopt.datasets.bayes_net import random_sparse_network
+
+    net = random_sparse_network(d, seed=net_seed, window=window)
+    data = net.sample(n, net_seed + 100)
+    names = data.domain.attrs
+    combos, _ = net.marginals(k)
+    sets = [tuple(names[a] for a in c) for c in combos]
+    counts = data.binary_marginal_counts(k)
+    truths = {s: counts[i].astype(float) for i, s in enumerate(sets)}
+    return net, data, sets, combos, truths, float(data.total)

@@ -29,7 +29,7 @@ import numpy as np
 
 
 def main() -> None:
-    from dpopt.datasets.bayes_net import random_sparse_network
+    from _common import network_workload
     from dpopt.estimate.marginal_space import estimate_marginals
     from dpopt.privacy.budget import Budget
     from dpopt.privacy.randomness import make_random
@@ -45,14 +45,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     parser.add_argument("--configs", default="[{}]")
     args = parser.parse_args()
-    net = random_sparse_network(args.d, seed=args.net, window=args.window)
-    data = net.sample(50_000, args.net + 100)
-    names = data.domain.attrs
-    combos, _ = net.marginals(args.k)
-    sets = [tuple(names[a] for a in c) for c in combos]
-    counts = data.binary_marginal_counts(args.k)
-    truths = {s: counts[i].astype(float) for i, s in enumerate(sets)}
-    n = float(data.total)
+    net, data, sets, combos, truths, n = network_workload(args.d, args.k, args.net, args.window)
     eps = Fraction(args.eps).limit_denominator(10**6)
     budget = Budget.pure(eps) if args.accounting == "pure" else Budget.zcdp(eps * eps / 2)
     one = data.binary_marginal_counts(1)[:, 1] / n

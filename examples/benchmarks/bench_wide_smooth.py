@@ -35,7 +35,7 @@ ESTIMATORS = {"ls": {"objective": "ls"}, "smooth": {"objective": "smooth", "smoo
 
 
 def main() -> None:
-    from dpopt.datasets.bayes_net import random_sparse_network
+    from _common import network_workload
     from dpopt.errors import DomainError
     from dpopt.estimate.marginal_space import estimate_marginals
     from dpopt.privacy.budget import Budget
@@ -59,14 +59,7 @@ def main() -> None:
           + " ".join(f"{name:>18}" for name in estimators)
           + ("  1way-uniform (s.e.)" if paired else ""), flush=True)
     for net_seed in args.net:
-        net = random_sparse_network(args.d, seed=net_seed, window=args.window)
-        data = net.sample(50_000, net_seed + 100)
-        names = data.domain.attrs
-        combos, _ = net.marginals(args.k)
-        sets = [tuple(names[a] for a in c) for c in combos]
-        counts = data.binary_marginal_counts(args.k)
-        truths = {s: counts[i].astype(float) for i, s in enumerate(sets)}
-        n = float(data.total)
+        _, data, sets, _, truths, n = network_workload(args.d, args.k, net_seed, args.window)
         for accounting in args.accounting:
             for eps in args.eps:
                 e = Fraction(eps).limit_denominator(10**6)

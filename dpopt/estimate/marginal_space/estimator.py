@@ -45,7 +45,14 @@ from dpopt.errors import DomainError, ParameterError, QueryError
 from dpopt.estimate.certificates.verify import CERTIFICATE_TOL, feasibility_tolerance
 from dpopt.estimate.marginal_space.gls import fit_residuals
 from dpopt.estimate.marginal_space.interior import interior_residuals
-from dpopt.estimate.marginal_space.layout import ResidualIndex, SetFamily, check_sets, is_decomposable, maximal_sets
+from dpopt.estimate.marginal_space.layout import (
+    ResidualIndex,
+    SetFamily,
+    check_sets,
+    is_decomposable,
+    maximal_sets,
+    measured_and_workload_axes,
+)
 from dpopt.estimate.marginal_space.prior import independence_prior, shrink_to_independence
 from dpopt.estimate.marginal_space.projection import ProjectionProblem, project
 from dpopt.estimate.marginal_space.result import MarginalEstimate
@@ -377,16 +384,8 @@ def _estimate_l2(measurements: list[Measurement], workload, constraints, *, tota
     if time_limit is not None and not (float(time_limit) > 0):
         raise ParameterError(f"time_limit must be positive seconds, got {time_limit!r}")
 
-    all_axes = [tuple(sorted(domain.axes(s))) if s else () for s in sets]  # () for a total
+    all_axes, work = measured_and_workload_axes(domain, sets, workload, "estimate_marginals")  # () for a total
     measured_axes = [a for a in all_axes if a]
-    if workload is None:
-        work = list(dict.fromkeys(a for a in all_axes if a))
-        if not work:
-            raise QueryError("estimate_marginals: the measurements are all totals; give a workload of marginals")
-    else:
-        work = list(dict.fromkeys(check_sets(domain, list(workload), "workload")))
-        if not work:
-            raise QueryError("estimate_marginals: the workload is empty")
     extra = [a for a, _ in zeros] + [a for a, _, _ in exact if a]
     # Every attribute is held (alone if nothing else holds it: uniform, as nothing is known of it),
     # so that records and marginals can be read over the whole domain.

@@ -564,3 +564,21 @@ def check_sets(domain: Domain, sets: Iterable[Sequence[str]], what: str) -> list
             raise QueryError(f"{what}[{i}]: {exc}") from None
         out.append(tuple(sorted(axes)))
     return out
+
+
+def measured_and_workload_axes(domain: Domain, sets: Sequence[Sequence[str]],
+                               workload: Iterable[Sequence[str]] | None, who: str
+                               ) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+    """The measured sets as sorted axes (``()`` for a total) and the workload's, without repeats:
+    the measured marginals themselves when ``workload`` is None. ``who`` names the caller in the
+    one-line errors (measurements that are all totals, an empty workload)."""
+    axes = [tuple(sorted(domain.axes(s))) if s else () for s in sets]
+    if workload is None:
+        work = list(dict.fromkeys(a for a in axes if a))
+        if not work:
+            raise QueryError(f"{who}: the measurements are all totals; give a workload of marginals")
+    else:
+        work = list(dict.fromkeys(check_sets(domain, list(workload), "workload")))
+        if not work:
+            raise QueryError(f"{who}: the workload is empty")
+    return axes, work

@@ -57,7 +57,7 @@ from dpopt.errors import ParameterError, QueryError
 from dpopt.estimate.certificates.verify import CERTIFICATE_TOL
 from dpopt.estimate.engines.smooth import RTOL_FACTOR, STEPS, default_smoothing, dual_backtrack, dual_stalled
 from dpopt.estimate.marginal_space.junction_tree import JunctionTree, elimination_cliques
-from dpopt.estimate.marginal_space.layout import ResidualIndex, SetFamily, check_sets, maximal_sets
+from dpopt.estimate.marginal_space.layout import ResidualIndex, SetFamily, maximal_sets, measured_and_workload_axes
 from dpopt.estimate.marginal_space.result import MarginalEstimate
 from dpopt.estimate.status import Status
 from dpopt.model.constraints import ConstraintSet
@@ -198,15 +198,7 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
     if time_limit is not None and not (float(time_limit) > 0):
         raise ParameterError(f"time_limit must be positive seconds, got {time_limit!r}")
 
-    axes = [tuple(sorted(domain.axes(s))) if s else () for s in sets]
-    if workload is None:
-        work = list(dict.fromkeys(a for a in axes if a))
-        if not work:
-            raise QueryError("estimate_smooth: the measurements are all totals; give a workload of marginals")
-    else:
-        work = list(dict.fromkeys(check_sets(domain, list(workload), "workload")))
-        if not work:
-            raise QueryError("estimate_smooth: the workload is empty")
+    axes, work = measured_and_workload_axes(domain, sets, workload, "estimate_smooth")
     sizes = [int(s) for s in domain.sizes]
     if exact_cells and domain.size <= exact_cells:
         return _smooth_table(measurements, constraints, domain, work, axes, total, prior, steps, smoothing, tol,
