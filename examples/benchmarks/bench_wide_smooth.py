@@ -30,7 +30,7 @@ from fractions import Fraction
 
 import numpy as np
 
-ESTIMATORS = {"ls": {"objective": "ls"}, "smooth": {"objective": "smooth", "smooth": {"prior": "uniform"}},
+ESTIMATORS = {"ls": {"objective": "l2"}, "smooth": {"objective": "smooth", "smooth": {"prior": "uniform"}},
               "smooth-1way": {"objective": "smooth", "smooth": {"prior": "one-way"}}}
 
 
