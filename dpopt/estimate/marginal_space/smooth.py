@@ -206,6 +206,11 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
     held_by_tree = tree_sets(len(domain), axes, work)
     loose = [s for s in held_by_tree if s not in axes]
     tree = JunctionTree(sizes, held_by_tree, max_cells, names=domain.attrs)
+    # The released family: the tree's cliques and the workload sets (read off the tree when no
+    # clique holds them), all marginals of the one model, hence consistent. Their reading plans
+    # come from the tree alone: one too large is refused here, before any work.
+    held_sets = maximal_sets(list(tree.cliques) + work)
+    plans = tree.read_plans([s for s in held_sets if s not in tree.cliques], names=domain.attrs)
 
     # The measurements' total and λ (the dense engine's formulas).
     values = [np.asarray(m.values, dtype=np.float64) for m in measurements]
@@ -259,15 +264,14 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
         message += (f"; certified: relative duality gap {certificate['gap']:.1e}, stationarity "
                     f"{certificate['stationarity']:.1e} (tolerance {CERTIFICATE_TOL:g}); junction tree of "
                     f"{len(tree.cliques)} cliques, {tree.cells:,} cells")
-    # The released family: the tree's cliques and the workload sets (read by conditioning when no
-    # clique holds them), all marginals of the one model, hence consistent.
-    held_sets = maximal_sets(list(tree.cliques) + work)
     index = ResidualIndex(domain, held_sets)
     family = SetFamily(index, held_sets)
     if mu is not None and all(np.isfinite(m).all() for m in mu):
-        factors = [b if f is None else b + f for b, f in zip(base, rows.factors(-point))]
         deadline = None if time_limit is None else start + float(time_limit)
-        read = tree.set_marginals(factors, mu, [s for s in held_sets if s not in tree.cliques], deadline)
+        tick = time.process_time()
+        read = tree.set_marginals(mu, plans, deadline)
+        info["read"] = {"sets": len(plans), "largest_array_cells": max((p.largest for p in plans), default=0),
+                        "cpu_seconds": time.process_time() - tick}
         if read is None:  # the workload's marginals outside the cliques could not all be read in time
             ok, status = False, Status.TIME_LIMIT
             message += "; time limit while reading the workload's marginals outside the tree: nothing to release"
