@@ -9,6 +9,7 @@ table for the junction tree, and the optimality conditions of the one-way prior'
 from __future__ import annotations
 
 import math
+import time
 from itertools import combinations
 
 import numpy as np
@@ -150,6 +151,59 @@ def test_junction_tree_against_the_full_table():
     _brute_tree_check([3, 2, 2, 3, 2], [(0, 1, 2), (2, 3), (3, 4), (0, 4)], 1)
 
 
+@pytest.mark.parametrize("every_root", [False, True])
+def test_out_of_clique_marginals_against_the_full_table(monkeypatch, every_root):
+    # every pair, triple and four-set of a tree with a filled cycle, attributes held by several
+    # cliques, a separate component (an empty separator) and a long branch, read by elimination
+    # over the smallest subtree (from the default root, or the best of every root), against the
+    # full table; with messages shared between sets and without
+    from dpopt.estimate.marginal_space import junction_tree
+
+    if every_root:
+        monkeypatch.setattr(junction_tree, "SMALL_READ", 0)
+    sizes = [2, 3, 2, 4, 3, 2, 2, 3, 5, 2]
+    sets = [(0, 1), (1, 2), (2, 3), (0, 3), (3, 4, 5), (6,), (7, 6), (5, 8), (8, 9)]
+    tree = JunctionTree(sizes, sets, 10**6)
+    rng = np.random.default_rng(3)
+    factors = [rng.normal(0, 2, shape) for shape in tree.shapes]
+    full = np.zeros(sizes)
+    for c, f in zip(tree.cliques, factors):
+        full = full + f.reshape([sizes[a] if a in c else 1 for a in range(len(sizes))])
+    x = np.exp(full)
+    mu, _, _ = tree.calibrate(factors)
+    wanted = [s for k in (2, 3, 4) for s in combinations(range(len(sizes)), k)]
+    outside = [s for s in wanted if not any(set(s) <= set(c) for c in tree.cliques)]
+    assert len(outside) > 300
+    shared = tree.set_marginals(mu, tree.read_plans(outside))
+    alone = tree.set_marginals(mu, outside, cache_cells=0)
+    for s in wanted:
+        want = x.sum(axis=tuple(a for a in range(len(sizes)) if a not in s))
+        got = shared[s] if s in shared else tree.set_marginals(mu, [s])[s]
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-13 * x.sum())
+        if s in alone:
+            np.testing.assert_allclose(alone[s], want, rtol=1e-10, atol=1e-13 * x.sum())
+
+
+def test_out_of_clique_read_limit_and_deadline():
+    # a chain of pairs over ten attributes of 10 values: the tree holds 900 cells, the triple at
+    # its ends needs 1,000; refused before the solve, naming the set; a passed deadline reads nothing
+    from dpopt.model.data import Dataset
+    from dpopt.model.domain import Domain
+
+    domain = Domain.from_dict({f"a{i}": 10 for i in range(10)})
+    data = Dataset(np.random.default_rng(0).integers(0, 10, (2000, 10)), domain)
+    pairs = [(f"a{i}", f"a{i + 1}") for i in range(9)]
+    ms = _measure(data, pairs, [5.0] * 9, 2)
+    with pytest.raises(DomainError, match=r"^reading the marginal on \(a0, a5, a9\) off the junction tree needs an "
+                                          r"array of 1,000 cells, above max_cells = 900$"):
+        estimate_smooth(ms, pairs + [("a0", "a5", "a9")], max_cells=900, time_limit=1e-9)  # before the solve
+    est = estimate_smooth(ms, pairs + [("a0", "a5", "a9")], max_cells=1000)
+    assert est.success and est.info["read"]["largest_array_cells"] == 1000
+    tree = JunctionTree([10] * 10, [(i, i + 1) for i in range(9)], 1000)
+    mu, _, _ = tree.calibrate([np.zeros(s) for s in tree.shapes])
+    assert tree.set_marginals(mu, [(0, 5, 9)], deadline=time.perf_counter() - 1) is None
+
+
 def test_elimination_keeps_a_chordal_graph():
     # a chain of triples is chordal: its cliques are the triples themselves
     sets = [(i, i + 1, i + 2) for i in range(10)]
@@ -200,15 +254,17 @@ def test_refusals(case):
         estimate_marginals(ms, objective="entropy")
 
 
-def test_unmeasured_workload_sets_by_conditioning(case):
-    # sets no clique holds (pairs and a triple across the chain, an attribute no measurement
-    # holds) are read by conditioning: still the dense estimate's marginals
+@pytest.mark.parametrize("measured", [6, 5])
+def test_unmeasured_workload_sets_off_the_tree(case, measured):
+    # sets no clique holds (pairs and a triple across the chain) are read off the tree: still the
+    # dense estimate's marginals; with 5 triples measured, x7 is in no measured set (it was
+    # in no clique then, and reading it failed)
     data, sets, ms = case
     names = data.domain.attrs
     extra = [(names[1], names[5]), (names[0], names[4], names[7]), (names[2], names[6]), (names[7],)]
-    est = estimate_marginals(ms[:-1], sets[:-1] + extra, objective="smooth", exact_cells=0)
+    est = estimate_marginals(ms[:measured], sets[:measured] + extra, objective="smooth", exact_cells=0)
     assert est.success, est.message
-    dense = reconstruct(ms[:-1], ConstraintSet(data.domain, [NonNegativity()]), "smooth")
+    dense = reconstruct(ms[:measured], ConstraintSet(data.domain, [NonNegativity()]), "smooth")
     got = est.marginals(extra + [(names[0], names[4])])
     for s, want in _dense_marginals(data.domain, dense.x, extra + [(names[0], names[4])]).items():
         np.testing.assert_allclose(got[s], want, rtol=1e-8, atol=1e-8 * dense.x.sum())

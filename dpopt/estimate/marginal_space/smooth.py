@@ -297,10 +297,11 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
 
 
 def tree_sets(num_attrs: int, measured_axes, work) -> list[tuple[int, ...]]:
-    """The sets the junction tree must hold: every measured set, and alone every attribute that
-    neither a measured nor a workload set holds (released uniform). Workload sets are read off
-    the tree by conditioning, so they do not enlarge it."""
-    held = {a for s in list(work) + list(measured_axes) for a in s}
+    """The sets the junction tree must hold: every measured set, and alone every attribute that no
+    measured set holds (uniform and independent of the rest in the estimate). Workload sets are
+    read off the tree (:meth:`~dpopt.estimate.marginal_space.junction_tree.JunctionTree.set_marginals`),
+    so they do not enlarge it. (``work`` is accepted for the callers' symmetry; it changes nothing.)"""
+    held = {a for s in measured_axes for a in s}
     return [a for a in measured_axes if a] + [(a,) for a in range(num_attrs) if a not in held]
 
 
