@@ -143,6 +143,8 @@ class JunctionTree:
         self._depth = [0] * k
         for c in self.order[1:]:
             self._depth[c] = self._depth[self.parent[c]] + 1
+        self._attribute_sets = [frozenset(c) for c in self.cliques]
+        self._elimination_sizes: dict = {}  # (clique, its inputs' axes, its output's axes) -> largest array
         self._top: dict[int, int] = {}  # each attribute's clique nearest the root (its cliques' subtree's top)
         for c in self.order:
             for a in self.cliques[c]:
@@ -333,7 +335,7 @@ class JunctionTree:
             c = leaves.pop()
             if c in near and len(near[c]) == 1:
                 (q,) = near[c]
-                if wanted & set(self.cliques[c]) <= set(self.cliques[q]):
+                if wanted & self._attribute_sets[c] <= self._attribute_sets[q]:
                     del near[c]
                     near[q].remove(c)
                     if len(near[q]) == 1:
@@ -356,17 +358,28 @@ class JunctionTree:
         messages, largest, cells = [], 0, 0
         for c in reversed(order[1:]):
             q = above[c]
-            carried[c] = (wanted & set(self.cliques[c])).union(*(carried[j] for j in near[c] if j != q))
-            sep = tuple(a for a in self.cliques[c] if a in self.cliques[q])
-            axes_out = sep + tuple(sorted(carried[c] - set(sep)))
-            inputs = [key[2] for key in below[c]]
-            big = _elimination_cells(self.cliques[c], inputs, axes_out, self.sizes)
+            owner = c if self.parent[c] == q else q  # the edge's separator is stored with its child
+            here = wanted & self._attribute_sets[c]
+            for j in near[c]:
+                if j != q:
+                    here |= carried[j]
+            carried[c] = here
+            sep = self.sep[owner]
+            axes_out = sep + tuple(sorted(here.difference(sep)))
+            big = self._cells(c, tuple(key[2] for key in below[c]), axes_out)
             largest, cells = max(largest, big), cells + big
             key = (c, q, axes_out)
-            messages.append((key, tuple(below[c]), c if self.parent[c] == q else q))
+            messages.append((key, tuple(below[c]), owner))
             below[q].append(key)
-        big = _elimination_cells(self.cliques[root], [key[2] for key in below[root]], axes, self.sizes)
+        big = self._cells(root, tuple(key[2] for key in below[root]), axes)
         return ReadPlan(axes, root, tuple(messages), tuple(below[root]), max(largest, big), cells + big)
+
+    def _cells(self, clique: int, inputs: tuple, axes_out: tuple) -> int:
+        """:func:`_elimination_cells` on the clique, remembered (sets share most messages)."""
+        key = (clique, inputs, axes_out)
+        if key not in self._elimination_sizes:
+            self._elimination_sizes[key] = _elimination_cells(self.cliques[clique], list(inputs), axes_out, self.sizes)
+        return self._elimination_sizes[key]
 
 
 class ReadPlan(NamedTuple):
