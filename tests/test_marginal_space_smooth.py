@@ -115,6 +115,14 @@ def test_one_way_estimate_is_the_projected_inverse_variance_average():
     assert (mean[~free] - floor <= tau + 1e-10).all()
 
 
+def _full_log_table(tree, factors):
+    """``Σ_c factors[c]`` over the full domain (each clique's array broadcast to every attribute)."""
+    full = np.zeros(tree.sizes)
+    for c, f in zip(tree.cliques, factors):
+        full = full + f.reshape([n if a in c else 1 for a, n in enumerate(tree.sizes)])
+    return full
+
+
 def _brute_tree_check(sizes, sets, seed):
     """Junction-tree marginals and forward-mode products against the full table."""
     rng = np.random.default_rng(seed)
@@ -122,19 +130,14 @@ def _brute_tree_check(sizes, sets, seed):
     for s in sets:
         tree.holder(s)  # every set is in a clique
     factors = [rng.normal(0, 1, shape) for shape in tree.shapes]
-    full = np.zeros(sizes)
-    for c, f in zip(tree.cliques, factors):
-        full = full + f.reshape([sizes[a] if a in c else 1 for a in range(len(sizes))])
-    x = np.exp(full)
+    x = np.exp(_full_log_table(tree, factors))
     mu, mu_sep, log_z = tree.calibrate(factors)
     assert log_z == pytest.approx(math.log(x.sum()), rel=1e-12)
     for c, m in zip(tree.cliques, mu):
         other = tuple(a for a in range(len(sizes)) if a not in c)
         np.testing.assert_allclose(m, x.sum(axis=other), rtol=1e-11)
     g = [rng.normal(0, 1, shape) for shape in tree.shapes]
-    full_g = np.zeros(sizes)
-    for c, f in zip(tree.cliques, g):
-        full_g = full_g + f.reshape([sizes[a] if a in c else 1 for a in range(len(sizes))])
+    full_g = _full_log_table(tree, g)
     weighted = tree.tangent(mu, mu_sep, g)
     for c, w in zip(tree.cliques, weighted):
         other = tuple(a for a in range(len(sizes)) if a not in c)
@@ -166,10 +169,7 @@ def test_out_of_clique_marginals_against_the_full_table(monkeypatch, every_root)
     tree = JunctionTree(sizes, sets, 10**6)
     rng = np.random.default_rng(3)
     factors = [rng.normal(0, 2, shape) for shape in tree.shapes]
-    full = np.zeros(sizes)
-    for c, f in zip(tree.cliques, factors):
-        full = full + f.reshape([sizes[a] if a in c else 1 for a in range(len(sizes))])
-    x = np.exp(full)
+    x = np.exp(_full_log_table(tree, factors))
     mu, _, _ = tree.calibrate(factors)
     wanted = [s for k in (2, 3, 4) for s in combinations(range(len(sizes)), k)]
     outside = [s for s in wanted if not any(set(s) <= set(c) for c in tree.cliques)]

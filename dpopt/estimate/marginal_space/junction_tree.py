@@ -322,8 +322,9 @@ class JunctionTree:
                     cache[key] = value
                     held_cells += value.size
                 messages[key] = (cache[key], axes_out)
-            out[axes] = _eliminate(mu[plan.root], self.cliques[plan.root], [messages[j] for j in plan.root_children],
-                                   axes, self.sizes)
+            value = _eliminate(mu[plan.root], self.cliques[plan.root], [messages[j] for j in plan.root_children],
+                               axes, self.sizes)
+            out[axes] = value if plan.messages else value.copy()  # never a view of a clique's marginal
         return out
 
     def _read_plan(self, axes: tuple[int, ...]) -> "ReadPlan":
