@@ -157,6 +157,7 @@ def adult(args) -> None:
                     out.append(cell)
                     if est is not None and "read" in est.info:
                         info = est.info
+                    del est  # not held while the next estimate runs (the peak column is the process's)
                 read = info.get("read", {})
                 print(f"{accounting:>4} {eps:>4} {seed:>4} {info.get('clique_cells', '-')!s:>10} "
                       f"{read.get('sets', '-')!s:>9} {read.get('largest_array_cells', '-')!s:>10} " + " ".join(out)
