@@ -30,9 +30,8 @@ where ``K_C`` are the attributes of ``W`` its branch holds outside ``S``: the at
 are batch axes of one pass, not a loop over their values. The arithmetic is linear, on the
 calibrated ``μ`` (finite: each sums to ``Σ x``) and conditionals ``μ_C/μ_S ≤ 1``, so nothing
 overflows; where a separator cell underflowed to 0 the message is 0 (so are the clique's cells
-there). Each product is of two arrays at a
-time, summed first over the axes nothing later needs, so the largest array is known from the
-attribute sets alone (:meth:`JunctionTree.read_plans` checks it before anything is allocated;
+there). Each product is of two arrays at a time, summed first over the axes nothing later
+needs, so the largest array is known from the attribute sets alone (:meth:`JunctionTree.read_plans` checks it before anything is allocated;
 the root is the clique of ``W``'s last attribute, or the one with the smallest largest array
 when that exceeds :data:`SMALL_READ` cells). A message depends only on its edge, direction and
 ``K_C``, so sets share them (``(a, ·)`` pairs share every message carrying ``a``). This
@@ -329,6 +328,9 @@ class JunctionTree:
 
     def _read_plan(self, axes: tuple[int, ...]) -> "ReadPlan":
         """The smallest subtree reaching ``axes``, rooted where its largest array is smallest."""
+        missing = [a for a in axes if a not in self._top]
+        if missing:
+            raise DomainError(f"no clique of the junction tree holds the attributes {tuple(missing)}")
         near = self._steiner(axes)
         default = next(c for c in near if axes[-1] in self.cliques[c])
         plan = self._schedule(axes, near, default)
