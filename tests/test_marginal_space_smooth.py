@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from dpopt.datasets.bayes_net import random_sparse_network
-from dpopt.errors import DomainError, ParameterError
+from dpopt.errors import DomainError, ParameterError, SpecError
 from dpopt.estimate import reconstruct
 from dpopt.estimate.marginal_space import estimate_marginals
 from dpopt.estimate.marginal_space.junction_tree import JunctionTree, elimination_cliques
@@ -220,6 +220,50 @@ def test_out_of_clique_read_limit_and_deadline():
     tree = JunctionTree([10] * 10, [(i, i + 1) for i in range(9)], 1000)
     mu, _, _ = tree.calibrate([np.zeros(s) for s in tree.shapes])
     assert tree.set_marginals(mu, [(0, 5, 9)], deadline=time.perf_counter() - 1) is None
+
+
+def test_the_plan_sees_the_largest_read(monkeypatch):
+    # the read's largest array from public quantities: auto's rule takes least squares when it is
+    # above MAX_CLIQUE_CELLS, naming the set, and with room it takes smooth as before
+    from dpopt.estimate.marginal_space import estimator
+    from dpopt.estimate.marginal_space.smooth import read_cells
+    from dpopt.model.domain import Domain
+
+    domain = Domain.from_dict({f"a{i}": 10 for i in range(10)})
+    pairs = [(f"a{i}", f"a{i + 1}") for i in range(9)]
+    axes = [(i, i + 1) for i in range(9)]
+    assert read_cells(domain.sizes, axes, axes + [(0, 5, 9)]) == (1000, (0, 5, 9))
+    assert read_cells(domain.sizes, axes, axes) == (0, ())
+    assert estimator.choose_objective(domain, pairs, pairs + [("a0", "a5", "a9")]).objective == "smooth"
+    monkeypatch.setattr(estimator, "MAX_CLIQUE_CELLS", 999)
+    choice = estimator.choose_objective(domain, pairs, pairs + [("a0", "a5", "a9")])
+    assert choice.objective == "l2" and "(a0, a5, a9)" in choice.reason and "1,000 cells" in choice.reason
+
+
+def test_asked_smooth_with_a_read_too_large_is_refused_in_the_plan(monkeypatch):
+    # the spec face: the same check refuses an asked-for 'smooth' before any budget is spent,
+    # naming the key and the set (the read's size stood in for: binary sets cannot reach the limit)
+    from dpopt.estimate.marginal_space import smooth
+    from dpopt.release import plan
+
+    net = random_sparse_network(24, seed=4)
+    names = net.domain.attrs
+    spec = {"name": "read-limit", "algorithm": "marginal_space",
+            "domain": {"attributes": {a: 2 for a in names}}, "data": {"source": "file"},
+            "privacy": {"accounting": "zcdp", "rho": 0.5},
+            "measure": [{"query": "marginal", "attrs": [names[i], names[i + 1]], "mechanism": "gaussian",
+                         "share": "1/23"} for i in range(23)],
+            "marginal_space": {"records": False, "objective": "smooth",
+                               "workload": [[names[0], names[6], names[23]]]},
+            "output": {"formats": ["csv"], "plots": False}}
+    data = net.sample(300, 5)
+    assert "smooth: asked for" in plan(spec, data=data).describe()
+    real = smooth.read_cells
+    monkeypatch.setattr(smooth, "read_cells", lambda *a: (2**40, real(*a)[1]))
+    with pytest.raises(SpecError, match=r"marginal_space\.objective.*\(x000, x006, x023\) off its junction tree"
+                                        r" with an array of 1,099,511,627,776 cells") as err:
+        plan(spec, data=data)
+    assert "\n" not in str(err.value)
 
 
 def test_elimination_keeps_a_chordal_graph():

@@ -62,7 +62,7 @@ from dpopt.estimate.marginal_space.result import MarginalEstimate
 from dpopt.estimate.status import Status
 from dpopt.model.constraints import ConstraintSet
 
-__all__ = ["estimate_smooth", "SMOOTH_PRIORS", "tree_cells", "tree_sets"]
+__all__ = ["estimate_smooth", "SMOOTH_PRIORS", "read_cells", "tree_cells", "tree_sets"]
 
 #: Newton residuals within this fraction of the largest target are rounding (about 500 ulp).
 ROUNDING_FLOOR = 1e-13
@@ -331,6 +331,20 @@ def tree_cells(sizes, measured_axes, work, limit: int | None = None) -> tuple[in
     held = [set(c) for c in cliques]
     reads = total + sum(cells[next(i for i, c in enumerate(held) if set(s) <= c)] for s in measured_axes if s)
     return total, largest, int(reads)
+
+
+def read_cells(sizes, measured_axes, work) -> tuple[int, tuple[int, ...]]:
+    """``(cells, axes)``: the largest array :func:`estimate_smooth` makes to read a workload set no
+    clique holds off its junction tree (:meth:`JunctionTree.read_plans`), and that set; ``(0, ())``
+    when every workload set is in a clique. Public quantities only (the measured sets, the
+    workload, the domain's sizes), so a plan can refuse a read above ``max_cells`` before any
+    measurement; call it once :func:`tree_cells` has found the tree small (nothing is allocated)."""
+    sizes = [int(n) for n in sizes]
+    tree = JunctionTree(sizes, tree_sets(len(sizes), measured_axes, work), 2**62)
+    held = maximal_sets(list(tree.cliques) + [tuple(w) for w in work])
+    plans = tree.read_plans([s for s in held if s not in tree.cliques], limit=2**62)
+    worst = max(plans, key=lambda p: p.largest, default=None)
+    return (0, ()) if worst is None else (int(worst.largest), worst.axes)
 
 
 def _smooth_table(measurements, constraints, domain, work, axes, total, prior, steps, smoothing, tol, max_newton,
