@@ -234,6 +234,7 @@ def test_the_plan_sees_the_largest_read(monkeypatch):
     axes = [(i, i + 1) for i in range(9)]
     assert read_cells(domain.sizes, axes, axes + [(0, 5, 9)]) == (1000, (0, 5, 9))
     assert read_cells(domain.sizes, axes, axes) == (0, ())
+    assert read_cells(domain.sizes, axes, axes + [(0, 5, 9)], 10**5) == (10**5, ())  # the bound: 100 x 1,000
     assert estimator.choose_objective(domain, pairs, pairs + [("a0", "a5", "a9")]).objective == "smooth"
     monkeypatch.setattr(estimator, "MAX_CLIQUE_CELLS", 999)
     choice = estimator.choose_objective(domain, pairs, pairs + [("a0", "a5", "a9")])
@@ -259,7 +260,8 @@ def test_asked_smooth_with_a_read_too_large_is_refused_in_the_plan(monkeypatch):
     data = net.sample(300, 5)
     assert "smooth: asked for" in plan(spec, data=data).describe()
     real = smooth.read_cells
-    monkeypatch.setattr(smooth, "read_cells", lambda *a: (2**40, real(*a)[1]))
+    monkeypatch.setattr(smooth, "read_cells", lambda sizes, measured, work, limit=None: (2**40, real(sizes, measured,
+                                                                                                 work)[1]))
     with pytest.raises(SpecError, match=r"marginal_space\.objective.*\(x000, x006, x023\) off its junction tree"
                                         r" with an array of 1,099,511,627,776 cells") as err:
         plan(spec, data=data)

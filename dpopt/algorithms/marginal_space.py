@@ -343,7 +343,7 @@ def plan_objective(domain, constraints, measured, workload, params, key: tuple):
             f"'smooth' needs a junction tree of more than {MAX_CLIQUE_CELLS:,} cells (a clique of "
             f"{math.prod(domain.sizes[a] for a in largest):,} cells: {', '.join(domain.attrs[a] for a in largest)}); "
             "use objective 'l2' or 'auto', or measure fewer or smaller marginals"), key)
-    read, worst = read_cells(domain.sizes, axes, work)
+    read, worst = read_cells(domain.sizes, axes, work, MAX_CLIQUE_CELLS)
     if read > MAX_CLIQUE_CELLS:
         raise at_key(DomainError(
             f"'smooth' would read the workload marginal on ({', '.join(domain.attrs[a] for a in worst)}) off its "

@@ -203,7 +203,7 @@ def choose_objective(domain: Domain, measured: Sequence[Sequence[str]],
         return least_squares(f"the junction tree of the measured sets holds {cells:,} cells, but each Newton "
                              f"product would read {reads:,} (many measured sets share its cliques), above "
                              f"{limit:,} (SMOOTH_TREE_CELLS)", cells)
-    read, worst = read_cells(domain.sizes, axes, work)
+    read, worst = read_cells(domain.sizes, axes, work, MAX_CLIQUE_CELLS)
     if read > MAX_CLIQUE_CELLS:
         return least_squares(f"reading the workload marginal on ({', '.join(domain.attrs[a] for a in worst)}) off "
                              f"the junction tree needs an array of {read:,} cells, above {MAX_CLIQUE_CELLS:,} "

