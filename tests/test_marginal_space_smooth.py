@@ -9,13 +9,14 @@ table for the junction tree, and the optimality conditions of the one-way prior'
 from __future__ import annotations
 
 import math
+import time
 from itertools import combinations
 
 import numpy as np
 import pytest
 
 from dpopt.datasets.bayes_net import random_sparse_network
-from dpopt.errors import DomainError, ParameterError
+from dpopt.errors import DomainError, ParameterError, SpecError
 from dpopt.estimate import reconstruct
 from dpopt.estimate.marginal_space import estimate_marginals
 from dpopt.estimate.marginal_space.junction_tree import JunctionTree, elimination_cliques
@@ -114,6 +115,14 @@ def test_one_way_estimate_is_the_projected_inverse_variance_average():
     assert (mean[~free] - floor <= tau + 1e-10).all()
 
 
+def _full_log_table(tree, factors):
+    """``Σ_c factors[c]`` over the full domain (each clique's array broadcast to every attribute)."""
+    full = np.zeros(tree.sizes)
+    for c, f in zip(tree.cliques, factors):
+        full = full + f.reshape([n if a in c else 1 for a, n in enumerate(tree.sizes)])
+    return full
+
+
 def _brute_tree_check(sizes, sets, seed):
     """Junction-tree marginals and forward-mode products against the full table."""
     rng = np.random.default_rng(seed)
@@ -121,19 +130,14 @@ def _brute_tree_check(sizes, sets, seed):
     for s in sets:
         tree.holder(s)  # every set is in a clique
     factors = [rng.normal(0, 1, shape) for shape in tree.shapes]
-    full = np.zeros(sizes)
-    for c, f in zip(tree.cliques, factors):
-        full = full + f.reshape([sizes[a] if a in c else 1 for a in range(len(sizes))])
-    x = np.exp(full)
+    x = np.exp(_full_log_table(tree, factors))
     mu, mu_sep, log_z = tree.calibrate(factors)
     assert log_z == pytest.approx(math.log(x.sum()), rel=1e-12)
     for c, m in zip(tree.cliques, mu):
         other = tuple(a for a in range(len(sizes)) if a not in c)
         np.testing.assert_allclose(m, x.sum(axis=other), rtol=1e-11)
     g = [rng.normal(0, 1, shape) for shape in tree.shapes]
-    full_g = np.zeros(sizes)
-    for c, f in zip(tree.cliques, g):
-        full_g = full_g + f.reshape([sizes[a] if a in c else 1 for a in range(len(sizes))])
+    full_g = _full_log_table(tree, g)
     weighted = tree.tangent(mu, mu_sep, g)
     for c, w in zip(tree.cliques, weighted):
         other = tuple(a for a in range(len(sizes)) if a not in c)
@@ -148,6 +152,120 @@ def test_junction_tree_against_the_full_table():
     tree = _brute_tree_check(sizes, sets, 0)
     assert max(len(c) for c in tree.cliques) == 3
     _brute_tree_check([3, 2, 2, 3, 2], [(0, 1, 2), (2, 3), (3, 4), (0, 4)], 1)
+
+
+@pytest.mark.parametrize("every_root", [False, True])
+def test_out_of_clique_marginals_against_the_full_table(monkeypatch, every_root):
+    # every pair, triple and four-set of a tree with a filled cycle, attributes held by several
+    # cliques, a separate component (an empty separator) and a long branch, read by elimination
+    # over the smallest subtree (from the default root, or the best of every root), against the
+    # full table; with messages shared between sets and without
+    from dpopt.estimate.marginal_space import junction_tree
+
+    if every_root:
+        monkeypatch.setattr(junction_tree, "SMALL_READ", 0)
+    sizes = [2, 3, 2, 4, 3, 2, 2, 3, 5, 2]
+    sets = [(0, 1), (1, 2), (2, 3), (0, 3), (3, 4, 5), (6,), (7, 6), (5, 8), (8, 9)]
+    tree = JunctionTree(sizes, sets, 10**6)
+    rng = np.random.default_rng(3)
+    factors = [rng.normal(0, 2, shape) for shape in tree.shapes]
+    x = np.exp(_full_log_table(tree, factors))
+    mu, _, _ = tree.calibrate(factors)
+    wanted = [s for k in (2, 3, 4) for s in combinations(range(len(sizes)), k)]
+    outside = [s for s in wanted if not any(set(s) <= set(c) for c in tree.cliques)]
+    assert len(outside) > 300
+    shared = tree.set_marginals(mu, tree.read_plans(outside))
+    alone = tree.set_marginals(mu, outside, cache_cells=0)
+    for s in wanted:
+        want = x.sum(axis=tuple(a for a in range(len(sizes)) if a not in s))
+        got = shared[s] if s in shared else tree.set_marginals(mu, [s])[s]
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-13 * x.sum())
+        if s in alone:
+            np.testing.assert_allclose(alone[s], want, rtol=1e-10, atol=1e-13 * x.sum())
+
+
+def test_out_of_clique_marginals_with_zero_separator_cells():
+    # whole slices whose cells underflow to exactly 0 (separator cells 0 too): the messages there
+    # are 0, not NaN, and every pair and triple still equals the full table's
+    sizes = [2, 3, 2, 4, 3, 2]
+    tree = JunctionTree(sizes, [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)], 10**6)
+    factors = [np.random.default_rng(1).normal(0, 1, s) for s in tree.shapes]
+    for f in factors[:3]:
+        f[0] = -1e3
+    mu, mu_sep, _ = tree.calibrate(factors)
+    assert any((m == 0).any() for m in mu_sep[1:])
+    x = np.exp(_full_log_table(tree, factors))
+    sets = [s for k in (2, 3) for s in combinations(range(6), k) if not any(set(s) <= set(c) for c in tree.cliques)]
+    got = tree.set_marginals(mu, sets)
+    for s in sets:
+        np.testing.assert_allclose(got[s], x.sum(axis=tuple(a for a in range(6) if a not in s)), rtol=1e-10,
+                                   atol=1e-13 * x.sum())
+
+
+def test_out_of_clique_read_limit_and_deadline():
+    # a chain of pairs over ten attributes of 10 values: the tree holds 900 cells, the triple at
+    # its ends needs 1,000; refused before the solve, naming the set; a passed deadline reads nothing
+    from dpopt.model.data import Dataset
+    from dpopt.model.domain import Domain
+
+    domain = Domain.from_dict({f"a{i}": 10 for i in range(10)})
+    data = Dataset(np.random.default_rng(0).integers(0, 10, (2000, 10)), domain)
+    pairs = [(f"a{i}", f"a{i + 1}") for i in range(9)]
+    ms = _measure(data, pairs, [5.0] * 9, 2)
+    with pytest.raises(DomainError, match=r"^reading the marginal on \(a0, a5, a9\) off the junction tree needs an "
+                                          r"array of 1,000 cells, above max_cells = 900$"):
+        estimate_smooth(ms, pairs + [("a0", "a5", "a9")], max_cells=900, time_limit=1e-9)  # before the solve
+    est = estimate_smooth(ms, pairs + [("a0", "a5", "a9")], max_cells=1000)
+    assert est.success and est.info["read"]["largest_array_cells"] == 1000
+    tree = JunctionTree([10] * 10, [(i, i + 1) for i in range(9)], 1000)
+    mu, _, _ = tree.calibrate([np.zeros(s) for s in tree.shapes])
+    assert tree.set_marginals(mu, [(0, 5, 9)], deadline=time.perf_counter() - 1) is None
+
+
+def test_the_plan_sees_the_largest_read(monkeypatch):
+    # the read's largest array from public quantities: auto's rule takes least squares when it is
+    # above MAX_CLIQUE_CELLS, naming the set, and with room it takes smooth as before
+    from dpopt.estimate.marginal_space import estimator
+    from dpopt.estimate.marginal_space.smooth import read_cells
+    from dpopt.model.domain import Domain
+
+    domain = Domain.from_dict({f"a{i}": 10 for i in range(10)})
+    pairs = [(f"a{i}", f"a{i + 1}") for i in range(9)]
+    axes = [(i, i + 1) for i in range(9)]
+    assert read_cells(domain.sizes, axes, axes + [(0, 5, 9)]) == (1000, (0, 5, 9))
+    assert read_cells(domain.sizes, axes, axes) == (0, ())
+    assert read_cells(domain.sizes, axes, axes + [(0, 5, 9)], 10**5) == (10**5, ())  # the bound: 100 x 1,000
+    assert estimator.choose_objective(domain, pairs, pairs + [("a0", "a5", "a9")]).objective == "smooth"
+    monkeypatch.setattr(estimator, "MAX_CLIQUE_CELLS", 999)
+    choice = estimator.choose_objective(domain, pairs, pairs + [("a0", "a5", "a9")])
+    assert choice.objective == "l2" and "(a0, a5, a9)" in choice.reason and "1,000 cells" in choice.reason
+
+
+def test_asked_smooth_with_a_read_too_large_is_refused_in_the_plan(monkeypatch):
+    # the spec face: the same check refuses an asked-for 'smooth' before any budget is spent,
+    # naming the key and the set (the read's size stood in for: binary sets cannot reach the limit)
+    from dpopt.estimate.marginal_space import smooth
+    from dpopt.release import plan
+
+    net = random_sparse_network(24, seed=4)
+    names = net.domain.attrs
+    spec = {"name": "read-limit", "algorithm": "marginal_space",
+            "domain": {"attributes": {a: 2 for a in names}}, "data": {"source": "file"},
+            "privacy": {"accounting": "zcdp", "rho": 0.5},
+            "measure": [{"query": "marginal", "attrs": [names[i], names[i + 1]], "mechanism": "gaussian",
+                         "share": "1/23"} for i in range(23)],
+            "marginal_space": {"records": False, "objective": "smooth",
+                               "workload": [[names[0], names[6], names[23]]]},
+            "output": {"formats": ["csv"], "plots": False}}
+    data = net.sample(300, 5)
+    assert "smooth: asked for" in plan(spec, data=data).describe()
+    real = smooth.read_cells
+    monkeypatch.setattr(smooth, "read_cells", lambda sizes, measured, work, limit=None: (2**40, real(sizes, measured,
+                                                                                                 work)[1]))
+    with pytest.raises(SpecError, match=r"marginal_space\.objective.*\(x000, x006, x023\) off its junction tree"
+                                        r" with an array of 1,099,511,627,776 cells") as err:
+        plan(spec, data=data)
+    assert "\n" not in str(err.value)
 
 
 def test_elimination_keeps_a_chordal_graph():
@@ -200,15 +318,17 @@ def test_refusals(case):
         estimate_marginals(ms, objective="entropy")
 
 
-def test_unmeasured_workload_sets_by_conditioning(case):
-    # sets no clique holds (pairs and a triple across the chain, an attribute no measurement
-    # holds) are read by conditioning: still the dense estimate's marginals
+@pytest.mark.parametrize("measured", [6, 5])
+def test_unmeasured_workload_sets_off_the_tree(case, measured):
+    # sets no clique holds (pairs and a triple across the chain) are read off the tree: still the
+    # dense estimate's marginals; with 5 triples measured, x7 is in no measured set (it was
+    # in no clique then, and reading it failed)
     data, sets, ms = case
     names = data.domain.attrs
     extra = [(names[1], names[5]), (names[0], names[4], names[7]), (names[2], names[6]), (names[7],)]
-    est = estimate_marginals(ms[:-1], sets[:-1] + extra, objective="smooth", exact_cells=0)
+    est = estimate_marginals(ms[:measured], sets[:measured] + extra, objective="smooth", exact_cells=0)
     assert est.success, est.message
-    dense = reconstruct(ms[:-1], ConstraintSet(data.domain, [NonNegativity()]), "smooth")
+    dense = reconstruct(ms[:measured], ConstraintSet(data.domain, [NonNegativity()]), "smooth")
     got = est.marginals(extra + [(names[0], names[4])])
     for s, want in _dense_marginals(data.domain, dense.x, extra + [(names[0], names[4])]).items():
         np.testing.assert_allclose(got[s], want, rtol=1e-8, atol=1e-8 * dense.x.sum())

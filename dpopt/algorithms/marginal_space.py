@@ -316,7 +316,7 @@ def plan_objective(domain, constraints, measured, workload, params, key: tuple):
     :data:`~dpopt.estimate.marginal_space.MAX_CLIQUE_CELLS` is refused at ``key``, naming its
     largest clique's cells."""
     from dpopt.estimate.marginal_space.estimator import ObjectiveChoice
-    from dpopt.estimate.marginal_space.smooth import tree_cells
+    from dpopt.estimate.marginal_space.smooth import read_cells, tree_cells
 
     objective = params.objective
     options = {"total": params.total, "shrink": getattr(params, "shrink", False),
@@ -343,6 +343,12 @@ def plan_objective(domain, constraints, measured, workload, params, key: tuple):
             f"'smooth' needs a junction tree of more than {MAX_CLIQUE_CELLS:,} cells (a clique of "
             f"{math.prod(domain.sizes[a] for a in largest):,} cells: {', '.join(domain.attrs[a] for a in largest)}); "
             "use objective 'l2' or 'auto', or measure fewer or smaller marginals"), key)
+    read, worst = read_cells(domain.sizes, axes, work, MAX_CLIQUE_CELLS)
+    if read > MAX_CLIQUE_CELLS:
+        raise at_key(DomainError(
+            f"'smooth' would read the workload marginal on ({', '.join(domain.attrs[a] for a in worst)}) off its "
+            f"junction tree with an array of {read:,} cells, above {MAX_CLIQUE_CELLS:,}; use objective 'l2' or "
+            "'auto'"), key)
     return ObjectiveChoice("smooth", "smooth", f"smooth: asked for (a junction tree of {cells:,} cells)", cells,
                            MAX_CLIQUE_CELLS, False)
 

@@ -14,12 +14,23 @@ network seed 1 and measurement seed 7; the figures here use other seeds.
 Each row: the public quantities a rule could read (the mode auto chose, the junction tree's
 cells, ``σ̄ D̄ / n̂``: the root-mean-square noise s.d. times the mean cells of a measured
 marginal over the measured total), then mean L1/n over the workload per estimator and CPU
-seconds. Seeded (a benchmark, not a release).
+seconds; for the smooth estimates also the CPU seconds of reading the workload's marginals that
+no clique holds (``info["read"]``: elimination over the tree, junction_tree.py's notes), and the
+process's peak resident memory so far. Seeded (a benchmark, not a release).
+
+``--adult`` instead measures adult_pgm's chain of triples (attributes i, i+1, i+2, as
+bench_wide.py's ``adult-chain``, its measurement seed 7) and releases all 364 triples from it:
+the read's large case (conditioning attributes of up to 100 values). ``DPOPT_SHARED_DATA``
+must point at the shared data.
 
 Run::
 
     OPENBLAS_NUM_THREADS=1 nice -n 10 python examples/benchmarks/bench_wide_smooth.py --d 50 --k 2 \\
         --net 3 4 5 --seeds 1 2 --accounting pure zcdp --eps 0.1 1
+    OPENBLAS_NUM_THREADS=1 nice -n 10 python examples/benchmarks/bench_wide_smooth.py --d 100 --k 2 --net 3 \\
+        --seeds 1 --estimators smooth                       # the read on 4,950 pairs
+    DPOPT_SHARED_DATA=/work/shared/data OPENBLAS_NUM_THREADS=1 nice -n 10 \\
+        python examples/benchmarks/bench_wide_smooth.py --adult --accounting zcdp --eps 1 --seeds 7
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ import time
 from fractions import Fraction
 
 import numpy as np
+from _common import peak_memory_mb
 
 ESTIMATORS = {"ls": {"objective": "l2"}, "smooth": {"objective": "smooth", "smooth": {"prior": "uniform"}},
               "smooth-1way": {"objective": "smooth", "smooth": {"prior": "one-way"}}}
@@ -36,8 +48,6 @@ ESTIMATORS = {"ls": {"objective": "l2"}, "smooth": {"objective": "smooth", "smoo
 
 def main() -> None:
     from _common import network_workload
-    from dpopt.errors import DomainError
-    from dpopt.estimate.marginal_space import estimate_marginals
     from dpopt.privacy.budget import Budget
     from dpopt.privacy.randomness import make_random
     from dpopt.strategy.wide_selection import plan_wide_selection, run_wide_selection
@@ -51,9 +61,15 @@ def main() -> None:
     parser.add_argument("--eps", type=float, nargs="+", default=[1.0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--max-cells", type=int, default=2**22, help="largest junction tree tried")
-    parser.add_argument("--estimators", nargs="+", default=list(ESTIMATORS), choices=list(ESTIMATORS))
+    parser.add_argument("--estimators", nargs="+", default=None, choices=list(ESTIMATORS),
+                        help="default: all three; with --adult, smooth")
+    parser.add_argument("--adult", action="store_true",
+                        help="adult_pgm: its chain of triples measured, all 364 triples released")
     args = parser.parse_args()
-    estimators = {name: ESTIMATORS[name] for name in args.estimators}
+    if args.adult:
+        adult(args)
+        return
+    estimators = {name: ESTIMATORS[name] for name in args.estimators or ESTIMATORS}
     paired = "smooth" in estimators and "smooth-1way" in estimators
     print(f"{'net':>3} {'acc':>4} {'eps':>4} {'seed':>4} {'mode':>6} {'tree cells':>10} {'noise/count':>11} "
           + " ".join(f"{name:>18}" for name in estimators)
@@ -77,22 +93,12 @@ def main() -> None:
                     ratio = sigma_bar * float(np.mean(cells)) / max(n_hat, 1.0)
                     out, tree, per_set = [], "-", {}
                     for name, options in estimators.items():
-                        cpu = time.process_time()
-                        try:
-                            est = estimate_marginals(ms, sets, max_cells=args.max_cells, **options)
-                        except DomainError:
-                            out.append(f"{'tree too large':>18}")
-                            continue
-                        if name == "smooth":
-                            tree = est.info["clique_cells"]
-                        if not est.success:
-                            out.append(f"{est.status.name:>18}")
-                            continue
-                        fit = est.marginals(sets)
-                        per_set[name] = np.array([np.abs(np.asarray(fit[s], float) - truths[s]).sum() / n
-                                                  for s in sets])
-                        err = float(per_set[name].mean())
-                        out.append(f"{err:.4f} ({time.process_time() - cpu:5.1f} s)".rjust(18))
+                        cell, est, per_set[name] = run(ms, sets, truths, n, args.max_cells, options)
+                        out.append(cell)
+                        if name == "smooth" and est is not None:
+                            tree = est.info.get("clique_cells", "-")
+                        if per_set[name] is None:
+                            del per_set[name]
                     # the prior's effect: the mean over the workload of the per-marginal difference, and its
                     # standard error over the workload's marginals
                     diff = ""
@@ -100,7 +106,62 @@ def main() -> None:
                         delta = per_set["smooth-1way"] - per_set["smooth"]
                         diff = f"  {delta.mean():+.5f} ({delta.std(ddof=1) / np.sqrt(delta.size):.5f})"
                     print(f"{net_seed:>3} {accounting:>4} {eps:>4} {seed:>4} {chosen.mode:>6} {tree!s:>10} "
-                          f"{ratio:>11.3g} " + " ".join(out) + diff, flush=True)
+                          f"{ratio:>11.3g} " + " ".join(out) + diff + f"  peak {peak_memory_mb():,.0f} MB", flush=True)
+
+
+def run(ms, sets, truths, n, max_cells, options):
+    """One estimator on the measurements: its cell of the table (error, CPU s, and for the smooth
+    estimate the read's CPU s), the estimate, and the error per workload marginal (None if none)."""
+    from dpopt.errors import DomainError
+    from dpopt.estimate.marginal_space import estimate_marginals
+
+    cpu = time.process_time()
+    try:
+        est = estimate_marginals(ms, sets, max_cells=max_cells, **options)
+    except DomainError:
+        return f"{'tree too large':>18}", None, None
+    seconds = time.process_time() - cpu
+    if not est.success:
+        return f"{est.status.name:>18}", est, None
+    fit = est.marginals(sets)
+    errors = np.array([np.abs(np.asarray(fit[s], float) - truths[s]).sum() / n for s in sets])
+    read = est.info.get("read")
+    cell = f"{errors.mean():.4f} ({seconds:5.1f} s" + (f"; read {read['cpu_seconds']:.2f} s)" if read else ")")
+    return cell.rjust(18 if not read else 31), est, errors
+
+
+def adult(args) -> None:
+    """adult_pgm's chain of triples measured (bench_wide.py's measurements), all 364 triples
+    released by each estimator: error, CPU s, the read's CPU s and sets, peak memory."""
+    from itertools import combinations
+
+    from _common import load_adult_pgm
+    from bench_wide import measure_sets
+
+    data = load_adult_pgm()
+    attrs = data.domain.attrs
+    chain = [tuple(attrs[i:i + 3]) for i in range(len(attrs) - 2)]
+    sets = list(combinations(attrs, 3))
+    truths = {s: data.marginal(s).astype(float) for s in sets}
+    n = float(data.total)
+    names = args.estimators or ["smooth"]
+    print(f"{'acc':>4} {'eps':>4} {'seed':>4} {'tree cells':>10} {'read sets':>9} {'largest':>10} "
+          + " ".join(f"{name:>31}" for name in names), flush=True)
+    for accounting in args.accounting:
+        for eps in args.eps:
+            for seed in args.seeds:
+                ms, _ = measure_sets(data, chain, accounting, eps, seed)
+                out, info = [], {}
+                for name in names:
+                    cell, est, _ = run(ms, sets, truths, n, args.max_cells, ESTIMATORS[name])
+                    out.append(cell)
+                    if est is not None and "read" in est.info:
+                        info = est.info
+                    del est  # not held while the next estimate runs (the peak column is the process's)
+                read = info.get("read", {})
+                print(f"{accounting:>4} {eps:>4} {seed:>4} {info.get('clique_cells', '-')!s:>10} "
+                      f"{read.get('sets', '-')!s:>9} {read.get('largest_array_cells', '-')!s:>10} " + " ".join(out)
+                      + f"  peak {peak_memory_mb():,.0f} MB", flush=True)
 
 
 if __name__ == "__main__":

@@ -190,7 +190,7 @@ def choose_objective(domain: Domain, measured: Sequence[Sequence[str]],
         return least_squares(f"the domain's {domain.size:,} cells fit a table (at most exact_cells = "
                              f"{exact_cells:,}), where the smooth estimate is not better everywhere (ask for "
                              "objective = 'smooth', or use the algorithm auto, which chooses by estimated risk)")
-    from dpopt.estimate.marginal_space.smooth import tree_cells
+    from dpopt.estimate.marginal_space.smooth import read_cells, tree_cells
 
     axes = [tuple(sorted(domain.axes(s))) for s in measured if s]
     work = [] if workload is None else check_sets(domain, list(workload), "workload")
@@ -203,6 +203,11 @@ def choose_objective(domain: Domain, measured: Sequence[Sequence[str]],
         return least_squares(f"the junction tree of the measured sets holds {cells:,} cells, but each Newton "
                              f"product would read {reads:,} (many measured sets share its cliques), above "
                              f"{limit:,} (SMOOTH_TREE_CELLS)", cells)
+    read, worst = read_cells(domain.sizes, axes, work, MAX_CLIQUE_CELLS)
+    if read > MAX_CLIQUE_CELLS:
+        return least_squares(f"reading the workload marginal on ({', '.join(domain.attrs[a] for a in worst)}) off "
+                             f"the junction tree needs an array of {read:,} cells, above {MAX_CLIQUE_CELLS:,} "
+                             "(MAX_CLIQUE_CELLS)", cells)
     return ObjectiveChoice("auto", "smooth", f"smooth: the junction tree of the measured sets holds {cells:,} "
                            f"cells and each Newton product reads {reads:,}, at most {limit:,} (SMOOTH_TREE_CELLS)",
                            cells, limit, False)

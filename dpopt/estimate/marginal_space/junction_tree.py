@@ -17,6 +17,27 @@ factors (forward mode): each message's derivative is the conditional expectation
 ``μ_C/μ_S`` of the derivatives entering it, so ``dμ_C = μ_C ∘ (f_c + Σ_k dm_{k→c})`` costs one
 more pass and no exponentials. It gives the products ``C diag(x) Cᵀ v`` of a Newton step.
 
+**Out of clique.** A set ``W`` no clique holds is read off the calibrated tree by variable
+elimination over the smallest subtree ``T`` with a clique holding each attribute of ``W`` (the
+"out-of-clique" queries of Koller and Friedman 2009, §10.3.3 — the section as the brief and
+Private-PGM's notes give it; not checked against the book). On ``T`` the measure's marginal is
+``Π_{C∈T} μ_C / Π_{S∈T} μ_S`` (the factorisation above, restricted: a branch outside ``T`` sums
+to one), so with ``T`` rooted at ``r`` the message from ``C`` towards its neighbour over ``S`` is
+
+    m_C(S, K_C) = Σ_{C ∖ (S ∪ W)} μ_C Π_{children j} m_j / μ_S,     μ_W = Σ_{C_r ∖ W} μ_r Π_j m_j,
+
+where ``K_C`` are the attributes of ``W`` its branch holds outside ``S``: the attributes kept
+are batch axes of one pass, not a loop over their values. The arithmetic is linear, on the
+calibrated ``μ`` (finite: each sums to ``Σ x``) and conditionals ``μ_C/μ_S ≤ 1``, so nothing
+overflows; where a separator cell underflowed to 0 the message is 0 (so are the clique's cells
+there). Each product is of two arrays at a time, summed first over the axes nothing later
+needs, so the largest array is known from the attribute sets alone (:meth:`JunctionTree.read_plans` checks it before anything is allocated;
+the root is the clique of ``W``'s last attribute, or the one with the smallest largest array
+when that exceeds :data:`SMALL_READ` cells). A message depends only on its edge, direction and
+``K_C``, so sets share them (``(a, ·)`` pairs share every message carrying ``a``). This
+replaced one calibration per value of ``W`` less its last attribute (142,807 calibrations of
+adult's chain tree to read the 352 of its 364 triples no clique holds; issue 27).
+
 The cliques are the elimination cliques of a greedy minimum-fill elimination ordering (Rose
 1972; Koller and Friedman 2009, §9.4.3: exact for a chordal graph, where no edge is filled); the
 tree is a maximum-weight spanning tree on separator sizes (Jensen and Jensen 1994), so that
@@ -27,13 +48,20 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
 from dpopt.errors import DomainError
 
 __all__ = ["JunctionTree", "elimination_cliques"]
+
+
+#: Plans whose largest array holds at most this many cells take the default root (the clique of
+#: the set's last attribute, so that sets sharing their leading attributes share messages).
+SMALL_READ = 2**16
+#: Messages :meth:`JunctionTree.set_marginals` keeps for later sets (cells; 128 MB of doubles).
+READ_CACHE_CELLS = 2**24
 
 
 def elimination_cliques(sizes: Sequence[int], sets: Sequence[Sequence[int]],
@@ -132,6 +160,16 @@ class JunctionTree:
         self.children = [[] for _ in range(k)]
         for c in self.order[1:]:
             self.children[self.parent[c]].append(c)
+        self.max_cells = int(max_cells)
+        self._depth = [0] * k
+        for c in self.order[1:]:
+            self._depth[c] = self._depth[self.parent[c]] + 1
+        self._attribute_sets = [frozenset(c) for c in self.cliques]
+        self._elimination_sizes: dict = {}  # (clique, its inputs' axes, its output's axes) -> largest array
+        self._top: dict[int, int] = {}  # each attribute's clique nearest the root (its cliques' subtree's top)
+        for c in self.order:
+            for a in self.cliques[c]:
+                self._top.setdefault(a, c)
         # Separator with the parent: positions in the child and in the parent, summed axes of each.
         self.sep = [()] * k
         self._sum_child = [()] * k
@@ -222,52 +260,206 @@ class JunctionTree:
 
 
     # ---- marginals outside the cliques --------------------------------------------------------
-    def set_marginals(self, log_factors: list[np.ndarray], mu: list[np.ndarray], sets: Sequence[tuple[int, ...]],
-                      deadline: float | None = None) -> dict[tuple[int, ...], np.ndarray] | None:
+    def read_plans(self, sets: Sequence[tuple[int, ...]], limit: int | None = None,
+                   names: Sequence[str] | None = None) -> list["ReadPlan"]:
+        """The elimination plan of every set (sorted axes) that no clique holds (module notes, "Out
+        of clique"), from the tree's structure alone. DomainError, before anything is allocated,
+        when one plan's largest array would hold more than ``limit`` cells (default: the tree's
+        ``max_cells``); the message names the set and the cells."""
+        limit = self.max_cells if limit is None else int(limit)
+        plans = []
+        for s in sets:
+            plan = self._read_plan(tuple(s))
+            if plan.largest > limit:
+                label = ", ".join(names[a] for a in s) if names is not None else str(tuple(s))
+                raise DomainError(f"reading the marginal on ({label}) off the junction tree needs an array of "
+                                  f"{plan.largest:,} cells, above max_cells = {limit:,}")
+            plans.append(plan)
+        return plans
+
+    def set_marginals(self, mu: list[np.ndarray], sets: Sequence, deadline: float | None = None,
+                      cache_cells: int = READ_CACHE_CELLS) -> dict[tuple[int, ...], np.ndarray] | None:
         """``{axes: marginal}`` (arrays over the sorted axes) of the calibrated measure ``μ``; None
         when ``time.perf_counter()`` passes ``deadline`` before every set is read.
 
-        A set inside a clique is summed from it. Any other set ``W`` is read by conditioning:
-        for every value ``w`` of ``W`` less its last attribute ``l``, the measure restricted to
-        ``W∖l = w`` (its factors times the indicator, as :data:`EVIDENCE` in log) is calibrated
-        again, and its marginal on ``l`` is ``μ_W(w, ·)`` exactly. Sets sharing ``W∖l`` share the
-        passes: every pair ``(a, ·)`` costs ``n_a`` passes together. The loop is over the values
-        conditioned on, each one pass of messages, never over cells.
+        ``sets``: axis tuples or their :meth:`read_plans`. A set inside a clique is summed from it;
+        any other set by variable elimination over the smallest subtree that reaches all its
+        attributes (module notes, "Out of clique"): one batched pass, whatever the number of values
+        of the attributes kept. Messages are shared between sets (up to ``cache_cells`` cells held).
         """
+        mu_sep = [None] * len(self.cliques)
+        for c in self.order[1:]:
+            mu_sep[c] = _sum(mu[c], self._sum_child[c])
         out: dict = {}
-        pending: dict = {}
+        cache: dict = {}
+        held_cells = 0
         for s in sets:
-            s = tuple(s)
-            held = next((i for i, c in enumerate(self.cliques) if set(s) <= set(c)), None)
-            if held is not None:
-                summed = self.summed_axes(held, s)
-                out[s] = mu[held].sum(axis=summed) if summed else mu[held].copy()
-            else:
-                pending.setdefault(s[:-1], []).append(s)
-        for condition, group in pending.items():
-            shape = tuple(self.sizes[a] for a in condition)
-            results = {s: np.empty(shape + (self.sizes[s[-1]],)) for s in group}
-            holders = [self.holder((a,)) for a in condition]
-            for values in np.ndindex(*shape):
+            if deadline is not None and time.perf_counter() > deadline:
+                return None
+            plan = s if isinstance(s, ReadPlan) else None
+            axes = plan.axes if plan is not None else tuple(s)
+            if plan is None:
+                inside = next((i for i, c in enumerate(self.cliques) if set(axes) <= set(c)), None)
+                if inside is not None:
+                    out[axes] = _sum(mu[inside], self.summed_axes(inside, axes)).copy()
+                    continue
+                plan = self._read_plan(axes)
+            messages: dict = {}
+            for key, children, sep_of in plan.messages:
                 if deadline is not None and time.perf_counter() > deadline:
                     return None
-                factors = list(log_factors)
-                for a, v, h in zip(condition, values, holders):
-                    mask = np.full(self.sizes[a], EVIDENCE)
-                    mask[v] = 0.0
-                    factors[h] = factors[h] + mask.reshape(self.broadcast_shape(h, (a,)))
-                restricted, _, _ = self.calibrate(factors)
-                for s in group:
-                    h = self.holder((s[-1],))
-                    summed = self.summed_axes(h, (s[-1],))
-                    results[s][values] = restricted[h].sum(axis=summed) if summed else restricted[h]
-            out.update(results)
+                clique, _, axes_out = key
+                if key not in cache:
+                    value = _eliminate(mu[clique], self.cliques[clique], [messages[j] for j in children],
+                                       axes_out, self.sizes)
+                    sep = mu_sep[sep_of]  # over the separator's axes, the first of axes_out
+                    sep = sep.reshape(sep.shape + (1,) * (len(axes_out) - sep.ndim))
+                    value = np.divide(value, sep, out=np.zeros_like(value), where=sep > 0)
+                    if held_cells + value.size > cache_cells:
+                        cache.clear()
+                        held_cells = 0
+                    cache[key] = value
+                    held_cells += value.size
+                messages[key] = (cache[key], axes_out)
+            value = _eliminate(mu[plan.root], self.cliques[plan.root], [messages[j] for j in plan.root_children],
+                               axes, self.sizes)
+            out[axes] = value if plan.messages else value.copy()  # never a view of a clique's marginal
         return out
 
+    def _read_plan(self, axes: tuple[int, ...]) -> "ReadPlan":
+        """The smallest subtree reaching ``axes``, rooted where its largest array is smallest."""
+        missing = [a for a in axes if a not in self._top]
+        if missing:
+            raise DomainError(f"no clique of the junction tree holds the attributes {tuple(missing)}")
+        near = self._steiner(axes)
+        default = next(c for c in near if axes[-1] in self.cliques[c])
+        plan = self._schedule(axes, near, default)
+        if plan.largest > SMALL_READ:  # worth trying every root (a few dozen set operations each)
+            plan = min((self._schedule(axes, near, r) for r in near), key=lambda p: (p.largest, p.cells))
+        return plan
 
-#: The log factor of a value ruled out by conditioning: its cells underflow to exactly 0 while
-#: every difference of log messages stays finite (an infinite one would give NaN).
-EVIDENCE = -1e3
+    def _steiner(self, axes: tuple[int, ...]) -> dict[int, list[int]]:
+        """The smallest subtree with a clique holding each of ``axes``, as adjacency lists: the
+        paths joining each attribute's topmost clique, less leaves whose attributes of ``axes`` their
+        neighbour holds too (by running intersection an attribute's cliques form a subtree)."""
+        tops = {self._top[a] for a in axes}
+        nodes, frontier = set(tops), set(tops)
+        while len(frontier) > 1:  # climb from the deepest until the paths meet
+            c = max(frontier, key=self._depth.__getitem__)
+            frontier.discard(c)
+            frontier.add(self.parent[c])
+            nodes.add(self.parent[c])
+        near: dict[int, list[int]] = {c: [] for c in nodes}
+        for c in nodes:
+            if self.parent[c] in near:
+                near[c].append(self.parent[c])
+                near[self.parent[c]].append(c)
+        wanted = set(axes)
+        leaves = [c for c in near if len(near[c]) == 1]
+        while leaves:
+            c = leaves.pop()
+            if c in near and len(near[c]) == 1:
+                (q,) = near[c]
+                if wanted & self._attribute_sets[c] <= self._attribute_sets[q]:
+                    del near[c]
+                    near[q].remove(c)
+                    if len(near[q]) == 1:
+                        leaves.append(q)
+        return near
+
+    def _schedule(self, axes: tuple[int, ...], near: dict[int, list[int]], root: int) -> "ReadPlan":
+        """Messages towards ``root`` over the subtree ``near`` (leaves first), each over its
+        separator and the attributes of ``axes`` its branch holds, and the sizes they reach."""
+        wanted = set(axes)
+        above = {root: -1}
+        order = [root]
+        for c in order:
+            for n in near[c]:
+                if n != above[c]:
+                    above[n] = c
+                    order.append(n)
+        below: dict[int, list] = {c: [] for c in order}
+        carried: dict[int, set] = {}
+        messages, largest, cells = [], 0, 0
+        for c in reversed(order[1:]):
+            q = above[c]
+            owner = c if self.parent[c] == q else q  # the edge's separator is stored with its child
+            here = wanted & self._attribute_sets[c]
+            for j in near[c]:
+                if j != q:
+                    here |= carried[j]
+            carried[c] = here
+            sep = self.sep[owner]
+            axes_out = sep + tuple(sorted(here.difference(sep)))
+            big = self._cells(c, tuple(key[2] for key in below[c]), axes_out)
+            largest, cells = max(largest, big), cells + big
+            key = (c, q, axes_out)
+            messages.append((key, tuple(below[c]), owner))
+            below[q].append(key)
+        big = self._cells(root, tuple(key[2] for key in below[root]), axes)
+        return ReadPlan(axes, root, tuple(messages), tuple(below[root]), max(largest, big), cells + big)
+
+    def _cells(self, clique: int, inputs: tuple, axes_out: tuple) -> int:
+        """:func:`_elimination_cells` on the clique, remembered (sets share most messages)."""
+        key = (clique, inputs, axes_out)
+        if key not in self._elimination_sizes:
+            self._elimination_sizes[key] = _elimination_cells(self.cliques[clique], list(inputs), axes_out, self.sizes)
+        return self._elimination_sizes[key]
+
+
+class ReadPlan(NamedTuple):
+    """How :meth:`JunctionTree.set_marginals` reads one set no clique holds: ``messages`` as
+    ``((clique, towards, axes), inputs, separator owner)`` leaves first, then ``root`` and the
+    messages it takes; ``largest`` the cells of its largest array, ``cells`` of all of them."""
+
+    axes: tuple
+    root: int
+    messages: tuple
+    root_children: tuple
+    largest: int
+    cells: int
+
+
+def _fold_axes(left: tuple, right: tuple, keep: set) -> tuple[tuple, tuple, tuple]:
+    """One product of two arrays summed to ``keep``: each operand's axes after summing those no other
+    operand and no later use needs, then the product's axes."""
+    left = tuple(a for a in left if a in keep or a in right)
+    right = tuple(a for a in right if a in keep or a in left)
+    return left, right, tuple(a for a in left if a in keep) + tuple(a for a in right if a in keep and a not in left)
+
+
+def _elimination_cells(clique: tuple, inputs: list[tuple], axes_out: tuple, sizes: list[int]) -> int:
+    """The cells of the largest array :func:`_eliminate` makes (the same folds, on axes only)."""
+    axes, largest = tuple(clique), 0
+    for i, other in enumerate(inputs):
+        keep = set(axes_out).union(*inputs[i + 1:])
+        _, _, axes = _fold_axes(axes, other, keep)
+        largest = max(largest, math.prod(sizes[a] for a in axes))
+    return max(largest, math.prod(sizes[a] for a in axes_out))
+
+
+def _eliminate(array: np.ndarray, axes: tuple, inputs: list, axes_out: tuple, sizes: list[int]) -> np.ndarray:
+    """``Σ array · Π inputs`` over every axis not in ``axes_out``, in that order: one product of two
+    arrays at a time (``inputs`` are ``(array, axes)``), each summed first over the axes no later
+    product needs, so no array is larger than :func:`_elimination_cells` says."""
+    for i, (other, other_axes) in enumerate(inputs):
+        keep = set(axes_out).union(*(a for _, a in inputs[i + 1:]))
+        left, right, result = _fold_axes(axes, other_axes, keep)
+        array = _sum_to(array, axes, left)
+        other = _sum_to(other, other_axes, right)
+        label = {a: n for n, a in enumerate(dict.fromkeys(left + right))}
+        array = np.einsum(array, [label[a] for a in left], other, [label[a] for a in right],
+                          [label[a] for a in result], optimize=len(label) > 2 and array.size * other.size > 2**16)
+        axes = result
+    array = _sum_to(array, axes, tuple(a for a in axes if a in axes_out))
+    axes = tuple(a for a in axes if a in axes_out)
+    return np.transpose(array, [axes.index(a) for a in axes_out]) if axes != tuple(axes_out) else array
+
+
+def _sum_to(array: np.ndarray, axes: tuple, kept: tuple) -> np.ndarray:
+    """``array`` over ``axes`` summed to the subsequence ``kept``."""
+    summed = tuple(i for i, a in enumerate(axes) if a not in kept)
+    return array.sum(axis=summed) if summed else array
 
 
 def _sum(a: np.ndarray, axes: tuple) -> np.ndarray:
