@@ -12,6 +12,8 @@
     python examples/benchmarks/bench_auto.py --adaptive-bn        # generated Bayesian networks: auto with / without the tree
     python examples/benchmarks/bench_auto.py --select-generated   # generated data: the selections, same draws
     python examples/benchmarks/bench_auto.py --select-generated --generated-seeds 700 800 --generated-rules least se_weights ewa
+    python examples/benchmarks/bench_auto.py --select-generated --generated-rules by_noise@relative by_noise  # face rules
+    python examples/benchmarks/bench_auto.py --face-generated     # the KKT face against the relative threshold
     python examples/benchmarks/bench_auto.py --select ewa ...     # any mode with another selection
 
 **The table.** For each binary table (nltcs, czech, rochdale, mildew from ``../shared/data``) and
@@ -43,6 +45,7 @@ import math
 import resource
 import time
 from collections import defaultdict
+from contextlib import contextmanager
 from fractions import Fraction
 from pathlib import Path
 
@@ -528,6 +531,38 @@ def adaptive_bn(cases=((10, 2000), (14, 5000)), seeds: int = 3) -> None:
                 f"{np.mean([v[2] for v in vals]):.1f} CPU s" for k, vals in out.items()), flush=True)
 
 
+@contextmanager
+def relative_face():
+    """The face rule before session 7, for measurement only: a cell counts as free when
+    ``x > 1e-9 max x`` (the rule's ``fitted_face`` and ``identity_face`` replaced for the block)."""
+    import dpopt.estimate.choice.risk as risk
+    import dpopt.estimate.choice.rule as rule
+
+    def relative(*args, **kwargs):
+        x, free = (args[2], args[3]) if len(args) >= 4 and not isinstance(args[3], str) else (args[1], args[2])
+        x = np.asarray(x, dtype=np.float64)
+        return np.asarray(free, dtype=bool) & (x > 1e-9 * max(float(x.max(initial=0.0)), 1e-300))
+
+    saved = rule.fitted_face, rule.identity_face, risk.identity_face
+    rule.fitted_face = rule.identity_face = risk.identity_face = relative
+    try:
+        yield
+    finally:
+        rule.fitted_face, rule.identity_face, risk.identity_face = saved
+
+
+def _selected_fit(m, W, domain, select: str) -> np.ndarray:
+    """``choose_fit``'s release for ``select``; ``"<select>@relative"``: with :func:`relative_face`."""
+    from dpopt.estimate.choice.rule import choose_fit
+    from dpopt.model.constraints import ConstraintSet
+
+    name, _, face = select.partition("@")
+    if face == "relative":
+        with relative_face():
+            return choose_fit([m], ConstraintSet(domain), W, select=name).result.x
+    return choose_fit([m], ConstraintSet(domain), W, select=name).result.x
+
+
 def select_generated(cases=((6, 70), (6, 300), (6, 1841), (7, 5000)), networks: int = 3, runs: int = 20,
                      rules=("least", "one_se", "l1", "stack", "ewa"), epsilons=(0.1, 1.0), noise: str = "laplace",
                      seeds=(600,)) -> list[dict]:
@@ -538,10 +573,10 @@ def select_generated(cases=((6, 70), (6, 300), (6, 1841), (7, 5000)), networks: 
     For every rule against ``"least"``: the change in the chosen fit's true
     squared 3-way error (counts; what ``"least"`` targets) and in the benchmark's metric, the mean
     absolute 3-way error on proportions (what ``"l1"`` targets), each as mean ± standard error of
-    the paired differences over the draws, relative to ``"least"``'s mean. Returns the rows."""
+    the paired differences over the draws, relative to ``"least"``'s mean. A rule written
+    ``"<select>@relative"`` runs ``select`` with the face rule before session 7 (:func:`relative_face`).
+    Returns the rows."""
     from dpopt.datasets.bayes_net import random_sparse_network
-    from dpopt.estimate.choice.rule import choose_fit
-    from dpopt.model.constraints import ConstraintSet
     from dpopt.model.measurement import Measurement
     from dpopt.strategy.tables import Workload
 
@@ -564,7 +599,7 @@ def select_generated(cases=((6, 70), (6, 300), (6, 1841), (7, 5000)), networks: 
                                     2 * b * b) if noise == "laplace" else \
                         Measurement(Identity(data.domain), x + gen.normal(0, b, x.size), "gaussian", b, b * b)
                     for select in rules:
-                        fit = choose_fit([m], ConstraintSet(data.domain), W, select=select).result.x
+                        fit = _selected_fit(m, W, data.domain, select)
                         e = three.matvec(fit - x)
                         err[select, "l2"].append(float(e @ e))
                         err[select, "l1"].append(float(np.abs(three.matvec(fit) / fit.sum() - true3).mean()))
@@ -572,9 +607,9 @@ def select_generated(cases=((6, 70), (6, 300), (6, 1841), (7, 5000)), networks: 
                    "cpu_s": time.process_time() - start}
             line = [f"{noise} d={d} n={n:,} eps={eps:g}, {len(seeds) * networks} networks x {runs} draws:"]
             for metric, label in (("l2", "squared 3-way error"), ("l1", "3-way mean abs error (proportions)")):
-                base = np.array(err["least", metric])
-                row[f"least_{metric}"] = float(base.mean())
-                parts = [f"least {base.mean():.5g}"]
+                base = np.array(err[rules[0], metric])  # the first rule is the reference
+                row[f"{rules[0]}_{metric}"] = float(base.mean())
+                parts = [f"{rules[0]} {base.mean():.5g}"]
                 for select in rules[1:]:
                     diff = np.array(err[select, metric]) - base
                     change = 100 * diff.mean() / base.mean()
@@ -584,6 +619,84 @@ def select_generated(cases=((6, 70), (6, 300), (6, 1841), (7, 5000)), networks: 
                 line.append(f"{label}: " + ", ".join(parts))
             print(" ".join(line) + f" ({row['cpu_s']:.0f} CPU s)", flush=True)
             rows.append(row)
+    return rows
+
+
+def face_generated(cases=((9, 1000), (12, 5000)), seeds: int = 6, base: int = 900) -> list[dict]:
+    """The face rule (``fitted_face``, the KKT conditions) against the relative threshold before it
+    (:func:`relative_face`) in the whole ``auto`` pipeline on generated networks
+    (``random_sparse_network``, network ``base + seed``, records ``base + 1300 + seed``; not the
+    benchmark tables), all 3-way marginals, pure ε and the zCDP equivalent, the same noise for both
+    (the plan does not depend on the fit; seeded: NOT private). Per row: the share of releases whose
+    fit changed, the change of the least-squares fits' risk estimates, and the change in true squared
+    3-way error and in the benchmark's metric (mean ± standard error of the paired differences,
+    relative to the old rule's mean). Returns the rows."""
+    import dpopt.estimate.choice.rule as rule
+    from dpopt.algorithms.auto import AutoParams
+    from dpopt.datasets.bayes_net import random_sparse_network
+    from dpopt.privacy.budget import Budget
+    from dpopt.spec.workload import WorkloadDeclaration
+
+    captured = []
+    original = rule.choose_fit
+
+    def recording(*args, **kwargs):
+        captured.append(original(*args, **kwargs))
+        return captured[-1]
+
+    rows = []
+    rule.choose_fit = recording
+    try:
+        for d, n in cases:
+            for accounting in ("pure", "zcdp"):
+                for eps in (Fraction(1, 10), Fraction(1)):
+                    budget = Budget.pure(eps) if accounting == "pure" else Budget.zcdp(eps * eps / 2)
+                    out, start = defaultdict(list), time.process_time()
+                    for seed in range(seeds):
+                        data = random_sparse_network(d, seed=base + seed).sample(n, base + 1300 + seed)
+                        truth = data.histogram().astype(float)
+                        three = MarginalWorkload(data.domain, [m.attrs for m in all_marginals(data.domain, 3)])
+                        true3 = three.matvec(truth) / truth.sum()
+                        fits = {}
+                        for face in ("relative", "kkt"):
+                            captured.clear()
+                            if face == "relative":
+                                with relative_face():
+                                    p, release = run_auto_params(data, AutoParams(WorkloadDeclaration(k=3)), budget, seed)
+                            else:
+                                p, release = run_auto_params(data, AutoParams(WorkloadDeclaration(k=3)), budget, seed)
+                            e = three.matvec(release.x - truth)
+                            choice = captured[-1]
+                            fits[face] = (float(e @ e), metrics(truth, release.x, three, true3)[1],
+                                          choice.chosen.candidate.name if choice.chosen is not None else "none",
+                                          {ev.candidate.name: ev.risk for ev in choice.evidence
+                                           if ev.candidate.objective == "l2" and ev.status == "OPTIMAL"})
+                        old, new = fits["relative"], fits["kkt"]
+                        out["l2"].append(new[0] - old[0])
+                        out["l2_base"].append(old[0])
+                        out["l1"].append(new[1] - old[1])
+                        out["l1_base"].append(old[1])
+                        out["changed"].append(float(new[2] != old[2]))
+                        out["risk"].extend((new[3][k] - r) / abs(r) for k, r in old[3].items() if k in new[3])
+                        out["plan"].append(p.details.chosen.name)
+                    row = {"d": d, "n": n, "accounting": accounting, "eps": float(eps), "seeds": seeds,
+                           "cpu_s": time.process_time() - start, "changed": float(np.mean(out["changed"])),
+                           "plans": sorted(set(out["plan"]))}
+                    parts = []
+                    for metric in ("l2", "l1"):
+                        diff, ref = np.array(out[metric]), float(np.mean(out[metric + "_base"]))
+                        row[metric], row[metric + "_se"] = 100 * diff.mean() / ref, 100 * diff.std(ddof=1) / math.sqrt(
+                            diff.size) / ref
+                        parts.append(f"{metric} {row[metric]:+.1f}% +- {row[metric + '_se']:.1f}%")
+                    risk = np.array(out["risk"]) if out["risk"] else np.zeros(1)
+                    print(f"bayes net d={d} n={n:,} {accounting} eps={float(eps):g}, {seeds} networks (plan "
+                          f"{'/'.join(row['plans'])}): fit changed in {100 * row['changed']:.0f}%; l2 fits' risk "
+                          f"estimate median {100 * np.median(risk):+.2f}% (min {100 * risk.min():+.1f}%); change in "
+                          f"squared 3-way error / benchmark metric: {', '.join(parts)} ({row['cpu_s']:.0f} CPU s)",
+                          flush=True)
+                    rows.append(row)
+    finally:
+        rule.choose_fit = original
     return rows
 
 
@@ -604,6 +717,8 @@ def main() -> None:
     parser.add_argument("--select", choices=["by_noise", "least", "one_se", "l1", "stack", "ewa", "se_weights"],
                         help="the fit rule's selection for this run "
                         "(choose_fit's select; default: the library's)")
+    parser.add_argument("--face-generated", action="store_true",
+                        help="generated networks: the KKT face rule against the relative threshold, whole pipeline")
     parser.add_argument("--select-generated", action="store_true",
                         help="generated data: the selections (--generated-rules) against the first, same draws")
     parser.add_argument("--generated-noise", choices=["laplace", "gaussian"], default="laplace",
@@ -631,6 +746,8 @@ def main() -> None:
         adaptive(("mildew", "czech") if args.datasets == list(DATASETS) else tuple(args.datasets))
     elif args.adaptive_bn:
         adaptive_bn()
+    elif args.face_generated:
+        face_generated()
     elif args.select_generated:
         select_generated(noise=args.generated_noise, seeds=tuple(args.generated_seeds),
                          rules=tuple(args.generated_rules))
