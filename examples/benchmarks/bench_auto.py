@@ -14,6 +14,7 @@
     python examples/benchmarks/bench_auto.py --select-generated --generated-seeds 700 800 --generated-rules least se_weights ewa
     python examples/benchmarks/bench_auto.py --select-generated --generated-rules by_noise@relative by_noise  # face rules
     python examples/benchmarks/bench_auto.py --face-generated     # the KKT face against the relative threshold
+    python examples/benchmarks/bench_auto.py --sure-bias-generated  # every fit's risk estimate, Laplace and Gaussian
     python examples/benchmarks/bench_auto.py --select ewa ...     # any mode with another selection
 
 **The table.** For each binary table (nltcs, czech, rochdale, mildew from ``../shared/data``) and
@@ -700,6 +701,68 @@ def face_generated(cases=((9, 1000), (12, 5000)), seeds: int = 6, base: int = 90
     return rows
 
 
+def sure_bias_generated(cases=((6, 70), (6, 300), (6, 1841), (7, 5000)), networks: int = 2, runs: int = 100,
+                        epsilons=(0.1, 1.0), base: int = 1100) -> list[dict]:
+    """Each fit's risk estimate against its true error by simulation on generated networks
+    (``random_sparse_network``, network ``base + k``, records ``base + 1300 + k``; not the benchmark
+    tables), all 3-way marginals, under Laplace noise and Gaussian noise of the same variance. Two
+    measurements: the histogram (scale 1/ε per cell; least squares on every residual is scored in
+    closed form, on the workload's residuals through its face) and the 3-way marginals themselves
+    (scale C(d,3)/ε per cell; every fit through its Jacobian). Per fit kind: the bias
+    ``mean(R̂ − L) / mean L`` ± its standard error and the spread ``sd(R̂ − L) / mean L`` over
+    ``networks × runs`` draws (``L`` the true weighted workload error ``Σ_T ‖T x̂ − T x‖²``)."""
+    from dpopt.datasets.bayes_net import random_sparse_network
+    from dpopt.estimate.choice.rule import EstimatorCandidate, choose_fit
+    from dpopt.model.constraints import ConstraintSet
+    from dpopt.model.measurement import Measurement
+    from dpopt.model.queries import Marginal
+    from dpopt.strategy.tables import Workload
+
+    cands = [EstimatorCandidate(o, f, c) for o, f, c in (
+        ("l2", "all", 1), ("l2", "workload", 1), ("smooth", "all", 1), ("smooth", "workload", 1),
+        ("smooth", "lower", 1), ("smooth", "workload", 16), ("smooth", "lower", 16))]
+    rows = []
+    for d, n in cases:
+        for eps in epsilons:
+            for plan in ("identity", "3-way marginals"):
+                for noise in ("laplace", "gaussian"):
+                    res, start = defaultdict(list), time.process_time()
+                    for k in range(networks):
+                        data = random_sparse_network(d, seed=base + k).sample(n, base + 1300 + k)
+                        x = data.histogram().astype(float)
+                        W = Workload.all_k_way(data.domain, 3)
+                        three = MarginalWorkload(data.domain, [t.attrs for t in W.tables])
+                        queries = [Identity(data.domain)] if plan == "identity" else \
+                            [Marginal(data.domain, t.attrs) for t in W.tables]
+                        b = len(queries) / eps  # L1 sensitivity / ε
+                        gen = np.random.default_rng(base - 400 + k)  # simulation noise: a benchmark
+                        for _ in range(runs):
+                            ms = []
+                            for q in queries:
+                                t = q.matvec(x)
+                                z = gen.laplace(0, b, t.size) if noise == "laplace" else gen.normal(0, math.sqrt(2) * b,
+                                                                                                    t.size)
+                                ms.append(Measurement(q, t + z, noise, math.sqrt(2) * b, 2 * b * b))
+                            fc = choose_fit(ms, ConstraintSet(data.domain), W, candidates=cands, blend=False,
+                                            select="least")
+                            for e in fc.evidence:
+                                if e.status == "OPTIMAL" and e.result is not None and np.isfinite(e.risk):
+                                    err = three.matvec(e.result.x - x)
+                                    res[e.candidate.name].append((e.risk, float(err @ err)))
+                    for name, pairs in res.items():
+                        v = np.array(pairs)
+                        diff, ref = v[:, 0] - v[:, 1], float(v[:, 1].mean())
+                        row = {"d": d, "n": n, "eps": eps, "plan": plan, "noise": noise, "fit": name,
+                               "bias": 100 * diff.mean() / ref, "bias_se": 100 * diff.std(ddof=1) / math.sqrt(diff.size) / ref,
+                               "spread": 100 * diff.std(ddof=1) / ref, "true": ref, "draws": int(diff.size)}
+                        rows.append(row)
+                        print(f"d={d} n={n:,} eps={eps:g} {plan:15s} {noise:8s} {name:28s} bias {row['bias']:+6.1f}% +- "
+                              f"{row['bias_se']:.1f}%  spread {row['spread']:5.1f}%  (true {ref:.4g}, {diff.size} draws)",
+                              flush=True)
+                    print(f"  ({time.process_time() - start:.0f} CPU s)", flush=True)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", nargs="*", default=list(DATASETS))
@@ -717,6 +780,8 @@ def main() -> None:
     parser.add_argument("--select", choices=["by_noise", "least", "one_se", "l1", "stack", "ewa", "se_weights"],
                         help="the fit rule's selection for this run "
                         "(choose_fit's select; default: the library's)")
+    parser.add_argument("--sure-bias-generated", action="store_true",
+                        help="generated networks: every fit's risk estimate against simulation, Laplace and Gaussian")
     parser.add_argument("--face-generated", action="store_true",
                         help="generated networks: the KKT face rule against the relative threshold, whole pipeline")
     parser.add_argument("--select-generated", action="store_true",
@@ -746,6 +811,8 @@ def main() -> None:
         adaptive(("mildew", "czech") if args.datasets == list(DATASETS) else tuple(args.datasets))
     elif args.adaptive_bn:
         adaptive_bn()
+    elif args.sure_bias_generated:
+        sure_bias_generated()
     elif args.face_generated:
         face_generated()
     elif args.select_generated:
