@@ -1,7 +1,7 @@
 """The face of a least-squares fit under ``x >= 0``: the cells its Jacobian (and so SURE) counts.
 
 A solver leaves rounding residue on cells that belong at 0 (an interior point stops near the face:
-1e-7 to 3e-4 on the cases below). A relative threshold on the cells (``x > 1e-9 max x``) counted
+1e-8 to 3e-4 persons beside a largest cell of 3 to 9 on the cases below). A relative threshold on the cells (``x > 1e-9 max x``) counted
 them as free, so ``tr J`` was the full dimension and SURE charged the fit ``2σ²`` per miscounted
 dimension. The face is now read from the KKT conditions (``fitted_face``, ``identity_face``): checked
 against the finite-difference Jacobian of the real solver, against a closed-form projection with
