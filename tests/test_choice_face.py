@@ -1,11 +1,12 @@
 """The face of a least-squares fit under ``x >= 0``: the cells its Jacobian (and so SURE) counts.
 
 A solver leaves rounding residue on cells that belong at 0 (an interior point stops near the face:
-1e-8 to 3e-4 persons beside a largest cell of 3 to 9 on the cases below). A relative threshold on the cells (``x > 1e-9 max x``) counted
-them as free, so ``tr J`` was the full dimension and SURE charged the fit ``2σ²`` per miscounted
-dimension. The face is now read from the KKT conditions (``fitted_face``, ``identity_face``): checked
-against the finite-difference Jacobian of the real solver, against a closed-form projection with
-residue put on its zero cells, and the risk estimate against simulation.
+1e-8 to 3e-4 persons beside a largest cell of 3 to 9 on the cases below). A relative threshold on
+the cells (``x > 1e-9 max x``) counted them as free, so ``tr J`` was the full dimension and SURE
+charged the fit ``2σ²`` per miscounted dimension. The face is now read from the KKT conditions
+(``fitted_face``, ``identity_face``): checked against the finite-difference Jacobian of the real
+solver, against a closed-form projection with residue put on its zero cells, and the risk estimate
+against simulation.
 """
 
 from __future__ import annotations
@@ -101,7 +102,8 @@ def test_residue_on_the_zero_cells_does_not_move_the_face():
     J = projection_jacobian(q, eq, face)  # the total's target fixed: ∂x̂/∂y on the face with Σ x̂ fixed
     step = 1e-6
     fd = np.column_stack([(_held_total_projection(y + step * e * sigma)[0]
-                           - _held_total_projection(y - step * e * sigma)[0]) / (2 * step * sigma) for e in np.eye(y.size)])
+                           - _held_total_projection(y - step * e * sigma)[0]) / (2 * step * sigma)
+                          for e in np.eye(y.size)])
     # J is ∂(C x̂)/∂d with the total fixed; the closed form moves the total with y: compare on the
     # directions that keep Σ y (the projector's range is the same, the total's row is the difference).
     keep = np.eye(y.size) - np.ones((y.size, y.size)) / y.size

@@ -170,9 +170,9 @@ def fitted_face(query: LinearQuery, values: np.ndarray, x: np.ndarray, free: np.
     a noise unit, is at its bound, and a genuinely small positive cell (``μ_j`` at rounding size)
     is free. The two sides are within the certified stationarity residual of each other only at a
     degenerate point (a cell at 0 with a zero multiplier), which continuous noise reaches with
-    probability 0. ``ν`` is the noise-unit-weighted least-squares fit ``min Σ_{j∈F} u_j² (g_j + (Eᵀν)_j)²``
-    on the face ``F``, which is refitted until the face stops changing (at most ``rounds`` times;
-    the first ``F`` the cells with ``x > 0``). Cells a zero-target equality row pins
+    probability 0. ``ν`` is the noise-unit-weighted least-squares fit
+    ``min Σ_{j∈F} u_j² (g_j + (Eᵀν)_j)²`` on the face ``F``, which is refitted until the face stops
+    changing (at most ``rounds`` times; the first ``F`` the cells with ``x > 0``). Cells a zero-target equality row pins
     (:meth:`EqualityRows.pinned_cells`) are never on the face.
 
     Parameters

@@ -325,8 +325,9 @@ def identity_l2_variances(workload, x: np.ndarray, free: np.ndarray, variance: f
     squares under ``x >= 0`` on one identity measurement, linearised on the face it lands on (the
     Jacobians of :func:`identity_l2_risks`, ``A`` the cells on the fit's face, :func:`identity_face`
     from the noisy histogram ``y``, or the cells with ``x > 0`` when ``y`` is None; ``a_c = |A ∩ c|``
-    the face's cells a table cell sums): ``Σ_c a_c`` with the total free; ``Σ_c a_c + (n − |A|) a_c² / |A|²``
-    held at ``Σ y`` (moving); ``Σ_c a_c − a_c² / |A|`` held at a value that does not move."""
+    the face's cells a table cell sums): ``Σ_c a_c`` with the total free;
+    ``Σ_c a_c + (n − |A|) a_c² / |A|²`` held at ``Σ y`` (moving); ``Σ_c a_c − a_c² / |A|`` held at a
+    value that does not move."""
     x = np.asarray(x, dtype=np.float64)
     active = identity_face(y, x, free, total) if y is not None else np.asarray(free, dtype=bool) & (x > 0)
     size = float(active.sum())

@@ -1160,8 +1160,9 @@ def identity_l2_gradient(workload, y: np.ndarray, x: np.ndarray, free: np.ndarra
     """``∇_y`` of the distance term ``Σ_T ω_T ‖T (x̂ − y)‖²`` of least squares under ``x >= 0`` on one
     identity measurement (:func:`~dpopt.estimate.choice.risk.identity_l2_risks`, its Jacobians
     ``P``, ``A`` the cells on its face, :func:`~dpopt.estimate.choice.risk.identity_face`):
-    ``2 (Pᵀ − I) G (x̂ − y)``, ``G = Σ_T ω_T TᵀT``; ``Pᵀv`` is ``a ⊙ v`` with the total free, ``a ⊙ v + (1 − a) (a·v)/|A|`` held at ``Σ y`` (moving), ``a ⊙ v − a (a·v)/|A|``
-    held at a value that does not move."""
+    ``2 (Pᵀ − I) G (x̂ − y)``, ``G = Σ_T ω_T TᵀT``; ``Pᵀv`` is ``a ⊙ v`` with the total free,
+    ``a ⊙ v + (1 − a) (a·v)/|A|`` held at ``Σ y`` (moving), ``a ⊙ v − a (a·v)/|A|`` held at a value
+    that does not move."""
     x = np.asarray(x, dtype=np.float64)
     a = identity_face(y, x, free, total).astype(np.float64)
     v = np.zeros_like(x)
