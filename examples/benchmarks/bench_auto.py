@@ -574,7 +574,7 @@ def select_generated(cases=((6, 70), (6, 300), (6, 1841), (7, 5000)), networks: 
     For every rule against ``"least"``: the change in the chosen fit's true
     squared 3-way error (counts; what ``"least"`` targets) and in the benchmark's metric, the mean
     absolute 3-way error on proportions (what ``"l1"`` targets), each as mean ± standard error of
-    the paired differences over the draws, relative to ``"least"``'s mean. A rule written
+    the paired differences over the draws, relative to the first rule's mean. A rule written
     ``"<select>@relative"`` runs ``select`` with the face rule before session 7 (:func:`relative_face`).
     Returns the rows."""
     from dpopt.datasets.bayes_net import random_sparse_network
