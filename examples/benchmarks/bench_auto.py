@@ -14,6 +14,7 @@
     python examples/benchmarks/bench_auto.py --select-generated --generated-seeds 700 800 --generated-rules least se_weights ewa
     python examples/benchmarks/bench_auto.py --select-generated --generated-rules by_noise@relative by_noise
     python examples/benchmarks/bench_auto.py --face-generated     # the KKT face against the relative threshold
+    python examples/benchmarks/bench_auto.py --face-sure          # l2 risk estimates against simulation, both faces
     python examples/benchmarks/bench_auto.py --sure-bias-generated  # every fit's risk estimate, Laplace and Gaussian
     python examples/benchmarks/bench_auto.py --select ewa ...     # any mode with another selection
 
@@ -777,6 +778,54 @@ def sure_bias_generated(cases=((6, 70), (6, 300), (6, 1841), (7, 5000)), network
     return rows
 
 
+def face_sure(d: int = 8, n: int = 1000, eps: Fraction = Fraction(1, 10), runs: int = 40) -> None:
+    """The least-squares fits' risk estimates against their true error through the whole ``auto``
+    pipeline under zCDP (ρ = ε²/2; a generated network, ``random_sparse_network(d, 950)``, 2250 as the
+    records' seed; not the benchmark tables), with the KKT face and with the relative threshold before
+    it (:func:`relative_face`), the same noise (seeds 0 .. runs − 1; NOT private): mean estimate, mean
+    true weighted 3-way error, bias ± its standard error, mean degrees of freedom (tr J)."""
+    import dpopt.estimate.choice.rule as rule
+    from dpopt.algorithms.auto import AutoParams
+    from dpopt.datasets.bayes_net import random_sparse_network
+    from dpopt.privacy.budget import Budget
+    from dpopt.spec.workload import WorkloadDeclaration
+
+    captured, original = [], rule.choose_fit
+
+    def recording(*args, **kwargs):
+        captured.append(original(*args, **kwargs))
+        return captured[-1]
+
+    data = random_sparse_network(d, seed=950).sample(n, 2250)
+    truth = data.histogram().astype(float)
+    three = MarginalWorkload(data.domain, [m.attrs for m in all_marginals(data.domain, 3)])
+    out = defaultdict(list)
+    rule.choose_fit = recording
+    try:
+        for seed in range(runs):
+            for face in ("kkt", "relative"):
+                captured.clear()
+                params, budget = AutoParams(WorkloadDeclaration(k=3)), Budget.zcdp(eps * eps / 2)
+                if face == "relative":
+                    with relative_face():
+                        run_auto_params(data, params, budget, seed)
+                else:
+                    run_auto_params(data, params, budget, seed)
+                for ev in captured[-1].evidence:
+                    if ev.status == "OPTIMAL" and ev.candidate.objective == "l2":
+                        e = three.matvec(ev.result.x - truth)
+                        out[face, ev.candidate.name].append((ev.risk, float(e @ e), ev.dof))
+    finally:
+        rule.choose_fit = original
+    for (face, name), vals in sorted(out.items()):
+        v = np.array(vals)
+        diff = v[:, 0] - v[:, 1]
+        print(f"d={d} n={n:,} zcdp eps={float(eps):g}, {face:8s} {name:26s} estimate {v[:, 0].mean():.5g} true "
+              f"{v[:, 1].mean():.5g} bias {100 * diff.mean() / v[:, 1].mean():+.1f}% +- "
+              f"{100 * diff.std(ddof=1) / math.sqrt(diff.size) / v[:, 1].mean():.1f}%  tr J {v[:, 2].mean():.1f} "
+              f"({diff.size} draws)", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", nargs="*", default=list(DATASETS))
@@ -796,6 +845,8 @@ def main() -> None:
                         "(choose_fit's select; default: the library's)")
     parser.add_argument("--sure-bias-generated", action="store_true",
                         help="generated networks: every fit's risk estimate against simulation, Laplace and Gaussian")
+    parser.add_argument("--face-sure", action="store_true",
+                        help="generated network, zCDP: the l2 fits' risk estimates against simulation, both face rules")
     parser.add_argument("--face-generated", action="store_true",
                         help="generated networks: the KKT face rule against the relative threshold, whole pipeline")
     parser.add_argument("--select-generated", action="store_true",
@@ -827,6 +878,8 @@ def main() -> None:
         adaptive_bn()
     elif args.sure_bias_generated:
         sure_bias_generated()
+    elif args.face_sure:
+        face_sure()
     elif args.face_generated:
         face_generated()
     elif args.select_generated:
