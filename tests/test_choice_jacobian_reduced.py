@@ -14,7 +14,7 @@ import numpy as np
 import scipy.linalg as la
 
 from dpopt.estimate import reconstruct
-from dpopt.estimate.choice.jacobian import EqualityRows, projection_jacobian, smooth_jacobian
+from dpopt.estimate.choice.jacobian import EqualityRows, fitted_face, projection_jacobian, smooth_jacobian
 from dpopt.estimate.choice.statistics import residual_statistics
 from dpopt.model.constraints import ConstraintSet, Invariant, NonNegativity, StructuralZeros
 from dpopt.model.domain import Domain
@@ -88,7 +88,7 @@ def test_projection_jacobian_with_a_zero_state_matches_finite_differences():
     r = fit(d)
     with warnings.catch_warnings():
         warnings.simplefilter("error", la.LinAlgWarning)
-        J = projection_jacobian(q, eq, r.x > 1e-9 * r.x.max())
+        J = projection_jacobian(q, eq, fitted_face(q, d, r.x, ~cs.zero_mask(), eq))
     h = 1e-6
     fd = np.column_stack([(q.matvec(fit(d + h * e).x) - q.matvec(fit(d - h * e).x)) / (2 * h)
                           for e in np.eye(d.size)])

@@ -12,6 +12,10 @@
     python examples/benchmarks/bench_auto.py --adaptive-bn        # generated Bayesian networks: auto with / without the tree
     python examples/benchmarks/bench_auto.py --select-generated   # generated data: the selections, same draws
     python examples/benchmarks/bench_auto.py --select-generated --generated-seeds 700 800 --generated-rules least se_weights ewa
+    python examples/benchmarks/bench_auto.py --select-generated --generated-rules by_noise@relative by_noise
+    python examples/benchmarks/bench_auto.py --face-generated     # the KKT face against the relative threshold
+    python examples/benchmarks/bench_auto.py --face-sure          # l2 risk estimates against simulation, both faces
+    python examples/benchmarks/bench_auto.py --sure-bias-generated  # every fit's risk estimate, Laplace and Gaussian
     python examples/benchmarks/bench_auto.py --select ewa ...     # any mode with another selection
 
 **The table.** For each binary table (nltcs, czech, rochdale, mildew from ``../shared/data``) and
@@ -43,6 +47,7 @@ import math
 import resource
 import time
 from collections import defaultdict
+from contextlib import contextmanager
 from fractions import Fraction
 from pathlib import Path
 
@@ -528,6 +533,38 @@ def adaptive_bn(cases=((10, 2000), (14, 5000)), seeds: int = 3) -> None:
                 f"{np.mean([v[2] for v in vals]):.1f} CPU s" for k, vals in out.items()), flush=True)
 
 
+@contextmanager
+def relative_face():
+    """The face rule before session 7, for measurement only: a cell counts as free when
+    ``x > 1e-9 max x`` (the rule's ``fitted_face`` and ``identity_face`` replaced for the block)."""
+    import dpopt.estimate.choice.risk as risk
+    import dpopt.estimate.choice.rule as rule
+
+    def relative(*args, **kwargs):
+        x, free = (args[2], args[3]) if len(args) >= 4 and not isinstance(args[3], str) else (args[1], args[2])
+        x = np.asarray(x, dtype=np.float64)
+        return np.asarray(free, dtype=bool) & (x > 1e-9 * max(float(x.max(initial=0.0)), 1e-300))
+
+    saved = rule.fitted_face, rule.identity_face, risk.identity_face
+    rule.fitted_face = rule.identity_face = risk.identity_face = relative
+    try:
+        yield
+    finally:
+        rule.fitted_face, rule.identity_face, risk.identity_face = saved
+
+
+def _selected_fit(m, W, domain, select: str) -> np.ndarray:
+    """``choose_fit``'s release for ``select``; ``"<select>@relative"``: with :func:`relative_face`."""
+    from dpopt.estimate.choice.rule import choose_fit
+    from dpopt.model.constraints import ConstraintSet
+
+    name, _, face = select.partition("@")
+    if face == "relative":
+        with relative_face():
+            return choose_fit([m], ConstraintSet(domain), W, select=name).result.x
+    return choose_fit([m], ConstraintSet(domain), W, select=name).result.x
+
+
 def select_generated(cases=((6, 70), (6, 300), (6, 1841), (7, 5000)), networks: int = 3, runs: int = 20,
                      rules=("least", "one_se", "l1", "stack", "ewa"), epsilons=(0.1, 1.0), noise: str = "laplace",
                      seeds=(600,)) -> list[dict]:
@@ -538,10 +575,10 @@ def select_generated(cases=((6, 70), (6, 300), (6, 1841), (7, 5000)), networks: 
     For every rule against ``"least"``: the change in the chosen fit's true
     squared 3-way error (counts; what ``"least"`` targets) and in the benchmark's metric, the mean
     absolute 3-way error on proportions (what ``"l1"`` targets), each as mean ± standard error of
-    the paired differences over the draws, relative to ``"least"``'s mean. Returns the rows."""
+    the paired differences over the draws, relative to the first rule's mean. A rule written
+    ``"<select>@relative"`` runs ``select`` with the face rule before session 7 (:func:`relative_face`).
+    Returns the rows."""
     from dpopt.datasets.bayes_net import random_sparse_network
-    from dpopt.estimate.choice.rule import choose_fit
-    from dpopt.model.constraints import ConstraintSet
     from dpopt.model.measurement import Measurement
     from dpopt.strategy.tables import Workload
 
@@ -564,7 +601,7 @@ def select_generated(cases=((6, 70), (6, 300), (6, 1841), (7, 5000)), networks: 
                                     2 * b * b) if noise == "laplace" else \
                         Measurement(Identity(data.domain), x + gen.normal(0, b, x.size), "gaussian", b, b * b)
                     for select in rules:
-                        fit = choose_fit([m], ConstraintSet(data.domain), W, select=select).result.x
+                        fit = _selected_fit(m, W, data.domain, select)
                         e = three.matvec(fit - x)
                         err[select, "l2"].append(float(e @ e))
                         err[select, "l1"].append(float(np.abs(three.matvec(fit) / fit.sum() - true3).mean()))
@@ -572,9 +609,9 @@ def select_generated(cases=((6, 70), (6, 300), (6, 1841), (7, 5000)), networks: 
                    "cpu_s": time.process_time() - start}
             line = [f"{noise} d={d} n={n:,} eps={eps:g}, {len(seeds) * networks} networks x {runs} draws:"]
             for metric, label in (("l2", "squared 3-way error"), ("l1", "3-way mean abs error (proportions)")):
-                base = np.array(err["least", metric])
-                row[f"least_{metric}"] = float(base.mean())
-                parts = [f"least {base.mean():.5g}"]
+                base = np.array(err[rules[0], metric])  # the first rule is the reference
+                row[f"{rules[0]}_{metric}"] = float(base.mean())
+                parts = [f"{rules[0]} {base.mean():.5g}"]
                 for select in rules[1:]:
                     diff = np.array(err[select, metric]) - base
                     change = 100 * diff.mean() / base.mean()
@@ -585,6 +622,208 @@ def select_generated(cases=((6, 70), (6, 300), (6, 1841), (7, 5000)), networks: 
             print(" ".join(line) + f" ({row['cpu_s']:.0f} CPU s)", flush=True)
             rows.append(row)
     return rows
+
+
+def face_generated(cases=((9, 1000), (12, 5000)), seeds: int = 6, base: int = 900) -> list[dict]:
+    """The face rule (``fitted_face``, the KKT conditions) against the relative threshold before it
+    (:func:`relative_face`) in the whole ``auto`` pipeline on generated networks
+    (``random_sparse_network``, network ``base + seed``, records ``base + 1300 + seed``; not the
+    benchmark tables), all 3-way marginals, pure ε and the zCDP equivalent, the same noise for both
+    (the plan does not depend on the fit; seeded: NOT private). Per row: the share of releases whose
+    fit changed, the change of the least-squares fits' risk estimates, and the change in true squared
+    3-way error and in the benchmark's metric (mean ± standard error of the paired differences,
+    relative to the old rule's mean). Returns the rows."""
+    import dpopt.estimate.choice.rule as rule
+    from dpopt.algorithms.auto import AutoParams
+    from dpopt.datasets.bayes_net import random_sparse_network
+    from dpopt.privacy.budget import Budget
+    from dpopt.spec.workload import WorkloadDeclaration
+
+    captured = []
+    original = rule.choose_fit
+
+    def recording(*args, **kwargs):
+        captured.append(original(*args, **kwargs))
+        return captured[-1]
+
+    rows = []
+    rule.choose_fit = recording
+    try:
+        for d, n in cases:
+            for accounting in ("pure", "zcdp"):
+                for eps in (Fraction(1, 10), Fraction(1)):
+                    budget = Budget.pure(eps) if accounting == "pure" else Budget.zcdp(eps * eps / 2)
+                    out, start = defaultdict(list), time.process_time()
+                    for seed in range(seeds):
+                        data = random_sparse_network(d, seed=base + seed).sample(n, base + 1300 + seed)
+                        truth = data.histogram().astype(float)
+                        three = MarginalWorkload(data.domain, [m.attrs for m in all_marginals(data.domain, 3)])
+                        true3 = three.matvec(truth) / truth.sum()
+                        fits = {}
+                        for face in ("relative", "kkt"):
+                            captured.clear()
+                            params = AutoParams(WorkloadDeclaration(k=3))
+                            if face == "relative":
+                                with relative_face():
+                                    p, release = run_auto_params(data, params, budget, seed)
+                            else:
+                                p, release = run_auto_params(data, params, budget, seed)
+                            e = three.matvec(release.x - truth)
+                            choice = captured[-1]
+                            fits[face] = (float(e @ e), metrics(truth, release.x, three, true3)[1],
+                                          choice.chosen.candidate.name if choice.chosen is not None else "none",
+                                          {ev.candidate.name: ev.risk for ev in choice.evidence
+                                           if ev.candidate.objective == "l2" and ev.status == "OPTIMAL"})
+                        old, new = fits["relative"], fits["kkt"]
+                        out["l2"].append(new[0] - old[0])
+                        out["l2_base"].append(old[0])
+                        out["l1"].append(new[1] - old[1])
+                        out["l1_base"].append(old[1])
+                        out["changed"].append(float(new[2] != old[2]))
+                        out["risk"].extend((new[3][k] - r) / abs(r) for k, r in old[3].items() if k in new[3])
+                        out["plan"].append(p.details.chosen.name)
+                    row = {"d": d, "n": n, "accounting": accounting, "eps": float(eps), "seeds": seeds,
+                           "cpu_s": time.process_time() - start, "changed": float(np.mean(out["changed"])),
+                           "plans": sorted(set(out["plan"]))}
+                    parts = []
+                    for metric in ("l2", "l1"):
+                        diff, ref = np.array(out[metric]), float(np.mean(out[metric + "_base"]))
+                        row[metric], row[metric + "_se"] = 100 * diff.mean() / ref, 100 * diff.std(ddof=1) / math.sqrt(
+                            diff.size) / ref
+                        parts.append(f"{metric} {row[metric]:+.1f}% +- {row[metric + '_se']:.1f}%")
+                    risk = np.array(out["risk"]) if out["risk"] else np.zeros(1)
+                    print(f"bayes net d={d} n={n:,} {accounting} eps={float(eps):g}, {seeds} networks (plan "
+                          f"{'/'.join(row['plans'])}): fit changed in {100 * row['changed']:.0f}%; l2 fits' risk "
+                          f"estimate median {100 * np.median(risk):+.2f}% (min {100 * risk.min():+.1f}%); change in "
+                          f"squared 3-way error / benchmark metric: {', '.join(parts)} ({row['cpu_s']:.0f} CPU s)",
+                          flush=True)
+                    rows.append(row)
+    finally:
+        rule.choose_fit = original
+    return rows
+
+
+def sure_bias_generated(cases=((6, 70), (6, 300), (6, 1841), (7, 5000)), networks: int = 2, runs: int = 100,
+                        epsilons=(0.1, 1.0), base: int = 1100) -> list[dict]:
+    """Each fit's risk estimate against its true error by simulation on generated networks
+    (``random_sparse_network``, network ``base + k``, records ``base + 1300 + k``; not the benchmark
+    tables), all 3-way marginals, under Laplace noise and Gaussian noise of the same variance. Two
+    measurements: the histogram (scale 1/ε per cell; least squares on every residual is scored in
+    closed form, on the workload's residuals through its face) and the 3-way marginals themselves
+    (scale C(d,3)/ε per cell; every fit through its Jacobian). Per fit kind: the bias
+    ``mean(R̂ − L) / mean L`` ± its standard error and the spread ``sd(R̂ − L) / mean L`` over
+    ``networks × runs`` draws (``L`` the true weighted workload error ``Σ_T ‖T x̂ − T x‖²``), and the
+    bias less least squares on all's on the same draw (``(R̂ − L) − (R̂₀ − L₀)``, relative to ``mean L``:
+    what a selection between the two sees; the noise the two share cancels)."""
+    from dpopt.datasets.bayes_net import random_sparse_network
+    from dpopt.estimate.choice.rule import EstimatorCandidate, choose_fit
+    from dpopt.model.constraints import ConstraintSet
+    from dpopt.model.measurement import Measurement
+    from dpopt.model.queries import Marginal
+    from dpopt.strategy.tables import Workload
+
+    cands = [EstimatorCandidate(o, f, c) for o, f, c in (
+        ("l2", "all", 1), ("l2", "workload", 1), ("smooth", "all", 1), ("smooth", "workload", 1),
+        ("smooth", "lower", 1), ("smooth", "workload", 16), ("smooth", "lower", 16))]
+    rows = []
+    for d, n in cases:
+        for eps in epsilons:
+            for plan in ("identity", "3-way marginals"):
+                for noise in ("laplace", "gaussian"):
+                    res, start = defaultdict(list), time.process_time()
+                    for k in range(networks):
+                        data = random_sparse_network(d, seed=base + k).sample(n, base + 1300 + k)
+                        x = data.histogram().astype(float)
+                        W = Workload.all_k_way(data.domain, 3)
+                        three = MarginalWorkload(data.domain, [t.attrs for t in W.tables])
+                        queries = [Identity(data.domain)] if plan == "identity" else \
+                            [Marginal(data.domain, t.attrs) for t in W.tables]
+                        b = len(queries) / eps  # L1 sensitivity / ε
+                        gen = np.random.default_rng(base - 400 + k)  # simulation noise: a benchmark
+                        for _ in range(runs):
+                            ms = []
+                            for q in queries:
+                                t = q.matvec(x)
+                                z = gen.laplace(0, b, t.size) if noise == "laplace" else gen.normal(0, math.sqrt(2) * b,
+                                                                                                    t.size)
+                                ms.append(Measurement(q, t + z, noise, math.sqrt(2) * b, 2 * b * b))
+                            fc = choose_fit(ms, ConstraintSet(data.domain), W, candidates=cands, blend=False,
+                                            select="least")
+                            draw = {}
+                            for e in fc.evidence:
+                                if e.status == "OPTIMAL" and e.result is not None and np.isfinite(e.risk):
+                                    err = three.matvec(e.result.x - x)
+                                    draw[e.candidate.name] = (e.risk, float(err @ err))
+                            reference = draw.get("l2 on all")
+                            for name, (r, loss) in draw.items():
+                                # paired with least squares on all: the noise both share cancels
+                                res[name].append((r, loss, *(reference if reference else (np.nan, np.nan))))
+                    for name, pairs in res.items():
+                        v = np.array(pairs)
+                        diff, ref = v[:, 0] - v[:, 1], float(v[:, 1].mean())
+                        paired = diff - (v[:, 2] - v[:, 3])
+                        row = {"d": d, "n": n, "eps": eps, "plan": plan, "noise": noise, "fit": name,
+                               "bias": 100 * diff.mean() / ref,
+                               "bias_se": 100 * diff.std(ddof=1) / math.sqrt(diff.size) / ref,
+                               "spread": 100 * diff.std(ddof=1) / ref, "true": ref, "draws": int(diff.size),
+                               "paired": 100 * np.nanmean(paired) / ref,
+                               "paired_se": 100 * np.nanstd(paired, ddof=1) / math.sqrt(diff.size) / ref}
+                        rows.append(row)
+                        print(f"d={d} n={n:,} eps={eps:g} {plan:15s} {noise:8s} {name:28s} "
+                              f"bias {row['bias']:+6.1f}% +- "
+                              f"{row['bias_se']:.1f}%  spread {row['spread']:5.1f}%  bias less l2-on-all's "
+                              f"{row['paired']:+6.1f}% +- {row['paired_se']:.1f}%  (true {ref:.4g}, {diff.size} draws)",
+                              flush=True)
+                    print(f"  ({time.process_time() - start:.0f} CPU s)", flush=True)
+    return rows
+
+
+def face_sure(d: int = 8, n: int = 1000, eps: Fraction = Fraction(1, 10), runs: int = 40) -> None:
+    """The least-squares fits' risk estimates against their true error through the whole ``auto``
+    pipeline under zCDP (ρ = ε²/2; a generated network, ``random_sparse_network(d, 950)``, 2250 as the
+    records' seed; not the benchmark tables), with the KKT face and with the relative threshold before
+    it (:func:`relative_face`), the same noise (seeds 0 .. runs − 1; NOT private): mean estimate, mean
+    true weighted 3-way error, bias ± its standard error, mean degrees of freedom (tr J)."""
+    import dpopt.estimate.choice.rule as rule
+    from dpopt.algorithms.auto import AutoParams
+    from dpopt.datasets.bayes_net import random_sparse_network
+    from dpopt.privacy.budget import Budget
+    from dpopt.spec.workload import WorkloadDeclaration
+
+    captured, original = [], rule.choose_fit
+
+    def recording(*args, **kwargs):
+        captured.append(original(*args, **kwargs))
+        return captured[-1]
+
+    data = random_sparse_network(d, seed=950).sample(n, 2250)
+    truth = data.histogram().astype(float)
+    three = MarginalWorkload(data.domain, [m.attrs for m in all_marginals(data.domain, 3)])
+    out = defaultdict(list)
+    rule.choose_fit = recording
+    try:
+        for seed in range(runs):
+            for face in ("kkt", "relative"):
+                captured.clear()
+                params, budget = AutoParams(WorkloadDeclaration(k=3)), Budget.zcdp(eps * eps / 2)
+                if face == "relative":
+                    with relative_face():
+                        run_auto_params(data, params, budget, seed)
+                else:
+                    run_auto_params(data, params, budget, seed)
+                for ev in captured[-1].evidence:
+                    if ev.status == "OPTIMAL" and ev.candidate.objective == "l2":
+                        e = three.matvec(ev.result.x - truth)
+                        out[face, ev.candidate.name].append((ev.risk, float(e @ e), ev.dof))
+    finally:
+        rule.choose_fit = original
+    for (face, name), vals in sorted(out.items()):
+        v = np.array(vals)
+        diff = v[:, 0] - v[:, 1]
+        print(f"d={d} n={n:,} zcdp eps={float(eps):g}, {face:8s} {name:26s} estimate {v[:, 0].mean():.5g} true "
+              f"{v[:, 1].mean():.5g} bias {100 * diff.mean() / v[:, 1].mean():+.1f}% +- "
+              f"{100 * diff.std(ddof=1) / math.sqrt(diff.size) / v[:, 1].mean():.1f}%  tr J {v[:, 2].mean():.1f} "
+              f"({diff.size} draws)", flush=True)
 
 
 def main() -> None:
@@ -604,6 +843,12 @@ def main() -> None:
     parser.add_argument("--select", choices=["by_noise", "least", "one_se", "l1", "stack", "ewa", "se_weights"],
                         help="the fit rule's selection for this run "
                         "(choose_fit's select; default: the library's)")
+    parser.add_argument("--sure-bias-generated", action="store_true",
+                        help="generated networks: every fit's risk estimate against simulation, Laplace and Gaussian")
+    parser.add_argument("--face-sure", action="store_true",
+                        help="generated network, zCDP: the l2 fits' risk estimates against simulation, both face rules")
+    parser.add_argument("--face-generated", action="store_true",
+                        help="generated networks: the KKT face rule against the relative threshold, whole pipeline")
     parser.add_argument("--select-generated", action="store_true",
                         help="generated data: the selections (--generated-rules) against the first, same draws")
     parser.add_argument("--generated-noise", choices=["laplace", "gaussian"], default="laplace",
@@ -631,6 +876,12 @@ def main() -> None:
         adaptive(("mildew", "czech") if args.datasets == list(DATASETS) else tuple(args.datasets))
     elif args.adaptive_bn:
         adaptive_bn()
+    elif args.sure_bias_generated:
+        sure_bias_generated()
+    elif args.face_sure:
+        face_sure()
+    elif args.face_generated:
+        face_generated()
     elif args.select_generated:
         select_generated(noise=args.generated_noise, seeds=tuple(args.generated_seeds),
                          rules=tuple(args.generated_rules))

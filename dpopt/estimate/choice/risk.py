@@ -42,8 +42,8 @@ from dpopt.estimate.choice.statistics import ResidualStatistics
 from dpopt.model.queries.residual import residual_dimension
 
 __all__ = ["TableRisk", "absolute_risks", "blend_risks", "coordinate_weights", "difference_spread", "folded_mean",
-           "identity_l2_risks", "identity_l2_variances", "risk_spread", "table_gaps", "table_risks", "table_set_matrix",
-           "table_variances", "unbiased_risks"]
+           "identity_face", "identity_l2_risks", "identity_l2_variances", "risk_spread", "table_gaps", "table_risks",
+           "table_set_matrix", "table_variances", "unbiased_risks"]
 
 
 @dataclass(frozen=True)
@@ -208,6 +208,31 @@ def unbiased_risks(stats: ResidualStatistics, workload) -> list[float]:
     return out
 
 
+def identity_face(y: np.ndarray, x: np.ndarray, free: np.ndarray, total: str = "moving", rounds: int = 5
+                  ) -> np.ndarray:
+    """The cells least squares under ``x >= 0`` on one identity measurement leaves free
+    (:func:`~dpopt.estimate.choice.jacobian.fitted_face` in closed form).
+
+    With every cell's noise unit the same, the reduced gradient is ``μ_j = x_j − y_j + τ`` (``τ``
+    the held total's multiplier; 0 with the total free), so the projected step's rule
+    ``x_j > μ_j`` reads ``y_j > τ``: the cell is free when its noisy count is above the threshold
+    the fit subtracts (``x̂_j = max(y_j − τ, 0)``), whatever its fitted size. ``τ`` is the mean of
+    ``y − x`` on the face (its least-squares fit), refitted until the face stops changing; the
+    first face is ``x > 0``.
+    """
+    y = np.asarray(y, dtype=np.float64)
+    x = np.asarray(x, dtype=np.float64)
+    free = np.asarray(free, dtype=bool)
+    face = free & (x > 0)
+    for _ in range(rounds):
+        tau = 0.0 if total == "free" or not face.any() else float(np.mean((y - x)[face]))
+        new = free & (x > 0) & (y > tau)
+        if np.array_equal(new, face):
+            break
+        face = new
+    return face
+
+
 def identity_l2_risks(workload, y: np.ndarray, x: np.ndarray, free: np.ndarray, variance: float,
                       laplace_scale: float | None = None, total: str = "moving") -> list[TableRisk]:
     """The risk of least squares under ``x >= 0`` on one identity measurement, per workload table,
@@ -237,7 +262,7 @@ def identity_l2_risks(workload, y: np.ndarray, x: np.ndarray, free: np.ndarray, 
     y = np.asarray(y, dtype=np.float64)
     x = np.asarray(x, dtype=np.float64)
     free = np.asarray(free, dtype=bool)
-    active = free & (x > 1e-9 * max(float(x.max(initial=0.0)), 1e-300))
+    active = identity_face(y, x, free, total)
     if not active.any():
         return [TableRisk(t.label, float("nan"), True) for t in workload.tables]
     tau = 0.0 if total == "free" else float(np.median((y - x)[active]))
@@ -294,15 +319,17 @@ def table_variances(stats: ResidualStatistics, workload, set_variances: dict) ->
             for t in workload.tables]
 
 
-def identity_l2_variances(workload, x: np.ndarray, free: np.ndarray, variance: float, total: str = "moving"
-                          ) -> list[float]:
+def identity_l2_variances(workload, x: np.ndarray, free: np.ndarray, variance: float, total: str = "moving",
+                          y: np.ndarray | None = None) -> list[float]:
     """Per workload table, the summed variance of its fitted cells ``Σ_c Var (T x̂)_c`` for least
     squares under ``x >= 0`` on one identity measurement, linearised on the face it lands on (the
-    Jacobians of :func:`identity_l2_risks`, ``A`` the positive cells, ``a_c = |A ∩ c|`` the positive
-    cells a table cell sums): ``Σ_c a_c`` with the total free; ``Σ_c a_c + (n − |A|) a_c² / |A|²``
-    held at ``Σ y`` (moving); ``Σ_c a_c − a_c² / |A|`` held at a value that does not move."""
+    Jacobians of :func:`identity_l2_risks`, ``A`` the cells on the fit's face, :func:`identity_face`
+    from the noisy histogram ``y``, or the cells with ``x > 0`` when ``y`` is None; ``a_c = |A ∩ c|``
+    the face's cells a table cell sums): ``Σ_c a_c`` with the total free;
+    ``Σ_c a_c + (n − |A|) a_c² / |A|²`` held at ``Σ y`` (moving); ``Σ_c a_c − a_c² / |A|`` held at a
+    value that does not move."""
     x = np.asarray(x, dtype=np.float64)
-    active = np.asarray(free, dtype=bool) & (x > 1e-9 * max(float(x.max(initial=0.0)), 1e-300))
+    active = identity_face(y, x, free, total) if y is not None else np.asarray(free, dtype=bool) & (x > 0)
     size = float(active.sum())
     if not size:
         return [float("nan")] * len(workload.tables)

@@ -81,10 +81,10 @@ import numpy as np
 import pandas as pd
 
 from dpopt.errors import DpoptError
-from dpopt.estimate.choice.jacobian import DenseRows, EqualityRows, projection_jacobian, smooth_jacobian
+from dpopt.estimate.choice.jacobian import DenseRows, EqualityRows, fitted_face, projection_jacobian, smooth_jacobian
 from dpopt.estimate.choice.risk import (TableRisk, absolute_risks, blend_risks, coordinate_weights, difference_spread,
-                                        identity_l2_risks, identity_l2_variances, risk_spread, table_risks,
-                                        table_set_matrix, table_variances, unbiased_risks)
+                                        identity_face, identity_l2_risks, identity_l2_variances, risk_spread,
+                                        table_risks, table_set_matrix, table_variances, unbiased_risks)
 from dpopt.estimate.choice.statistics import ResidualStatistics, residual_statistics
 from dpopt.estimate.engines.smooth import default_smoothing
 from dpopt.estimate.status import Status
@@ -1016,7 +1016,7 @@ def _fit_one(cand, stats, sets, cs, held, workload, time_limit, reconstruct, ori
         if not result.success or result.x is None:
             return Evidence(cand, result.status.name, message=result.message, result=result)
         x = result.x
-        positive = free & (x > 1e-9 * max(float(x.max()), 1e-300))
+        positive = fitted_face(query, meas.values, x, free, eq)
         J = projection_jacobian(fit_meas.query, eq, positive)
     else:
         lam_c = default_smoothing(3) * cand.factor / _sigma_bar(stats, sets)
@@ -1144,7 +1144,7 @@ def _fit_identity_l2(cand, cs, held, workload, time_limit, reconstruct, original
     fitted = stats.of_table(result.x) if stats is not None else None
     weights = np.array([t.weight for t in workload.tables], dtype=np.float64)
     risk = float(np.dot(weights, [r.risk for r in tables]))
-    absolute = absolute_risks(workload, tables, identity_l2_variances(workload, result.x, free, variance, moving)) \
+    absolute = absolute_risks(workload, tables, identity_l2_variances(workload, result.x, free, variance, moving, y)) \
         if absolute else None
     grad = None
     if gradient and stats is not None:
@@ -1159,11 +1159,12 @@ def _fit_identity_l2(cand, cs, held, workload, time_limit, reconstruct, original
 def identity_l2_gradient(workload, y: np.ndarray, x: np.ndarray, free: np.ndarray, total: str) -> np.ndarray:
     """``∇_y`` of the distance term ``Σ_T ω_T ‖T (x̂ − y)‖²`` of least squares under ``x >= 0`` on one
     identity measurement (:func:`~dpopt.estimate.choice.risk.identity_l2_risks`, its Jacobians
-    ``P``, ``A`` the positive cells): ``2 (Pᵀ − I) G (x̂ − y)``, ``G = Σ_T ω_T TᵀT``; ``Pᵀv`` is ``a ⊙ v``
-    with the total free, ``a ⊙ v + (1 − a) (a·v)/|A|`` held at ``Σ y`` (moving), ``a ⊙ v − a (a·v)/|A|``
-    held at a value that does not move."""
+    ``P``, ``A`` the cells on its face, :func:`~dpopt.estimate.choice.risk.identity_face`):
+    ``2 (Pᵀ − I) G (x̂ − y)``, ``G = Σ_T ω_T TᵀT``; ``Pᵀv`` is ``a ⊙ v`` with the total free,
+    ``a ⊙ v + (1 − a) (a·v)/|A|`` held at ``Σ y`` (moving), ``a ⊙ v − a (a·v)/|A|`` held at a value
+    that does not move."""
     x = np.asarray(x, dtype=np.float64)
-    a = (np.asarray(free, dtype=bool) & (x > 1e-9 * max(float(x.max(initial=0.0)), 1e-300))).astype(np.float64)
+    a = identity_face(y, x, free, total).astype(np.float64)
     v = np.zeros_like(x)
     for t in workload.tables:
         q = t.query(workload.domain)
