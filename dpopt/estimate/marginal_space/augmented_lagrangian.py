@@ -93,6 +93,9 @@ CG_TOL = 1e-2
 #: finish certified from the outer point at gap 6.2e-4, not from those at 3.3e-3 and 1.9e-2.
 FINISH_GAP = 1e-2
 FINISH_AGAIN = 4.0
+#: Pair every outer step's multipliers with the feasible primal point of least ``F`` found so far
+#: (a finish's, or an earlier outer step's repaired point), not only with its own repaired point.
+PAIR_PRIMAL = True
 
 
 def augmented_lagrangian(problem, kappa: np.ndarray, certify_at: Callable, better: Callable, *,
@@ -106,6 +109,8 @@ def augmented_lagrangian(problem, kappa: np.ndarray, certify_at: Callable, bette
     make one), or at ``deadline`` (``time.perf_counter()``). Returns the best certified point and
     the number of products made.
     """
+    from dpopt.estimate.marginal_space.projection import certify_with  # projection imports this module
+
     fam, target = problem.cliques, problem.target
     free = problem.free_flat
     w = problem.w_flat
@@ -155,6 +160,7 @@ def augmented_lagrangian(problem, kappa: np.ndarray, certify_at: Callable, bette
     mu = fam.expand(r)
     products += 1
     best = certify_at(problem, kappa, r, mu)
+    primal = best if best[4] <= feasibility else None  # the feasible point of least F yet (module notes)
     rho = START_RHO_L / scale
     outer = 0
     finish_at = FINISH_GAP
@@ -200,6 +206,12 @@ def augmented_lagrangian(problem, kappa: np.ndarray, certify_at: Callable, bette
         mu = fam.expand(r)
         products += 1.5
         point = certify_at(problem, kappa, r, mu)
+        if primal is not None and PAIR_PRIMAL:  # this dual against the best primal point yet: weak duality
+            paired = certify_with(problem, kappa, r, mu, primal[0], primal[1])
+            if better(paired, point, feasibility):
+                point = paired
+        if point[4] <= feasibility and (primal is None or point[5] < primal[5]):
+            primal = point
         if better(point, best, feasibility):
             best = point
         if log is not None:
@@ -207,9 +219,11 @@ def augmented_lagrangian(problem, kappa: np.ndarray, certify_at: Callable, bette
         if not _done(best, stop_gap, feasibility) and point[3] <= finish_at and not _late(deadline):
             finish_at = point[3] / FINISH_AGAIN
             finished, made = face_finish(problem, kappa, r, mu, deadline=deadline, stop_gap=stop_gap,
-                                         feasibility=feasibility)
+                                         feasibility=feasibility, incumbent=primal if PAIR_PRIMAL else None)
             products += made
             if finished is not None:
+                if finished[4] <= feasibility and (primal is None or finished[5] < primal[5]):
+                    primal = finished
                 if better(finished, best, feasibility):
                     best = finished
                 if log is not None:

@@ -59,25 +59,46 @@ import time
 import numpy as np
 from scipy.sparse.linalg import LinearOperator, lsqr
 
-__all__ = ["face_finish", "FINISH_STEPS", "FINISH_ROUNDS"]
+__all__ = ["face_finish", "ratio_step", "FINISH_STEPS", "FINISH_ROUNDS"]
 
 #: LSQR steps per round, and rounds (faces) at most.
 FINISH_STEPS = 300
-FINISH_ROUNDS = 3
+FINISH_ROUNDS = 8
 
 
 class _Late(Exception):
     pass
 
 
+def ratio_step(problem, y: np.ndarray, my: np.ndarray, x: np.ndarray, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The feasible point ``y + t (x - y)`` with the largest ``t`` in ``[0, 1]`` (the ratio test).
+
+    ``y`` is feasible (``my = E y >= 0`` off the structural zeros), ``x`` a candidate with
+    ``m = E x``; the step stops at the first cell that reaches zero (Moré and Toraldo 1991, the
+    ratio test of active-set methods). Linear in the residuals: consistency, the fixed residuals
+    and the structural zeros of both points are kept.
+    """
+    blocking = (m < 0) & (my > m)
+    if problem.zero_cells is not None:
+        blocking &= ~problem.zero_cells
+    if not blocking.any():
+        return x, m
+    t = min(1.0, float(np.min(my[blocking] / (my[blocking] - m[blocking]))))
+    return y + t * (x - y), my + t * (m - my)
+
+
 def face_finish(problem, kappa: np.ndarray, r: np.ndarray, mu: np.ndarray, *, steps: int = FINISH_STEPS,
                 rounds: int = FINISH_ROUNDS, deadline: float | None = None, stop_gap: float = 0.0,
-                feasibility: float = 0.0) -> tuple[tuple | None, int]:
+                feasibility: float = 0.0, incumbent: tuple | None = None) -> tuple[tuple | None, int]:
     """Primal points on the active face of ``kappa`` (module notes), each certified against ``kappa``.
 
-    ``r = r(kappa)`` and ``mu = E r``. Returns the best certified point (the tuple of
+    ``r = r(kappa)`` and ``mu = E r``. ``incumbent`` is an optional certified point whose primal
+    point (its first two entries) is feasible: each round's point is also reached from it by
+    :func:`ratio_step`, and the better of that and the repaired point is kept (and becomes the
+    incumbent). Returns the best certified point (the tuple of
     :func:`~dpopt.estimate.marginal_space.projection.certify_at`), or None when no round
     completed, and the number of products made (an ``expand`` and an ``adjoint`` make one).
+    The face only grows: the cells of ``kappa > 0`` and every cell some round left negative.
     Stops after ``rounds`` faces, at a certified point (gap within ``stop_gap``, violation
     within ``feasibility``), when a round leaves no cell negative, or at ``deadline``
     (``time.perf_counter()``; a round then in progress is dropped).
@@ -90,11 +111,14 @@ def face_finish(problem, kappa: np.ndarray, r: np.ndarray, mu: np.ndarray, *, st
     products = 0
     x, m = r, mu
     best = None
+    feasible = incumbent if incumbent is not None and incumbent[4] <= feasibility else None
     full = np.zeros(fam.size)
+    face = kappa > 0 if problem.nonnegative else np.zeros(fam.size, dtype=bool)
+    if zeros is not None:
+        face |= zeros
     for _ in range(rounds):
-        face = (kappa > 0) | (m < 0) if problem.nonnegative else np.zeros(fam.size, dtype=bool)
-        if zeros is not None:
-            face |= zeros
+        if problem.nonnegative:
+            face |= m < 0
         rows = np.flatnonzero(face)
         if rows.size == 0:
             break
@@ -120,9 +144,15 @@ def face_finish(problem, kappa: np.ndarray, r: np.ndarray, mu: np.ndarray, *, st
         m = fam.expand(x)
         products += 1
         point = certify_with(problem, kappa, r, mu, x, m)
+        if feasible is not None:
+            stepped = certify_with(problem, kappa, r, mu, *ratio_step(problem, feasible[0], feasible[1], x, m))
+            if _better(stepped, point, feasibility):
+                point = stepped
         if best is None or _better(point, best, feasibility):
             best = point
+        if point[4] <= feasibility and (feasible is None or point[5] < feasible[5]):
+            feasible = point
         if (point[4] <= feasibility and point[3] <= stop_gap) or not problem.nonnegative or \
-                m.min(initial=0.0) >= 0.0:
+                m.min(initial=0.0) >= -feasibility:
             break
     return best, products
