@@ -47,6 +47,18 @@ and that start ended at 4.3e-5 with ``F`` 3e-5 above the optimum (the face only 
 cell wrongly in it stays). The augmented Lagrangian then pairs this primal point with each later
 outer step's multipliers (its module notes): that, not the ratio step, is what certifies.
 
+**Not enough on the 9-attribute stand-in** (84 triples, 2.34 M cells; not certified). From the
+outer point after 3,025 products (gap 0.164, ``g`` = 1,024,110.5) the face's own optimum is near
+the dual: ``F`` of the rounds' points 1,024,160 and 1,024,212 (300 LSQR steps) or 1,024,208 and
+1,024,557 (1,200 steps), 2.4e-5 to 2.2e-4 above ``g`` relative to ``2F``. But the face holds
+2.11 M of the 2.34 M cells, LSQR leaves its cells 1.3e-3 (300 steps) or 3.9e-4 (1,200 steps) off
+zero, and the move pushes cells off the face to -1.6 to -4.0 (1.1 M cells negative in all,
+round after round, while the face grows by 35-42 k cells). The repaired points' gaps were 0.97,
+the ratio step from the incumbent went t = 6e-8 to 0.014 (gap 0.164 -> 0.157), and eight rounds
+of 300 steps from the next outer point (gap 0.147) left its gap unchanged. The limit there is
+the face: both the cells wrongly on it (``kappa > 0`` where the optimum is positive: the face
+only grows) and the conditioning of ``E_A`` on a face of nearly every cell.
+
 On the 6-attribute slice (zCDP eps 1, 20 triples; ``bench_alm_overhead.py --attrs age
 education-num marital-status occupation race capital-loss --products 4000``), from the augmented
 Lagrangian's point after 1,470 products (repair-only gap 3.3e-3) the finish reached 8.8e-5 in
