@@ -56,8 +56,9 @@ kept. On adult's slices the finish finds the primal optimum's face long before t
 products the finish's point had ``F`` = 205,488.66, within 2e-6 of the optimum, but its
 certificate against that ``kappa`` stayed at 5e-6 (``F - g``); paired with the next outer step's
 multipliers it certified, gap 9.7e-7, 1,242 products after that start, and 1.4e-8 after 3,319.
-From ``kappa = 0`` the path certified (4.2e-7) after 2,373 products and stopped at 6.2e-8 after
-3,104, against 9.6e-8 after 3,707 before (``FINISH_GAP`` unchanged; raised to 0.1 the finish
+From ``kappa = 0`` the path certified (4.2e-7, by the finish's growing face) after 2,373
+products and stopped at 6.2e-8 after 3,104; with the pairing off it stopped at 9.6e-8 after
+3,706, and before both at 9.6e-8 after 3,707 (``FINISH_GAP`` unchanged; raised to 0.1 the finish
 ran first from the point at 0.094, whose face holds cells that the optimum does not, and the
 path took 5,985 products to certify).
 
