@@ -546,3 +546,86 @@ def test_structural_zeros_certify_the_dense_optimum(pattern, nonnegative):
         np.testing.assert_allclose(est.marginal(s), Marginal(dom, s).matvec(dense.x), atol=1e-4)
     pair = est.marginal((names[i], names[j])).reshape(2, 2)
     assert abs(pair[int(vi[-1]), int(vj[-1])]) <= cert["feasibility_tol"]
+
+
+def _captured_problem(sets, monkeypatch):
+    from dpopt.estimate.marginal_space import projection as projection_module
+
+    dom, ms = _small_measurements(sets, sizes=(2, 3, 2, 3, 2))
+    captured = []
+    real_project = projection_module.project
+    monkeypatch.setattr("dpopt.estimate.marginal_space.estimator.project",
+                        lambda problem, **kw: captured.append(problem) or real_project(problem, **kw))
+    estimate_marginals(ms, exact_cells=0)
+    return dom, ms, captured[0]
+
+
+def test_ratio_step_is_the_longest_feasible_step(monkeypatch):
+    """From a feasible point towards the unconstrained fit (cells negative), the step stops at the
+    first cell that reaches zero: feasible, one cell at zero, and no longer feasible step exists
+    (brute force over a grid of t)."""
+    from dpopt.estimate.marginal_space.face_finish import ratio_step
+
+    _, _, problem = _captured_problem([("a", "b", "c"), ("c", "d"), ("b", "d", "e")], monkeypatch)
+    fam = problem.cliques
+    x = problem.target.copy()  # the unconstrained fit r(0)
+    m = fam.expand(x)
+    assert m.min() < 0
+    y = certify(problem, np.zeros(fam.size))[0]  # repaired towards the interior point: feasible
+    my = fam.expand(y)
+    assert my.min() >= 0
+    z, mz = ratio_step(problem, y, my, x, m)
+    np.testing.assert_allclose(mz, fam.expand(z), atol=1e-9 * np.abs(m).max())
+    scale = np.abs(m).max()
+    assert mz.min() >= -1e-12 * scale and abs(mz.min()) <= 1e-12 * scale  # feasible, a cell at zero
+    steps = np.linspace(0.0, 1.0, 20001)
+    feasible = [t for t in steps if (my + t * (m - my)).min() >= 0]
+    t = float(np.linalg.norm(z - y) / np.linalg.norm(x - y))
+    assert max(feasible) <= t + 1e-12 and t < max(feasible) + 1e-4
+    assert ratio_step(problem, y, my, y, my)[0] is y  # a feasible target is reached whole
+
+
+@pytest.mark.parametrize("sets", [
+    [("a", "b", "c"), ("b", "c", "d"), ("d", "e")],
+    [("a", "b", "c"), ("c", "d"), ("b", "d", "e")],
+])
+def test_alm_pairs_later_multipliers_with_the_best_primal_point(sets, monkeypatch):
+    """Every outer step's multipliers are certified against the feasible point of least F found so
+    far when that is better (weak duality: any feasible point with any multipliers). The path's
+    points must include one certified better than by its own repaired point, every figure
+    recomputed independently (F of the point, g of the multipliers), and the path must end at the
+    dense optimum where the marginals are decomposable."""
+    from dpopt.estimate import reconstruct
+    from dpopt.estimate.marginal_space import augmented_lagrangian as alm_module
+    from dpopt.estimate.marginal_space import projection as projection_module
+    from dpopt.model.constraints import ConstraintSet, NonNegativity
+
+    dom, ms, problem = _captured_problem(sets, monkeypatch)
+    fam = problem.cliques
+    monkeypatch.setattr(alm_module, "FINISH_GAP", 1.0)  # a finish from the first outer step on
+    logged = []
+    point, _ = alm_module.augmented_lagrangian(problem, np.zeros(fam.size), projection_module.certify_at,
+                                               projection_module._better, max_products=3000, stop_gap=1e-9,
+                                               feasibility=1e-9, log=lambda *a: logged.append(a))
+    paired = 0
+    outer = {}  # each outer step's own point (a finish's point is logged after it, under the same step)
+    for a in logged:
+        outer.setdefault(a[0], a[3])
+    for p in outer.values():
+        x, m, kappa, gap, worst, fun, dual = p
+        assert worst <= 1e-9 and m.min() >= -1e-9
+        assert fun == pytest.approx(objective(problem, x), rel=1e-12)
+        assert dual == pytest.approx(dual_value(problem, kappa), rel=1e-9, abs=1e-9)
+        own = certify(problem, kappa)
+        paired += own[3] > 10 * gap
+    assert paired > 0
+    x, m, kappa, gap, worst, fun, dual = point
+    assert gap <= 1e-9 and worst <= 1e-9
+    assert fun - dual <= 1e-9 * (1 + abs(fun) + abs(dual))
+    assert (fun - dual_value(problem, kappa)) / (1 + abs(fun) + abs(dual)) <= 1e-9 * (1 + 1e-6)
+    dense = reconstruct(ms, ConstraintSet(dom, [NonNegativity()]), "l2")
+    assert dense.success
+    if len(sets) == 3 and sets[2] == ("d", "e"):
+        for i, s in enumerate(fam.sets):
+            names = tuple(dom.attrs[a] for a in s)
+            np.testing.assert_allclose(fam.marginal(m, i).ravel(), Marginal(dom, names).matvec(dense.x), atol=1e-5)

@@ -24,7 +24,12 @@ below the vector size::
 against the repair's cost, the repair step and the most negative cell; one more adjoint per outer
 step, outside the timing's meaning), and ``--polish N`` then runs N rounds of the dual's
 active-face conjugate gradients (:func:`~dpopt.estimate.marginal_space.projection.polish`) from
-the best point, the face finish tried for issue 27.
+the best point, the face finish tried for issue 27. ``--save DIR`` keeps every outer point's
+multipliers and ``--start FILE`` starts from one (with ``--rho-l`` and ``--finish-gap``), so a
+finish can be tried from a late point without re-running the path to it: the 6-attribute slice's
+figures in the face finish's and the augmented Lagrangian's notes came from
+``--attrs age education-num marital-status occupation race capital-loss --products 4000
+[--save DIR | --start DIR/kappa_977.npy --rho-l 640]``.
 """
 
 from __future__ import annotations
@@ -96,8 +101,14 @@ def main() -> None:
     parser.add_argument("--products", type=int, default=40, help="products of the solve (an expand and an adjoint)")
     parser.add_argument("--diagnose", action="store_true", help="print the parts of every outer point's gap")
     parser.add_argument("--polish", type=int, default=0, help="rounds of the active-face polish after the solve")
+    parser.add_argument("--finish-gap", type=float, default=None,
+                        help="the gap from which the face finish runs (default: the module's FINISH_GAP; 0: never)")
+    parser.add_argument("--rho-l", type=float, default=None, help="rho L of the first outer step (default: the module's)")
+    parser.add_argument("--save", type=Path, default=None, help="save every outer point's multipliers in this folder")
+    parser.add_argument("--start", type=Path, default=None, help="start from multipliers saved by --save (.npy)")
     args = parser.parse_args()
 
+    from dpopt.estimate.marginal_space import augmented_lagrangian as alm_module
     from dpopt.estimate.marginal_space.augmented_lagrangian import augmented_lagrangian
     from dpopt.estimate.marginal_space.projection import _better, certify_at, gap_parts, polish
 
@@ -123,7 +134,10 @@ def main() -> None:
             digest.update(np.ascontiguousarray(a).tobytes())
         digest.update(np.asarray(point[3:], dtype=np.float64).tobytes())
         print(f"  outer {outer}: {products:.1f} products, rho L {rho_l:.3g}, gap {point[3]:.4g}, "
-              f"violation {point[4]:.3g}", flush=True)
+              f"violation {point[4]:.3g}, F {point[5]:.10g}, g {point[6]:.10g}", flush=True)
+        if args.save is not None:
+            args.save.mkdir(parents=True, exist_ok=True)
+            np.save(args.save / f"kappa_{int(products)}.npy", point[2])
         if args.diagnose:
             diagnose(point[2])
 
@@ -136,8 +150,13 @@ def main() -> None:
               f"cell -{parts['worst']:.3g}, {parts['negative']:,} negative cells, {parts['active']:,} positive "
               "multipliers", flush=True)
 
+    if args.finish_gap is not None:
+        alm_module.FINISH_GAP = args.finish_gap
+    if args.rho_l is not None:
+        alm_module.START_RHO_L = args.rho_l
+    kappa0 = np.zeros(fam.size) if args.start is None else np.load(args.start)
     start = usage()
-    point, products = augmented_lagrangian(problem, np.zeros(fam.size), certify_at, _better,
+    point, products = augmented_lagrangian(problem, kappa0, certify_at, _better,
                                            max_products=args.products, stop_gap=1e-7, feasibility=1e-6, log=record)
     user, system, faults = usage() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
