@@ -218,10 +218,11 @@ class WideSelectionPlan:
     def lines(self) -> list[str]:
         f = _amount
         allowed = [] if self.all_fit is None else [self.all_fit.line()]
+        every = ("" if self.all_fit is not None and not self.all_fit.fits else
+                 f"every workload marginal ({len(self.workload)}, {f(self.rest)} in all) if its expected noise is at "
+                 f"most that deviation, else ")
         return [f"what to measure (dpopt.strategy.wide_selection, after MST and AIM): the one-way marginals "
-                f"({f(self.one_way)}) and a probe of their model's mean deviation ({f(self.probe)}); then every "
-                f"workload marginal ({len(self.workload)}, {f(self.rest)} in all) if its expected noise is at most "
-                f"that deviation, else "
+                f"({f(self.one_way)}) and a probe of their model's mean deviation ({f(self.probe)}); then {every}"
                 + (f"a second one-way measurement (at most {f(self.top_up)}) and " if self.top_up is not None else "")
                 + f"{self.rounds} rounds, each an exponential-mechanism choice among "
                 f"{len(self.candidates)} candidates ({f(self.select_cost)}) and its measurement "
