@@ -26,6 +26,17 @@ Cases (``--cases``):
   total and whether it was held. With ``bn`` the options other than ``ls`` run on ``auto``'s
   selected measurements (``auto wide, ...`` rows); with ``nltcs`` beside the dense smooth engine.
   The rule's validation away from adult is ``bench_wide_total.py``.
+* ``adult-auto`` — what a user who names *every* 3-way marginal of adult gets by default:
+  ``auto``'s wide plan (:mod:`dpopt.strategy.wide_selection`: the one-way marginals, the probe,
+  then every triple or about d selected marginals; the fit by ``choose_objective``), measurement,
+  selection and estimate timed together, the error per triple (``error``, all 364) and on the
+  chain's 12 triples (``error_subset``, to set beside the ``adult-chain`` rows), its records, and
+  with ``--pgm`` Private-PGM on the *same selected measurements* (one-way marginals included).
+  Rows give the mode, whether "all" was open (``all_fits``), the chosen sets and the certificate.
+* ``adult-slice`` — every triple of the attributes ``--attrs`` measured (zCDP or pure, equal
+  shares), then the estimator options of ``--estimators`` (``ls`` for least squares) with
+  ``--time-limit``: the solve evidence behind ``wide_selection.ALL_L2_CELLS`` (clique cells,
+  CPU seconds, certificate).
 * ``bn``     — binary data from a known sparse Bayesian network (``dpopt.datasets.bayes_net``,
   parents within 3 places, seed 1), n = 50,000, d = 27, 50, 100: every 2-way marginal (and every
   3-way at d = 27). ``space`` measures the workload; ``space (shrink)`` is the same estimate
@@ -58,6 +69,11 @@ Run::
     python examples/benchmarks/bench_wide.py --cases bn --eps 1 --no-mwem          # without MWEM's minutes
     OPENBLAS_NUM_THREADS=1 nice -n 10 python examples/benchmarks/bench_wide.py --cases adult-chain \
         --accounting zcdp --eps 0.1 1 --estimators ls free shrink unconstrained total-hat  # options, same measurements
+    OPENBLAS_NUM_THREADS=1 nice -n 10 python examples/benchmarks/bench_wide.py --cases adult-auto --pgm \
+        --accounting zcdp pure --eps 0.1 1                        # auto's default plan on all triples, and PGM
+    OPENBLAS_NUM_THREADS=1 nice -n 10 python examples/benchmarks/bench_wide.py --cases adult-slice --eps 1 \
+        --accounting zcdp --estimators ls --time-limit 3000 --attrs age marital-status occupation race \
+        capital-loss hours-per-week 'income>50K' sex              # least squares on 56 triples, 1.77 M cells
 """
 
 from __future__ import annotations
