@@ -317,6 +317,7 @@ def selected_rows(data, sets, budget, seed, truths, population, n, time_limit, e
         records = records_row(est, data, sets, truths, n, population)
         records["method"] = "auto wide records"
         rows.append(records)
+    print(json.dumps(rows, default=str), file=sys.stderr, flush=True)  # progress, before Private-PGM's minutes
     if pgm:  # Private-PGM on the same selected measurements (one-way marginals included)
         row = pgm_row(data, chosen.measurements, sets, truths, n, subset=subset)
         rows.append(row)
