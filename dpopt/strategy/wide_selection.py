@@ -65,11 +65,15 @@ their fit is the estimator's with the release's options (``choose_objective`` un
 
 * the smooth estimate on a junction tree of at most ``SMOOTH_TREE_CELLS`` cells: allowed (it
   certified in every run of issue 27, in seconds to minutes);
-* least squares on the local relaxation: allowed up to :data:`ALL_L2_CELLS` clique cells. The
-  limit rests on solve evidence, never on an error figure: adult's chain (12 triples, 1.54 M
-  clique cells, decomposable) certifies by least squares in 110-180 CPU-s; every triple of 9
-  adult attributes (84 triples, 2.34 M cells) did not certify within 700 CPU-s, nor all 364
-  triples (20.9 M cells) within 1,500; ALL_L2_CELLS_EVIDENCE
+* least squares on the local relaxation: allowed up to :data:`ALL_L2_CELLS` = 2^21 clique cells.
+  The limit rests on solve times, never on an error figure (``bench_wide.py --cases adult-slice``
+  and issue 27's closing notes, zCDP ε 1 unless said, CPU seconds under load): certified are
+  adult's chain (12 triples, 1.54 M clique cells, decomposable; 105-181 CPU-s at ε 0.1 and 1,
+  zCDP and pure) and every triple of 8 adult attributes (56 cyclic triples, 554 k cells: gap
+  2.1e-8 in 84 CPU-s); not certified are every triple of 9 attributes (84 triples, 2.34 M cells:
+  not within 700 CPU-s) and all 364 triples (20.9 M cells: not within 1,500)ALL_L2_CELLS_EVIDENCE.
+  The limit lies between the largest certified and the smallest uncertified case; it is a
+  judgement between those points, not a derived constant.
 
 Beyond either limit only selection runs (T sets, each at most one workload set). Adult with every
 3-way marginal is such a case: at the issue's budgets the probe chose selection anyway (expected
