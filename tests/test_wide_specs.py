@@ -255,22 +255,22 @@ def test_all_3_way_on_adult_plans_selection_only_and_says_why(estimator):
     cells = sum(prod(ADULT_SIZES[a] for a in t) for t in combinations(ADULT_SIZES, 3))  # every triple is maximal
     assert not fit.fits and fit.objective == "l2" and fit.cells == cells == 20_894_536 > ALL_L2_CELLS
     text = p.describe()
-    assert "measuring every workload marginal is excluded" in text and "ALL_L2_CELLS = 2,097,152" in text
+    assert "measuring every workload marginal is excluded" in text and "ALL_L2_CELLS = 1,048,576" in text
     assert "20,894,536 clique cells" in text
 
 
-@pytest.mark.parametrize("workload, estimator, objective", [
-    ("all 2-way", "auto", "l2"),      # the tree is the whole domain; 148,137 clique cells
-    ("chain", "auto", "smooth"),      # decomposable: the smooth estimate on a tree of 1,540,036 cells
-    ("chain", "l2", "l2")])           # least squares on the same 1,540,036 clique cells (certifies: closing note)
-def test_fits_that_can_finish_leave_all_open(workload, estimator, objective):
+@pytest.mark.parametrize("workload, estimator, objective, fits", [
+    ("all 2-way", "auto", "l2", True),     # the tree is the whole domain; 148,137 clique cells
+    ("chain", "auto", "smooth", True),     # decomposable: the smooth estimate on a tree of 1,540,036 cells
+    ("chain", "l2", "l2", False)])         # least squares on the same 1,540,036 clique cells: above the limit
+def test_the_rule_on_adult_workloads(workload, estimator, objective, fits):
     attrs = list(ADULT_SIZES)
     sets = [attrs[i:i + 3] for i in range(len(attrs) - 2)] if workload == "chain" else workload
     p = plan(adult_auto_spec(sets, estimator=estimator), require_data=False)
     fit = p.algorithm_plan.details.selection.all_fit
-    assert fit.fits and fit.objective == objective
+    assert fit.fits == fits and fit.objective == objective
     assert fit.cells == (148_137 if workload == "all 2-way" else 1_540_036)
-    assert "measuring every workload marginal is allowed" in p.describe()
+    assert f"measuring every workload marginal is {'allowed' if fits else 'excluded'}" in p.describe()
 
 
 def test_the_rule_reads_sizes_only_and_bounds_forced_smooth():
@@ -288,9 +288,10 @@ def test_the_rule_reads_sizes_only_and_bounds_forced_smooth():
     for objective in ("auto", "l2", "smooth"):
         fit = measure_all_fit(domain, triples, objective=objective)
         assert not fit.fits, objective
-    eight = triples[:8]  # 2,097,152 clique cells: exactly the limit
-    assert measure_all_fit(domain, eight, objective="l2").fits
-    assert not measure_all_fit(domain, triples[:9], objective="l2").fits
+    four = [("a0", "a1", "a2"), ("a2", "a3", "a4"), ("a4", "a5", "a6"), ("a5", "a6", "a7")]  # every attribute held
+    assert measure_all_fit(domain, four, objective="l2").cells == 4 * 262_144 == ALL_L2_CELLS  # exactly the limit
+    assert measure_all_fit(domain, four, objective="l2").fits
+    assert not measure_all_fit(domain, four + [("a0", "a3", "a7")], objective="l2").fits
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
@@ -313,15 +314,15 @@ def test_an_excluded_all_runs_selection_where_the_probe_would_measure_all(monkey
     data = Dataset(codes, domain)
     sets = list(combinations(domain.attrs, 3))
     budget = Budget.zcdp(Fraction(10**6))
-    runs = {}
-    for limit in (ws.ALL_L2_CELLS, 10**7):
+    runs, default = {}, ws.ALL_L2_CELLS
+    for limit in (default, 10**7):
         monkeypatch.setattr(ws, "ALL_L2_CELLS", limit)
         selection_plan = ws.plan_wide_selection(domain, sets, budget, "gaussian", fit={"objective": "l2"})
         assert selection_plan.all_fit.fits == (limit == 10**7) and selection_plan.all_fit.cells == 120 * 30**3
         accountant = budget.accountant()
         runs[limit] = ws.run_wide_selection(selection_plan, data, accountant, make_random(5))
         assert accountant.spent.rho == budget.rho  # the ledger sums exactly either way
-    excluded, allowed = runs[2**21], runs[10**7]
+    excluded, allowed = runs[default], runs[10**7]
     assert allowed.mode == "all" and allowed.expected_noise_all <= allowed.deviation  # the probe's own choice
     assert excluded.mode == "select" and len(excluded.chosen) == 10
     assert excluded.deviation == allowed.deviation  # the same draws up to the decision
