@@ -225,3 +225,106 @@ def test_auto_releases_all_triples_of_27_attributes_at_pure_eps_0_1():
     release = run(spec, data=data, seed=7)
     assert release.success and not release.info["total"]["held"]
     assert release.reconstruction.info["certificate"]["gap"] <= 1e-9
+
+
+# ---- can the fit of "all" finish? (wide_selection.measure_all_fit, decided before any draw) ---------------
+#: Adult's sizes (adult_pgm_domain.json, public): every triple's local relaxation holds 20,894,536 cells.
+ADULT_SIZES = {"age": 85, "workclass": 9, "fnlwgt": 100, "education-num": 16, "marital-status": 7, "occupation": 15,
+               "relationship": 6, "race": 5, "sex": 2, "capital-gain": 100, "capital-loss": 100,
+               "hours-per-week": 99, "native-country": 42, "income>50K": 2}
+
+
+def adult_auto_spec(workload, **auto):
+    return {"name": "adult-auto", "domain": {"attributes": dict(ADULT_SIZES)}, "data": {"source": "file"},
+            "privacy": {"accounting": "zcdp", "rho": 0.5}, "workload": {"marginals": workload},
+            **({"auto": auto} if auto else {})}
+
+
+@pytest.mark.parametrize("estimator", ["auto", "l2"])
+def test_all_3_way_on_adult_plans_selection_only_and_says_why(estimator):
+    """A user who names every triple of adult gets a plan in which "all" is excluded before any
+    draw (no data is read): least squares on 20.9 M clique cells is beyond ALL_L2_CELLS; the
+    plan's text (``dpopt check``) gives the reason and the limit."""
+    from itertools import combinations
+    from math import prod
+
+    from dpopt.strategy.wide_selection import ALL_L2_CELLS
+
+    p = plan(adult_auto_spec("all 3-way", estimator=estimator), require_data=False)
+    fit = p.algorithm_plan.details.selection.all_fit
+    cells = sum(prod(ADULT_SIZES[a] for a in t) for t in combinations(ADULT_SIZES, 3))  # every triple is maximal
+    assert not fit.fits and fit.objective == "l2" and fit.cells == cells == 20_894_536 > ALL_L2_CELLS
+    text = p.describe()
+    assert "measuring every workload marginal is excluded" in text and "ALL_L2_CELLS = 1,048,576" in text
+    assert "20,894,536 clique cells" in text
+
+
+@pytest.mark.parametrize("workload, estimator, objective, fits", [
+    ("all 2-way", "auto", "l2", True),     # the tree is the whole domain; 148,137 clique cells
+    ("chain", "auto", "smooth", True),     # decomposable: the smooth estimate on a tree of 1,540,036 cells
+    ("chain", "l2", "l2", False)])         # least squares on the same 1,540,036 clique cells: above the limit
+def test_the_rule_on_adult_workloads(workload, estimator, objective, fits):
+    attrs = list(ADULT_SIZES)
+    sets = [attrs[i:i + 3] for i in range(len(attrs) - 2)] if workload == "chain" else workload
+    p = plan(adult_auto_spec(sets, estimator=estimator), require_data=False)
+    fit = p.algorithm_plan.details.selection.all_fit
+    assert fit.fits == fits and fit.objective == objective
+    assert fit.cells == (148_137 if workload == "all 2-way" else 1_540_036)
+    assert f"measuring every workload marginal is {'allowed' if fits else 'excluded'}" in p.describe()
+
+
+def test_the_rule_reads_sizes_only_and_bounds_forced_smooth():
+    """The rule's inputs are the domain's sizes, the sets and the fit's options; a forced smooth
+    fit whose tree exceeds SMOOTH_TREE_CELLS leaves selection only; a declared constraint the
+    smooth estimate cannot keep sends "auto" to least squares and its cell limit."""
+    from dpopt.model.domain import Domain
+    from dpopt.strategy.wide_selection import ALL_L2_CELLS, measure_all_fit
+
+    domain = Domain(tuple(f"a{i}" for i in range(8)), (64,) * 8)  # 64^8 cells; each triple 262,144
+    pairs = [(f"a{i}", f"a{i + 1}") for i in range(7)]
+    assert measure_all_fit(domain, pairs).objective == "smooth"
+    triples = [(f"a{i}", f"a{j}", f"a{k}") for i in range(8) for j in range(i + 1, 8) for k in range(j + 1, 8)]
+    assert 56 * 262_144 > ALL_L2_CELLS
+    for objective in ("auto", "l2", "smooth"):
+        fit = measure_all_fit(domain, triples, objective=objective)
+        assert not fit.fits, objective
+    four = [("a0", "a1", "a2"), ("a2", "a3", "a4"), ("a4", "a5", "a6"), ("a5", "a6", "a7")]  # every attribute held
+    assert measure_all_fit(domain, four, objective="l2").cells == 4 * 262_144 == ALL_L2_CELLS  # exactly the limit
+    assert measure_all_fit(domain, four, objective="l2").fits
+    assert not measure_all_fit(domain, four + [("a0", "a3", "a7")], objective="l2").fits
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_an_excluded_all_runs_selection_where_the_probe_would_measure_all(monkeypatch):
+    """Same data, seed and budget (so large the probe chooses "all"): with the fit of "all" beyond
+    ALL_L2_CELLS the run selects instead, the ledger is the same and the reason is given; with the
+    limit raised it measures all. 10 attributes of 30 values: every triple's relaxation holds
+    3.24 M cells."""
+    from fractions import Fraction
+    from itertools import combinations
+
+    from dpopt.model.domain import Domain
+    from dpopt.privacy.budget import Budget
+    from dpopt.privacy.randomness import make_random
+    from dpopt.strategy import wide_selection as ws
+
+    domain = Domain(tuple(f"b{i}" for i in range(10)), (30,) * 10)
+    gen = np.random.default_rng(3)
+    codes = (gen.integers(0, 30, size=(3000, 1)) + gen.integers(0, 3, size=(3000, 10))) % 30  # dependent columns
+    data = Dataset(codes, domain)
+    sets = list(combinations(domain.attrs, 3))
+    budget = Budget.zcdp(Fraction(10**6))
+    runs, default = {}, ws.ALL_L2_CELLS
+    for limit in (default, 10**7):
+        monkeypatch.setattr(ws, "ALL_L2_CELLS", limit)
+        selection_plan = ws.plan_wide_selection(domain, sets, budget, "gaussian", fit={"objective": "l2"})
+        assert selection_plan.all_fit.fits == (limit == 10**7) and selection_plan.all_fit.cells == 120 * 30**3
+        accountant = budget.accountant()
+        runs[limit] = ws.run_wide_selection(selection_plan, data, accountant, make_random(5))
+        assert accountant.spent.rho == budget.rho  # the ledger sums exactly either way
+    excluded, allowed = runs[default], runs[10**7]
+    assert allowed.mode == "all" and allowed.expected_noise_all <= allowed.deviation  # the probe's own choice
+    assert excluded.mode == "select" and len(excluded.chosen) == 10
+    assert excluded.deviation == allowed.deviation  # the same draws up to the decision
+    assert "excluded before any draw" in excluded.describe() and "ALL_L2_CELLS" in excluded.describe()
+    assert excluded.info()["all_fit"]["fits"] is False

@@ -402,7 +402,11 @@ class Auto(Algorithm):
             raise DomainError(f"workload: its marginals hold {cells:,} cells, above the marginal-space limit of "
                               f"{MAX_CLIQUE_CELLS:,}; name fewer or smaller marginals")
         tree = self._wide_tree(domain, constraints, sets)
-        selection = plan_wide_selection(domain, sets, budget, mechanism)  # what to measure: that module's rule
+        # What to measure: that module's rule, which also decides from public sizes whether the fit of
+        # "all" can finish (else only selection is open), with the fit's own options.
+        selection = plan_wide_selection(domain, sets, budget, mechanism, fit={
+            "constraints": constraints, "objective": self.params.estimator, "total": self.params.total,
+            "nonnegative": self.params.nonnegative})
         how = {"auto": "the smooth estimate on a junction tree of the measured sets when it holds at most "
                        f"{SMOOTH_TREE_CELLS:,} cells and nothing it cannot keep is declared, else residual least "
                        "squares and the certified non-negative consistent projection (decided after the selection, "

@@ -56,6 +56,34 @@ for differentially private synthetic data", VLDB 2022):
 4. The caller fits every workload marginal from all these measurements
    (:func:`~dpopt.estimate.marginal_space.estimate_marginals`); the prior completes the unmeasured.
 
+**Can the fit of "all" finish?** A fit that is not certified releases nothing, after the whole
+budget is spent. So the plan decides, before any draw and from public sizes only
+(:func:`measure_all_fit`), whether the fit that ``mode = "all"`` would run can finish; if not, the
+probe can choose only selection (its noisy deviation still sets the top-up), and the plan's text
+(``dpopt check``) says why. The measured sets of "all" are every workload set and every attribute;
+their fit is the estimator's with the release's options (``choose_objective`` under ``"auto"``):
+
+* the smooth estimate on a junction tree of at most ``SMOOTH_TREE_CELLS`` cells: allowed (it
+  certified in every run of issue 27, in seconds to minutes);
+* least squares on the local relaxation: allowed up to :data:`ALL_L2_CELLS` = 2^20 clique cells.
+  The limit rests on solve times, never on an error figure (``bench_wide.py --cases adult-slice``
+  and issue 27's closing notes, zCDP ε 1 unless said, CPU seconds under load). Certified: every
+  triple of 8 adult attributes (age, education-num, marital-status, occupation, race,
+  hours-per-week, income, sex: 56 cyclic triples, 554 k clique
+  cells: gap 2.1e-8 in 84 CPU-s), and adult's chain (12 triples, 1.54 M cells, decomposable:
+  105-181 CPU-s at ε 0.1 and 1, zCDP and pure). Not certified: the same 8 attributes with
+  capital-loss for education-num (56 triples, 1.77 M cells: gap 5.9e-4 at the 619 CPU-s limit),
+  every triple of those 9 attributes (84 triples, 2.34 M cells: not within 700 CPU-s) and all 364
+  triples (20.9 M cells: not within 1,500). Cyclic sets, not cells alone, make the solve hard
+  (the decomposable chain certifies at 1.54 M where 56 cyclic triples fail at 1.77 M), so the
+  limit sits between the largest cyclic case certified and the smallest one not: a judgement
+  between two measured points (no case between 554 k and 1.77 M was run), not a derived constant.
+
+Beyond either limit only selection runs (T sets, each at most one workload set). Adult with every
+3-way marginal is such a case: at the issue's budgets the probe chose selection anyway (expected
+noise of "all" 926,248 per triple against a noisy deviation of 14,607 at zCDP ε 1), but a larger
+budget would have chosen "all" and spent it on a fit that does not finish.
+
 Privacy. Every step is charged to the accountant before its draw (the measurements through
 :func:`~dpopt.privacy.mechanisms.measure`, the selections through
 :func:`~dpopt.privacy.mechanisms.exponential_mechanism`, the probe here); the plan's shares are
@@ -100,9 +128,9 @@ import numpy as np
 from dpopt.errors import ParameterError
 from dpopt.privacy.accountant import PrivacyCost
 
-__all__ = ["WideSelectionPlan", "WideSelection", "plan_wide_selection", "run_wide_selection", "selection_scores",
-           "selection_probabilities", "one_way_top_up",
-           "ONE_WAY_SHARE", "PROBE_SHARE", "SELECT_SHARE", "CANDIDATE_LIMIT"]
+__all__ = ["WideSelectionPlan", "WideSelection", "AllFit", "plan_wide_selection", "run_wide_selection",
+           "measure_all_fit", "selection_scores", "selection_probabilities", "one_way_top_up",
+           "ONE_WAY_SHARE", "PROBE_SHARE", "SELECT_SHARE", "CANDIDATE_LIMIT", "ALL_L2_CELLS"]
 
 #: Share of the budget for the mean-deviation probe that decides between measuring all and selecting.
 PROBE_SHARE = Fraction(1, 100)
@@ -116,6 +144,10 @@ CANDIDATE_LIMIT = 20_000
 #: The second one-way measurement is taken only when the first model's expected noise explains at least
 #: this share of the probe's deviation (module notes, step 3; chosen on the validation networks).
 TOP_UP_NOISE_FRACTION = 0.5
+#: The most clique cells (the local relaxation's: every maximal measured set's cells) of a least-squares
+#: fit for which ``mode = "all"`` is allowed (module notes, *Can the fit of "all" finish?*: the evidence,
+#: solve times on adult's chain and slices, ``bench_wide.py --cases adult-slice``).
+ALL_L2_CELLS = 2**20
 #: Denominator of the rational epsilon used for a zCDP selection.
 _EPS_DENOMINATOR = 2**30
 
@@ -168,6 +200,7 @@ class WideSelectionPlan:
     anneal: bool = False
     top_up: PrivacyCost | None = None
     top_up_rule: bool = False
+    all_fit: "AllFit | None" = None
 
     def steps(self) -> list:
         """The plan's privacy-spending steps (:class:`~dpopt.algorithms.base.PlannedMeasure`), shares exact:
@@ -192,19 +225,21 @@ class WideSelectionPlan:
 
     def lines(self) -> list[str]:
         f = _amount
+        allowed = [] if self.all_fit is None else [self.all_fit.line()]
+        every = ("" if self.all_fit is not None and not self.all_fit.fits else
+                 f"every workload marginal ({len(self.workload)}, {f(self.rest)} in all) if its expected noise is at "
+                 f"most that deviation, else ")
         return [f"what to measure (dpopt.strategy.wide_selection, after MST and AIM): the one-way marginals "
-                f"({f(self.one_way)}) and a probe of their model's mean deviation ({f(self.probe)}); then every "
-                f"workload marginal ({len(self.workload)}, {f(self.rest)} in all) if its expected noise is at most "
-                f"that deviation, else "
+                f"({f(self.one_way)}) and a probe of their model's mean deviation ({f(self.probe)}); then {every}"
                 + (f"a second one-way measurement (at most {f(self.top_up)}) and " if self.top_up is not None else "")
                 + f"{self.rounds} rounds, each an exponential-mechanism choice among "
                 f"{len(self.candidates)} candidates ({f(self.select_cost)}) and its measurement "
-                f"({f(self.measure_cost)})"]
+                f"({f(self.measure_cost)})", *allowed]
 
 
 def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int | None = None,
                         top_up: Fraction | None = None, select_share: Fraction = SELECT_SHARE,
-                        anneal: bool = False) -> WideSelectionPlan:
+                        anneal: bool = False, fit: dict | None = None) -> WideSelectionPlan:
     """The plan of the module notes, before any data.
 
     Parameters
@@ -224,6 +259,10 @@ def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int
         Each round's share for its exponential mechanism (default ``SELECT_SHARE``).
     anneal : bool
         AIM's budget annealing (module notes, step 3); ``False`` runs exactly ``rounds`` equal rounds.
+    fit : dict, optional
+        The fit's options, keywords of :func:`measure_all_fit` (``constraints``, ``objective``,
+        ``total``, ``shrink``, ``nonnegative``; default: the estimator's defaults): whether the fit
+        of ``mode = "all"`` can finish is decided here, from public sizes only (module notes).
     """
     sets = tuple(dict.fromkeys(tuple(domain.canonical(s)) for s in workload))
     if not sets:
@@ -249,7 +288,93 @@ def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int
     select_cost, measure_cost, eps = _round_costs(_scale(rounds_part, Fraction(1, rounds)), accounting, select_share)
     return WideSelectionPlan(domain, sets, candidates, accounting, mechanism, one_way, probe, rest, rounds,
                              select_cost, measure_cost, eps, select_share, bool(anneal),
-                             _scale(rest, top_up / left) if top_up else None, rule)
+                             _scale(rest, top_up / left) if top_up else None, rule,
+                             measure_all_fit(domain, sets, **(fit or {})))
+
+
+@dataclass(frozen=True)
+class AllFit:
+    """Whether the fit of ``mode = "all"`` (every workload marginal and the one-way marginals
+    measured) is one the estimator can finish (module notes, *Can the fit of "all" finish?*).
+
+    Attributes
+    ----------
+    fits : bool
+    objective : {"smooth", "l2"}
+        The fit ``estimate_marginals`` would run on those measurements.
+    cells : int
+        Its size: the junction tree's cells (smooth) or the local relaxation's clique cells (l2).
+    limit : int
+        The size it is held to: ``SMOOTH_TREE_CELLS`` or :data:`ALL_L2_CELLS`.
+    reason : str
+    """
+
+    fits: bool
+    objective: str
+    cells: int
+    limit: int
+    reason: str
+
+    def line(self) -> str:
+        return ("measuring every workload marginal is allowed: " if self.fits else
+                "measuring every workload marginal is excluded (the probe can only choose selection): ") + self.reason
+
+    def info(self) -> dict:
+        return {"fits": self.fits, "objective": self.objective, "cells": self.cells, "limit": self.limit,
+                "reason": self.reason}
+
+
+def measure_all_fit(domain, sets, constraints=None, *, objective: str = "auto", total="auto", shrink: bool = False,
+                    nonnegative: bool = True) -> AllFit:
+    """Can the fit of ``mode = "all"`` finish? Public sizes only, before any draw (module notes).
+
+    The measured sets of ``mode = "all"`` are every workload set and every attribute. The fit is
+    that of :func:`~dpopt.estimate.marginal_space.estimate_marginals` with these options: under
+    ``objective = "auto"`` the rule of
+    :func:`~dpopt.estimate.marginal_space.estimator.choose_objective`. The smooth estimate on a
+    junction tree of at most ``SMOOTH_TREE_CELLS`` cells (its own limit, which
+    ``choose_objective`` applies) certified in every run (issue 27); least squares — residual
+    least squares then the certified projection over the local relaxation — is allowed up to
+    :data:`ALL_L2_CELLS` clique cells (the evidence is in the module notes). Beyond either,
+    ``"select"`` is the plan.
+
+    Parameters
+    ----------
+    domain : Domain
+    sets : sequence of attribute-name tuples
+        The workload's marginal sets.
+    constraints : ConstraintSet, optional
+    objective : {"auto", "l2", "smooth"}
+    total, shrink, nonnegative
+        As for :func:`~dpopt.estimate.marginal_space.estimate_marginals`.
+
+    Returns
+    -------
+    AllFit
+    """
+    from dpopt.algorithms.marginal_space import clique_cells
+    from dpopt.estimate.marginal_space.estimator import SMOOTH_TREE_CELLS, choose_objective
+
+    measured = [tuple(s) for s in sets] + [(a,) for a in domain.attrs]
+    if objective != "l2":
+        choice = choose_objective(domain, measured, sets, constraints, total=total, shrink=shrink,
+                                  nonnegative=nonnegative, exact_cells=0)
+        if choice.objective == "smooth":
+            return AllFit(True, "smooth", int(choice.tree_cells), SMOOTH_TREE_CELLS, choice.reason)
+        if objective == "smooth":
+            return AllFit(False, "smooth", int(choice.tree_cells or 0), SMOOTH_TREE_CELLS,
+                          f"objective 'smooth' on every workload set: {choice.reason}")
+        why = choice.reason
+    else:
+        why = "least squares: objective 'l2'"
+    cells = clique_cells(domain, measured)
+    if cells <= ALL_L2_CELLS:
+        return AllFit(True, "l2", cells, ALL_L2_CELLS,
+                      f"{why}; its local relaxation holds {cells:,} clique cells, at most ALL_L2_CELLS = "
+                      f"{ALL_L2_CELLS:,}")
+    return AllFit(False, "l2", cells, ALL_L2_CELLS,
+                  f"{why}; its local relaxation would hold {cells:,} clique cells, above ALL_L2_CELLS = "
+                  f"{ALL_L2_CELLS:,}, beyond which a certified least-squares fit is not known to finish")
 
 
 def one_way_top_up(domain, candidates, rounds: int, accounting: str, select_share: Fraction = SELECT_SHARE,
@@ -437,16 +562,21 @@ class WideSelection:
     expected_noise_all: float
     chosen: list
     total: float
+    all_fit: AllFit | None = None
 
     def info(self) -> dict:
         """For ``release.info``: the decision and its evidence (noisy, hence releasable), the chosen sets."""
         return {"mode": self.mode, "deviation": self.deviation, "expected_noise_all": self.expected_noise_all,
-                "chosen": [list(c) for c in self.chosen]}
+                "chosen": [list(c) for c in self.chosen],
+                "all_fit": None if self.all_fit is None else self.all_fit.info()}
 
     def describe(self) -> str:
         if self.mode == "all":
             return (f"every workload marginal measured (expected L1 noise {self.expected_noise_all:.3g} per marginal, "
                     f"at most the one-way model's noisy mean deviation {self.deviation:.3g})")
+        if self.all_fit is not None and not self.all_fit.fits:
+            return (f"{len(self.chosen)} marginals chosen by the exponential mechanism (measuring every workload "
+                    f"marginal is excluded before any draw: {self.all_fit.reason})")
         return (f"{len(self.chosen)} marginals chosen by the exponential mechanism (measuring every workload "
                 f"marginal would cost {self.expected_noise_all:.3g} L1 noise per marginal, above the one-way "
                 f"model's noisy mean deviation {self.deviation:.3g})")
@@ -503,10 +633,11 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
     law_all = calibrate(query_all, plan.rest, plan.mechanism)
     cells = np.array([domain.project(list(s)).size for s in plan.workload], dtype=np.float64)
     expected_all = float(np.mean(cells) * _mean_abs(law_all))
-    if mode == "all" or (mode == "auto" and expected_all <= deviation) or not candidates:
+    allowed = plan.all_fit is None or plan.all_fit.fits
+    if mode == "all" or (mode == "auto" and allowed and expected_all <= deviation) or not candidates:
         rest = _measure_stack(query_all, law_all, data, accountant, rng, "workload marginals",
                               {candidates[i]: v for i, v in true.items()})
-        return WideSelection(measured + rest, "all", deviation, expected_all, [], total)
+        return WideSelection(measured + rest, "all", deviation, expected_all, [], total, plan.all_fit)
     rounds_part, top_up = plan.rest, plan.top_up
     if plan.top_up_rule and top_up is not None:
         # The share of the probe's deviation that the first model's one-way noise explains (public
@@ -564,7 +695,7 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
             modelled[i] = model.counts(candidates[i])
             if set(candidates[i]) <= set(attrs):
                 open_[i] = False  # a subset of a measured set: known
-    return WideSelection(measured, "select", deviation, expected_all, chosen, total)
+    return WideSelection(measured, "select", deviation, expected_all, chosen, total, plan.all_fit)
 
 
 def _candidate_pool(candidates, rng) -> list:

@@ -26,6 +26,17 @@ Cases (``--cases``):
   total and whether it was held. With ``bn`` the options other than ``ls`` run on ``auto``'s
   selected measurements (``auto wide, ...`` rows); with ``nltcs`` beside the dense smooth engine.
   The rule's validation away from adult is ``bench_wide_total.py``.
+* ``adult-auto`` — what a user who names *every* 3-way marginal of adult gets by default:
+  ``auto``'s wide plan (:mod:`dpopt.strategy.wide_selection`: the one-way marginals, the probe,
+  then every triple or about d selected marginals; the fit by ``choose_objective``), measurement,
+  selection and estimate timed together, the error per triple (``error``, all 364) and on the
+  chain's 12 triples (``error_subset``, to set beside the ``adult-chain`` rows), its records, and
+  with ``--pgm`` Private-PGM on the *same selected measurements* (one-way marginals included).
+  Rows give the mode, whether "all" was open (``all_fits``), the chosen sets and the certificate.
+* ``adult-slice`` — every triple of the attributes ``--attrs`` measured (zCDP or pure, equal
+  shares), then the estimator options of ``--estimators`` (``ls`` for least squares) with
+  ``--time-limit``: the solve evidence behind ``wide_selection.ALL_L2_CELLS`` (clique cells,
+  CPU seconds, certificate).
 * ``bn``     — binary data from a known sparse Bayesian network (``dpopt.datasets.bayes_net``,
   parents within 3 places, seed 1), n = 50,000, d = 27, 50, 100: every 2-way marginal (and every
   3-way at d = 27). ``space`` measures the workload; ``space (shrink)`` is the same estimate
@@ -58,6 +69,11 @@ Run::
     python examples/benchmarks/bench_wide.py --cases bn --eps 1 --no-mwem          # without MWEM's minutes
     OPENBLAS_NUM_THREADS=1 nice -n 10 python examples/benchmarks/bench_wide.py --cases adult-chain \
         --accounting zcdp --eps 0.1 1 --estimators ls free shrink unconstrained total-hat  # options, same measurements
+    OPENBLAS_NUM_THREADS=1 nice -n 10 python examples/benchmarks/bench_wide.py --cases adult-auto --pgm \
+        --accounting zcdp pure --eps 0.1 1                        # auto's default plan on all triples, and PGM
+    OPENBLAS_NUM_THREADS=1 nice -n 10 python examples/benchmarks/bench_wide.py --cases adult-slice --eps 1 \
+        --accounting zcdp --estimators ls --time-limit 3000 --attrs age marital-status occupation race \
+        capital-loss hours-per-week 'income>50K' sex              # least squares on 56 triples, 1.77 M cells
 """
 
 from __future__ import annotations
@@ -75,7 +91,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import load_adult_pgm, load_binary, peak_memory_mb  # noqa: E402
+from _common import load_adult_pgm, load_binary, peak_memory_mb, shared_file  # noqa: E402
 
 BN_SIZES = (27, 50, 100)
 COLORS = {"space": "tab:blue", "auto wide": "tab:green", "mwem": "tab:orange", "independent (exact 1-way)": "tab:gray"}
@@ -96,18 +112,24 @@ def measure_sets(data, sets, accounting: str, eps: float, seed: int):
     and exact samplers, seeded)."""
     from dpopt.algorithms.measure_reconstruct import plan_measures
     from dpopt.model.queries.marginal import Marginal
-    from dpopt.privacy.budget import Budget
     from dpopt.privacy.mechanisms import measure
     from dpopt.privacy.randomness import make_random
     from dpopt.spec.model import MeasureSpec
 
-    budget = Budget.pure(Fraction(eps).limit_denominator(10**6)) if accounting == "pure" else \
-        Budget.zcdp(Fraction(eps * eps / 2).limit_denominator(10**6))
+    budget = budget_of(accounting, eps)
     share = Fraction(1, len(sets))
     specs = [MeasureSpec(", ".join(s), Marginal(data.domain, s), None, share) for s in sets]
     planned = plan_measures(specs, data.domain, budget)
     accountant, rng = budget.accountant(), make_random(seed)
     return [measure(m.query, data, m.law, accountant, rng, label=m.label) for m in planned], budget
+
+
+def budget_of(accounting: str, eps: float):
+    """The benchmark's budget: pure ``eps``, or zCDP ``rho = eps^2 / 2``."""
+    from dpopt.privacy.budget import Budget
+
+    return Budget.pure(Fraction(eps).limit_denominator(10**6)) if accounting == "pure" else \
+        Budget.zcdp(Fraction(eps * eps / 2).limit_denominator(10**6))
 
 
 def errors(estimates: dict, truths: dict, n: float) -> float:
@@ -116,11 +138,13 @@ def errors(estimates: dict, truths: dict, n: float) -> float:
 
 # ---- the cases ------------------------------------------------------------------------------------------
 def case_rows(case: str, eps: float, accounting: str, seed: int, pgm: bool, time_limit: float | None,
-              mwem: bool = True, estimators=("auto",)) -> list[dict]:
+              mwem: bool = True, estimators=("auto",), attrs=None) -> list[dict]:
     if case == "nltcs":
         return nltcs_rows(eps, accounting, seed, pgm, estimators)
+    if case == "adult-auto":
+        return adult_auto_rows(eps, accounting, seed, pgm, time_limit, estimators)
     if case.startswith("adult"):
-        return adult_rows(case, eps, accounting, seed, pgm, time_limit, estimators)
+        return adult_rows(case, eps, accounting, seed, pgm, time_limit, estimators, attrs)
     return bn_rows(int(case[2:].split("k")[0]), int(case.split("k")[1]), eps, accounting, seed, time_limit, mwem,
                    estimators)
 
@@ -171,12 +195,16 @@ def nltcs_rows(eps, accounting, seed, pgm, estimators=("auto",)) -> list[dict]:
     return rows
 
 
-def adult_rows(case, eps, accounting, seed, pgm, time_limit, estimators=("auto",)) -> list[dict]:
+def adult_rows(case, eps, accounting, seed, pgm, time_limit, estimators=("auto",), attrs=None) -> list[dict]:
     """``adult-chain`` (12 triples i, i+1, i+2) or ``adult``/``adult-3way`` (all 364 triples): the
     estimate (error per workload marginal, CPU seconds, certificate), its records on the chain,
     and Private-PGM on the same measurements when ``pgm`` (on all triples its outcome is recorded,
-    whatever it is: it runs in a child process so that running out of memory ends only it)."""
-    data = load_adult_pgm()
+    whatever it is: it runs in a child process so that running out of memory ends only it).
+    ``adult-slice``: every triple of the attributes ``attrs`` (``--attrs``), the solve evidence of
+    :data:`dpopt.strategy.wide_selection.ALL_L2_CELLS`."""
+    from dpopt.algorithms.marginal_space import clique_cells
+
+    data = load_adult_pgm() if case != "adult-slice" else load_adult_slice(attrs)
     attrs = data.domain.attrs
     if case == "adult-chain":
         sets = [tuple(attrs[i:i + 3]) for i in range(len(attrs) - 2)]
@@ -192,6 +220,7 @@ def adult_rows(case, eps, accounting, seed, pgm, time_limit, estimators=("auto",
         row, est = space_row(ESTIMATORS[name][0], ms, sets, truths, n, time_limit=time_limit, **options)
         cert = est.info.get("certificate", {})
         row.update(cpu_seconds=time.process_time() - cpu, gap=cert.get("gap"), stopped=est.info.get("stopped"),
+                   triples=len(sets), clique_cells_all=clique_cells(data.domain, sets),
                    iterations=est.nit, history=[(int(h[1]), float(h[2])) for h in est.info.get("history", [])[-12:]])
         if not est.success:  # the solver's incumbent, labelled as such: not an estimate dpopt would release
             row["incumbent_error"] = errors(est.marginals(sets), truths, n)
@@ -204,6 +233,42 @@ def adult_rows(case, eps, accounting, seed, pgm, time_limit, estimators=("auto",
     elif pgm:
         rows.append(pgm_child(case, eps, accounting, seed))
     return rows
+
+
+def adult_auto_rows(eps, accounting, seed, pgm, time_limit, estimators=("auto",)) -> list[dict]:
+    """``adult-auto``: what a user who names every 3-way marginal of adult gets from ``auto``'s wide
+    plan (:mod:`dpopt.strategy.wide_selection`: one-way marginals, the probe, then every triple or
+    about d selected marginals, the fit by ``choose_objective``), error per workload triple, and
+    Private-PGM on the same selected measurements; ``error_subset`` is the error on the chain's 12
+    triples (i, i+1, i+2), comparable with the ``adult-chain`` rows (which measure only those)."""
+    data = load_adult_pgm()
+    attrs = data.domain.attrs
+    sets = list(combinations(attrs, 3))
+    truths = {s: data.marginal(s).astype(float) for s in sets}
+    chain = {s: truths[s] for s in (tuple(attrs[i:i + 3]) for i in range(len(attrs) - 2))}
+    n = float(data.total)
+    rows = selected_rows(data, sets, budget_of(accounting, eps), seed, truths, None, n, time_limit, estimators,
+                         pgm=pgm, subset=chain)
+    # Baselines, not private: the product of the exact one-way marginals, and the uniform table.
+    one = {a: data.marginal([a]) / n for a in attrs}
+    independent = {s: n * np.einsum("i,j,k->ijk", *(one[a] for a in s)).ravel() for s in sets}
+    uniform = {s: np.full(truths[s].size, n / truths[s].size) for s in sets}
+    for label, fitted in (("independent (exact 1-way)", independent), ("uniform", uniform)):
+        rows.append({"method": label, "error": errors(fitted, truths, n),
+                     "error_subset": errors({s: fitted[s] for s in chain}, chain, n)})
+    return rows
+
+
+def load_adult_slice(attrs):
+    """adult_pgm on the attributes ``attrs`` only (in that order)."""
+    import pandas as pd
+
+    from dpopt.model.data import Dataset
+    from dpopt.model.domain import Domain
+
+    sizes = json.loads(shared_file("adult_pgm_domain.json").read_text())
+    frame = pd.read_csv(shared_file("adult_pgm.csv"), usecols=list(attrs))[list(attrs)]
+    return Dataset.from_frame(frame, Domain(tuple(attrs), tuple(int(sizes[a]) for a in attrs)))
 
 
 def pgm_child(case, eps, accounting, seed) -> dict:
@@ -231,10 +296,14 @@ def run_pgm_only(args) -> None:
     print(json.dumps(row))
 
 
-def selected_rows(data, sets, budget, seed, truths, population, n, time_limit, estimators=("auto",)) -> list[dict]:
+def selected_rows(data, sets, budget, seed, truths, population, n, time_limit, estimators=("auto",), *,
+                  pgm: bool = False, subset: dict | None = None) -> list[dict]:
     """``auto``'s wide plan (:mod:`dpopt.strategy.wide_selection`): one-way marginals, the probe, then
     every workload marginal or the exponentially-chosen ones; measurement, selection and
-    estimation timed together (CPU seconds beside wall), then its records."""
+    estimation timed together (CPU seconds beside wall), then its records. ``population``: the
+    network's marginals (``None`` on real data); ``pgm``: Private-PGM on the same selected
+    measurements; ``subset``: truths of some workload sets, whose mean error is also reported
+    (``error_subset``: on adult, the chain's 12 triples, to compare with the ``adult-chain`` rows)."""
     from dpopt.privacy.randomness import make_random
     from dpopt.strategy.wide_selection import plan_wide_selection, run_wide_selection
 
@@ -244,12 +313,23 @@ def selected_rows(data, sets, budget, seed, truths, population, n, time_limit, e
     row, est = space_row(f"auto wide ({chosen.mode}, {len(chosen.chosen) or len(sets)} measured)",
                          chosen.measurements, sets, truths, n, time_limit=time_limit)
     row["seconds"], row["cpu_seconds"] = time.perf_counter() - tick, time.process_time() - cpu
+    fits = getattr(plan, "all_fit", None)
+    row.update(mode=chosen.mode, all_fits=None if fits is None else fits.fits,
+               gap=est.info.get("certificate", {}).get("gap"), chosen=chosen.info()["chosen"],
+               one_way_measurements=len(chosen.measurements) - len(chosen.chosen or sets))
     rows = [row]
     if est.success:
-        row["error_vs_network"] = errors(est.marginals(sets), population, n)
+        if population is not None:
+            row["error_vs_network"] = errors(est.marginals(sets), population, n)
+        if subset:
+            row["error_subset"] = errors(est.marginals(list(subset)), subset, n)
         records = records_row(est, data, sets, truths, n, population)
         records["method"] = "auto wide records"
         rows.append(records)
+    print(json.dumps(rows, default=str), file=sys.stderr, flush=True)  # progress, before Private-PGM's minutes
+    if pgm:  # Private-PGM on the same selected measurements (one-way marginals included)
+        row = pgm_row(data, chosen.measurements, sets, truths, n, subset=subset)
+        rows.append(row)
     for name in estimators:  # other estimator options on the same selected measurements
         if name == "auto":  # the first row
             continue
@@ -258,7 +338,7 @@ def selected_rows(data, sets, budget, seed, truths, population, n, time_limit, e
                              time_limit=time_limit, **ESTIMATORS[name][1])
         row.update(cpu_seconds=time.process_time() - cpu, gap=est.info.get("certificate", {}).get("gap"),
                    largest_clique_cells=est.info.get("largest_clique_cells"))
-        if est.success:
+        if est.success and population is not None:
             row["error_vs_network"] = errors(est.marginals(sets), population, n)
         rows.append(row)
     return rows
@@ -331,7 +411,7 @@ def records_row(est, data, sets, truths, n, population=None) -> dict:
     return row
 
 
-def pgm_row(data, ms, sets, truths, n, iters: int = 1000) -> dict:
+def pgm_row(data, ms, sets, truths, n, iters: int = 1000, subset: dict | None = None) -> dict:
     try:
         import jax
 
@@ -345,24 +425,28 @@ def pgm_row(data, ms, sets, truths, n, iters: int = 1000) -> dict:
     domain = mbi.Domain(attrs, list(data.domain.shape))
     measured = [mbi.LinearMeasurement(np.asarray(m.values, dtype=float), tuple(m.query.attrs), stddev=float(m.stddev))
                 for m in ms]
-    tick = time.perf_counter()
+    tick, cpu = time.perf_counter(), time.process_time()
     model = MirrorDescent().estimate(domain, measured, iters=iters)
     fitted = {s: np.asarray(model.project(tuple(s)).datavector(), float).ravel() for s in sets}
-    return {"method": f"pgm ({iters} iterations)", "seconds": time.perf_counter() - tick, "status": "done",
-            "error": errors(fitted, truths, n)}
+    row = {"method": f"pgm ({iters} iterations)", "seconds": time.perf_counter() - tick, "status": "done",
+           "cpu_seconds": time.process_time() - cpu, "error": errors(fitted, truths, n)}
+    if subset:
+        row["error_subset"] = errors(fitted, subset, n)
+    return row
 
 
 # ---- driver -----------------------------------------------------------------------------------------------
 def run_one(args) -> None:
     rows = case_rows(args.one, args.eps[0], args.accounting[0], args.seed, args.pgm, args.time_limit,
-                     not args.no_mwem, args.estimators)
+                     not args.no_mwem, args.estimators, args.attrs)
     print(json.dumps({"rows": rows, "peak_mb": peak_memory_mb()}))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cases", nargs="+", default=["bn"],
-                        choices=["nltcs", "adult", "adult-3way", "adult-chain", "bn"])
+                        choices=["nltcs", "adult", "adult-3way", "adult-chain", "adult-auto", "adult-slice", "bn"])
+    parser.add_argument("--attrs", nargs="+", default=None, help="adult-slice: the attributes (every triple measured)")
     parser.add_argument("--eps", nargs="+", type=float, default=[0.1, 1.0])
     parser.add_argument("--accounting", nargs="+", default=["zcdp", "pure"], choices=["zcdp", "pure"])
     parser.add_argument("--sizes", nargs="+", type=int, default=list(BN_SIZES))
@@ -396,7 +480,8 @@ def main() -> None:
                 cmd = [sys.executable, __file__, "--one", case, "--eps", str(eps), "--accounting", accounting,
                        "--seed", str(args.seed)] + (["--pgm"] if args.pgm else []) + \
                     (["--time-limit", str(args.time_limit)] if args.time_limit else []) + \
-                    (["--no-mwem"] if args.no_mwem else []) + ["--estimators", *args.estimators]
+                    (["--no-mwem"] if args.no_mwem else []) + ["--estimators", *args.estimators] + \
+                    (["--attrs", *args.attrs] if args.attrs else [])
                 out = subprocess.run(cmd, capture_output=True, text=True)
                 if out.returncode:
                     print(f"{case} {accounting} eps={eps}: FAILED\n{out.stderr[-2000:]}", flush=True)
@@ -409,7 +494,7 @@ def main() -> None:
                     secs = f"{row['seconds']:8.1f} s" if "seconds" in row else " " * 10
                     extra = "".join(f" {k} {row[k]:.3g}" if isinstance(row[k], float) else f" {k} {row[k]}"
                                     for k in ("objective", "cpu_seconds", "gap", "iterations", "stopped",
-                                              "incumbent_error", "total",
+                                              "incumbent_error", "error_subset", "mode", "all_fits", "total",
                                               "total_held", "history")
                                     if row.get(k) is not None)
                     print(f"  {row['method']:<28} error {err:>8}  vs network {net:>8}  {secs}  "
