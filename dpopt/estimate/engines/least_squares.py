@@ -194,8 +194,11 @@ def crossover(problem: ConsistencyProblem, x: np.ndarray, free: np.ndarray, sigm
     when there are at most :data:`CROSSOVER_MAX`, else those above 1e-7 of the largest),
     checked against the KKT conditions of the full problem (a reduced gradient ``g + Aᵀ μ``
     that vanishes on its positive cells and is non-negative on every other free cell, to
-    ``tol`` relative). ``x`` then takes the smallest change of its positive cells that meets
-    ``Q x = b*`` and ``A x = b`` (LSQR), kept when no cell turns negative beyond rounding.
+    ``tol`` relative). The cells whose reduced gradient exceeds ``tol`` there are 0 in every
+    optimal table (strict complementarity: ``μ·x`` is constant, 0, on ``{Q x = b*, A x = b}``), so
+    ``x`` puts them on their bound, exactly 0, and takes the smallest change of its other positive
+    cells that meets ``Q x = b*`` and ``A x = b`` (LSQR), kept when no cell turns negative beyond
+    rounding and the equations hold to 1e-10: then ``x`` is an exact optimum, whatever its support.
     The vertex itself is not returned: when the optimum is not unique it is the sparsest
     optimal table, while the interior point is a central one (on czech with all 2-way
     marginals the vertex's 3-way errors were twice the central point's).
