@@ -2,9 +2,9 @@
 
 The reproducer is the fit ``auto`` makes under zCDP: least squares on a derived residual
 measurement (the residuals up to order 2 of a noisy histogram) with the total held. The
-interior point left 1e-8 to 3e-3 persons on cells that belong at 0, and the polish was dropped
-in 37 of 40 such fits (#25): moving *every* positive cell onto ``Q x = b*`` spread that residue
-and turned bound cells negative. Checked here against HiGHS's QP solver (an active-set method,
+interior point left up to 3e-3 persons on cells that belong at 0, and the polish was dropped
+in 56 of 60 such fits (``examples/benchmarks/bench_l2_crossover.py --family``, #25): moving
+*every* positive cell onto ``Q x = b*`` spread that residue and turned bound cells negative. Checked here against HiGHS's QP solver (an active-set method,
 through cvxpy, at its default tolerances: primal and dual feasibility 1e-7) and Clarabel.
 """
 

@@ -110,7 +110,9 @@ def solve_l2(problem: ConsistencyProblem, backend: str | None, time_limit=None, 
             break
         polished = crossover(problem, x, free, sigma, y)
         if polished is not None:
-            x, info["crossover"] = polished, "support solved exactly (active-set polish of the interior point)"
+            bound = int(np.count_nonzero((polished == 0.0) & (x != 0.0)))
+            x, info["crossover"] = polished, ("support solved exactly (active-set polish of the interior point; "
+                                              f"{bound} cells put exactly on their bound)")
         if problem.constraints.inequalities:
             break
         worst = noise_unit_kkt(problem, x, free)
@@ -248,7 +250,7 @@ def crossover(problem: ConsistencyProblem, x: np.ndarray, free: np.ndarray, sigm
     start[bound] = 0.0
     rows = sp.vstack([Q, A_eq]).tocsr() if k else Q
     target = np.concatenate([Q @ vertex, b_eq]) if k else Q @ vertex
-    support = free[(start[free] > 0)]
+    support = free[(start[free] > 0) | (vertex[free] > 0)]  # the vertex's cells always move: Q x = b* is met
     delta = lsqr(rows[:, support], target - rows @ start, atol=1e-15, btol=1e-15, iter_lim=20 * support.size + 100)[0]
     moved = start
     moved[support] += delta
