@@ -200,7 +200,7 @@ def crossover(problem: ConsistencyProblem, x: np.ndarray, free: np.ndarray, sigm
     optimal table (strict complementarity: ``μ·x`` is constant, 0, on ``{Q x = b*, A x = b}``), so
     ``x`` puts them on their bound, exactly 0, and takes the smallest change of its other positive
     cells that meets ``Q x = b*`` and ``A x = b`` (LSQR), kept when no cell turns negative beyond
-    rounding and the equations hold to 1e-10: then ``x`` is an exact optimum, whatever its support.
+    rounding, the equations hold to 1e-10 and the KKT test passes again at the moved point itself.
     The vertex itself is not returned: when the optimum is not unique it is the sparsest
     optimal table, while the interior point is a central one (on czech with all 2-way
     marginals the vertex's 3-way errors were twice the central point's).
@@ -260,6 +260,16 @@ def crossover(problem: ConsistencyProblem, x: np.ndarray, free: np.ndarray, sigm
     moved[support] = np.maximum(moved[support], 0.0)
     answers_scale = max(1.0, float(np.abs(target).max(initial=0.0)))
     if np.abs(rows @ moved - target).max() > 1e-10 * answers_scale:
+        return None
+    # Certified again at the released point itself, in its exact zeros: the same KKT test as the vertex's.
+    gradient = Q.T @ (w * w * (Q @ moved - y))
+    if k:
+        gradient = _reduced_gradient(gradient, (A_eq, b_eq), moved)
+    positive = moved > 0
+    zero = np.zeros(x.size, dtype=bool)
+    zero[free] = True
+    zero &= ~positive
+    if np.abs(gradient[positive]).max(initial=0.0) > tol * scale or gradient[zero].min(initial=0.0) < -tol * scale:
         return None
     return moved
 
