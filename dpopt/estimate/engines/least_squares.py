@@ -226,17 +226,11 @@ def crossover(problem: ConsistencyProblem, x: np.ndarray, free: np.ndarray, sigm
         return None
     vertex = np.zeros_like(x)
     vertex[work] = values
-    gradient = Q.T @ (w * w * (Q @ vertex - y))
-    if k:
-        if np.abs(A_eq @ vertex - b_eq).max() > tol * max(1.0, float(np.abs(b_eq).max())):
-            return None
-        gradient = _reduced_gradient(gradient, (A_eq, b_eq), vertex)
+    if k and np.abs(A_eq @ vertex - b_eq).max() > tol * max(1.0, float(np.abs(b_eq).max())):
+        return None
     scale = max(float(np.abs(Q.T @ (w * w * y)).max(initial=0.0)), 1e-300)
-    positive = vertex > 0
-    zero = np.zeros(x.size, dtype=bool)
-    zero[free] = True
-    zero &= ~positive
-    if np.abs(gradient[positive]).max(initial=0.0) > tol * scale or gradient[zero].min(initial=0.0) < -tol * scale:
+    gradient, zero = _kkt_at(vertex, Q, w, y, (A_eq, b_eq) if k else None, free, tol * scale)
+    if gradient is None:
         return None
     # Onto the face. On the affine set {Q x = b*, A x = b} the bound multipliers' total
     # mu·x = g·x + nu·b is constant, and it is 0 at the vertex: a table there with x >= 0 has
@@ -262,16 +256,26 @@ def crossover(problem: ConsistencyProblem, x: np.ndarray, free: np.ndarray, sigm
     if np.abs(rows @ moved - target).max() > 1e-10 * answers_scale:
         return None
     # Certified again at the released point itself, in its exact zeros: the same KKT test as the vertex's.
-    gradient = Q.T @ (w * w * (Q @ moved - y))
-    if k:
-        gradient = _reduced_gradient(gradient, (A_eq, b_eq), moved)
-    positive = moved > 0
-    zero = np.zeros(x.size, dtype=bool)
-    zero[free] = True
-    zero &= ~positive
-    if np.abs(gradient[positive]).max(initial=0.0) > tol * scale or gradient[zero].min(initial=0.0) < -tol * scale:
+    if _kkt_at(moved, Q, w, y, (A_eq, b_eq) if k else None, free, tol * scale)[0] is None:
         return None
     return moved
+
+
+def _kkt_at(point, Q, w, y, equalities, free, tol):
+    """``(reduced gradient, free cells at 0)`` when ``point`` meets the KKT conditions of
+    ``min ‖diag(w)(Q x − y)‖²`` over ``x ≥ 0`` (and the equalities) to ``tol``: a reduced gradient
+    ``g + Aᵀν`` (``ν`` fitted on the positive cells) within ``tol`` of 0 on ``point``'s positive cells
+    and above ``−tol`` on its other free cells; ``(None, None)`` otherwise."""
+    gradient = Q.T @ (w * w * (Q @ point - y))
+    if equalities is not None:
+        gradient = _reduced_gradient(gradient, equalities, point)
+    positive = point > 0
+    zero = np.zeros(point.size, dtype=bool)
+    zero[free] = True
+    zero &= ~positive
+    if np.abs(gradient[positive]).max(initial=0.0) > tol or gradient[zero].min(initial=0.0) < -tol:
+        return None, None
+    return gradient, zero
 
 
 def nnls_by_column_generation(problem, free, sigma, y, time_limit, start, *, equalities=None, tol=1e-9,
