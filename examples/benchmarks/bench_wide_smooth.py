@@ -43,7 +43,21 @@ import numpy as np
 from _common import peak_memory_mb
 
 ESTIMATORS = {"ls": {"objective": "l2"}, "smooth": {"objective": "smooth", "smooth": {"prior": "uniform"}},
-              "smooth-1way": {"objective": "smooth", "smooth": {"prior": "one-way"}}}
+              "smooth-1way": {"objective": "smooth", "smooth": {"prior": "one-way"}},
+              # issue 27 (s27x): λ = c / σ_max, the noisiest measurement's s.d., instead of c / σ̄ (a
+              # candidate rule, public quantities only: passed as smoothing = c σ̄ / σ_max)
+              "smooth-noisiest": {"objective": "smooth", "smooth": {"prior": "uniform"}, "noisiest": True}}
+
+
+def noisiest_smoothing(ms) -> float:
+    """``c σ̄ / σ_max``: the ``smoothing`` that makes the default ``λ = c / σ̄`` equal ``c / σ_max``
+    (σ̄ as in :func:`dpopt.estimate.engines.smooth.smooth_weight`; public quantities only)."""
+    from dpopt.estimate.engines.smooth import STEPS, default_smoothing
+
+    variances = np.array([float(m.variance) for m in ms])
+    cells = np.array([np.asarray(m.values).size for m in ms], dtype=float)
+    sigma_bar = float(np.sqrt(cells.sum() / np.sum(cells / variances)))
+    return default_smoothing(STEPS) * sigma_bar / float(np.sqrt(variances.max()))
 
 
 def main() -> None:
@@ -70,10 +84,11 @@ def main() -> None:
         adult(args)
         return
     estimators = {name: ESTIMATORS[name] for name in args.estimators or ESTIMATORS}
-    paired = "smooth" in estimators and "smooth-1way" in estimators
+    other = next((o for o in ("smooth-1way", "smooth-noisiest") if o in estimators), None)
+    paired = "smooth" in estimators and other is not None
     print(f"{'net':>3} {'acc':>4} {'eps':>4} {'seed':>4} {'mode':>6} {'tree cells':>10} {'noise/count':>11} "
           + " ".join(f"{name:>18}" for name in estimators)
-          + ("  1way-uniform (s.e.)" if paired else ""), flush=True)
+          + (f"  {other}-smooth (s.e.)" if paired else ""), flush=True)
     for net_seed in args.net:
         _, data, sets, _, truths, n = network_workload(args.d, args.k, net_seed, args.window)
         for accounting in args.accounting:
@@ -102,8 +117,8 @@ def main() -> None:
                     # the prior's effect: the mean over the workload of the per-marginal difference, and its
                     # standard error over the workload's marginals
                     diff = ""
-                    if paired and "smooth" in per_set and "smooth-1way" in per_set:
-                        delta = per_set["smooth-1way"] - per_set["smooth"]
+                    if paired and "smooth" in per_set and other in per_set:
+                        delta = per_set[other] - per_set["smooth"]
                         diff = f"  {delta.mean():+.5f} ({delta.std(ddof=1) / np.sqrt(delta.size):.5f})"
                     print(f"{net_seed:>3} {accounting:>4} {eps:>4} {seed:>4} {chosen.mode:>6} {tree!s:>10} "
                           f"{ratio:>11.3g} " + " ".join(out) + diff + f"  peak {peak_memory_mb():,.0f} MB", flush=True)
@@ -116,6 +131,9 @@ def run(ms, sets, truths, n, max_cells, options):
     from dpopt.estimate.marginal_space import estimate_marginals
 
     cpu = time.process_time()
+    options = dict(options)
+    if options.pop("noisiest", False):
+        options["smooth"] = {**options["smooth"], "smoothing": noisiest_smoothing(ms)}
     try:
         est = estimate_marginals(ms, sets, max_cells=max_cells, **options)
     except DomainError:
