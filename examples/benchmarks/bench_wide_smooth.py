@@ -77,6 +77,12 @@ def main() -> None:
     parser.add_argument("--max-cells", type=int, default=2**22, help="largest junction tree tried")
     parser.add_argument("--estimators", nargs="+", default=None, choices=list(ESTIMATORS),
                         help="default: all three; with --adult, smooth")
+    parser.add_argument("--groups", default="",
+                        help="comma-separated bit counts: merge consecutive binary attributes into attributes of "
+                             "2^g values (e.g. 1,7,3,...; they must sum to --d); the workload is then every "
+                             "k-set of the merged attributes, scored on --eval of them drawn at random")
+    parser.add_argument("--eval", type=int, default=60, help="with --groups: workload sets scored")
+    parser.add_argument("--pgm", action="store_true", help="also Private-PGM (mbi, 1,000 iterations)")
     parser.add_argument("--adult", action="store_true",
                         help="adult_pgm: its chain of triples measured, all 364 triples released")
     args = parser.parse_args()
@@ -91,12 +97,15 @@ def main() -> None:
           + (f"  {other}-smooth (s.e.)" if paired else ""), flush=True)
     for net_seed in args.net:
         _, data, sets, _, truths, n = network_workload(args.d, args.k, net_seed, args.window)
+        workload = sets
+        if args.groups:  # auto plans for every k-set; the estimates are scored on the drawn ones
+            data, workload, sets, truths = merged(data, [int(g) for g in args.groups.split(",")], args.k, args.eval)
         for accounting in args.accounting:
             for eps in args.eps:
                 e = Fraction(eps).limit_denominator(10**6)
                 budget = Budget.pure(e) if accounting == "pure" else Budget.zcdp(e * e / 2)
                 for seed in args.seeds:
-                    plan = plan_wide_selection(data.domain, sets, budget, budget.noise(None))
+                    plan = plan_wide_selection(data.domain, workload, budget, budget.noise(None))
                     chosen = run_wide_selection(plan, data, budget.accountant(), make_random(seed))
                     ms = chosen.measurements
                     variances = np.array([m.variance for m in ms])
@@ -120,8 +129,35 @@ def main() -> None:
                     if paired and "smooth" in per_set and other in per_set:
                         delta = per_set[other] - per_set["smooth"]
                         diff = f"  {delta.mean():+.5f} ({delta.std(ddof=1) / np.sqrt(delta.size):.5f})"
+                    if args.pgm:
+                        from bench_wide import pgm_row
+
+                        row = pgm_row(data, ms, sets, truths, n)
+                        diff += f"  pgm {row.get('error', float('nan')):.4f} ({row.get('cpu_seconds', 0):.0f} s)"
                     print(f"{net_seed:>3} {accounting:>4} {eps:>4} {seed:>4} {chosen.mode:>6} {tree!s:>10} "
                           f"{ratio:>11.3g} " + " ".join(out) + diff + f"  peak {peak_memory_mb():,.0f} MB", flush=True)
+
+
+def merged(data, groups, k, scored):
+    """The binary records with consecutive attributes merged (``g`` bits → ``2^g`` values, the
+    first bit most significant): a generated domain with attributes of many, skewed values
+    (the network's biases make most bits 0). Returns the data, ``scored`` of its ``k``-sets drawn
+    at random (generator seed 12345), and their counts: ``(data, every k-set, scored sets, counts)``."""
+    from itertools import combinations
+
+    from dpopt.model.data import Dataset
+    from dpopt.model.domain import Domain
+
+    if sum(groups) != len(data.domain):
+        raise SystemExit(f"--groups must sum to --d = {len(data.domain)}, got {sum(groups)}")
+    edges = np.concatenate([[0], np.cumsum(groups)])
+    codes = np.stack([data.codes[:, a:b] @ (1 << np.arange(b - a)[::-1]) for a, b in zip(edges[:-1], edges[1:])], 1)
+    domain = Domain(tuple(f"a{i:02d}" for i in range(len(groups))), tuple(2**g for g in groups))
+    data = Dataset(codes, domain)
+    every = list(combinations(domain.attrs, k))
+    pick = np.random.default_rng(12345).choice(len(every), size=min(scored, len(every)), replace=False)
+    sets = [every[i] for i in sorted(pick)]
+    return data, every, sets, {s: data.marginal(s).astype(float).ravel() for s in sets}
 
 
 def run(ms, sets, truths, n, max_cells, options):
