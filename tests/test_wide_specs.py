@@ -328,3 +328,34 @@ def test_an_excluded_all_runs_selection_where_the_probe_would_measure_all(monkey
     assert excluded.deviation == allowed.deviation  # the same draws up to the decision
     assert "excluded before any draw" in excluded.describe() and "ALL_L2_CELLS" in excluded.describe()
     assert excluded.info()["all_fit"]["fits"] is False
+
+
+def test_an_explicit_spec_beyond_the_least_squares_limit_is_warned_in_its_plan():
+    """An explicit ``[marginal_space]`` spec measuring every triple of adult (least squares on
+    20.9 M clique cells, beyond ALL_L2_CELLS) is the user's choice: its plan (``dpopt check``)
+    says, before any draw, that such a fit did not certify in bounded time and would then release
+    nothing. Every pair of adult (below the limit, the shipped spec's measurements) and adult's chain
+    of triples (1.54 M cells, decomposable: it certifies) are not warned."""
+    from dpopt.strategy.wide_selection import ALL_L2_CELLS
+
+    def explicit(measure):
+        return {"name": "adult-explicit", "domain": {"attributes": dict(ADULT_SIZES)}, "data": {"source": "file"},
+                "privacy": {"accounting": "zcdp", "rho": 0.5}, "algorithm": "marginal_space",
+                "measure": measure, "marginal_space": {"objective": "l2"}}
+
+    def every(k):
+        return explicit([{"label": f"{k}-way", "query": "all_marginals", "k": k, "mechanism": "gaussian", "share": 1}])
+
+    names = list(ADULT_SIZES)
+    chain = explicit([{"label": f"chain {i}", "query": "marginal", "attrs": names[i:i + 3], "mechanism": "gaussian",
+                       "share": 1 / 12 if i < 11 else 1 - 11 / 12} for i in range(12)])
+
+    text = plan(every(3), require_data=False).describe()
+    assert f"warning: least squares over 20,894,536 clique cells of cyclic sets, above ALL_L2_CELLS = " \
+           f"{ALL_L2_CELLS:,}" in text
+    assert "releases nothing, after the budget is spent" in text
+    assert "warning: least squares" not in plan(every(2), require_data=False).describe()
+    chain_cells = sum(ADULT_SIZES[a] * ADULT_SIZES[b] * ADULT_SIZES[c] for a, b, c in zip(names, names[1:], names[2:]))
+    chain_text = plan(chain, require_data=False).describe()
+    assert chain_cells > ALL_L2_CELLS and f"({chain_cells:,} cells)" in chain_text
+    assert "warning: least squares" not in chain_text

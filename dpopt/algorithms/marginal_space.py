@@ -200,6 +200,7 @@ class MarginalSpace(Algorithm):
         lines = [f"marginal space: {len(set(sets))} marginals ({cells:,} cells), {how}",
                  f"objective ([marginal_space] objective = {self.params.objective!r}): {choice.reason}",
                  "records: a Bayesian network fitted to the estimate" if self.params.records else "no records"]
+        lines.extend(least_squares_size_warning(domain, sets, choice, cells))
         return self.new_plan(domain, constraints, budget, steps=planned, measures=planned, details=workload,
                              lines=lines)
 
@@ -386,6 +387,27 @@ def not_certified_message(estimate) -> str:
     status, what was not certified, and that nothing was released."""
     return (f"the marginal-space estimate is not certified ({estimate.status.name}), so nothing was released: "
             f"{estimate.message}")
+
+
+def least_squares_size_warning(domain, sets, choice, cells: int) -> list[str]:
+    """A plan line (``dpopt check``) when least squares on the local relaxation of cyclic sets is
+    larger than any such problem that certified in bounded time in the measured runs
+    (:data:`~dpopt.strategy.wide_selection.ALL_L2_CELLS`, whose evidence is in that module's
+    notes; decomposable families certified beyond it, so they are not warned). ``auto``'s wide plan
+    avoids such a fit before any draw; an explicit spec is the user's choice, so it is warned, not
+    refused: a fit that is not certified by ``time_limit`` releases nothing, after the budget is
+    spent."""
+    from dpopt.estimate.marginal_space.layout import is_decomposable
+    from dpopt.strategy.wide_selection import ALL_L2_CELLS
+
+    if choice.objective != "l2" or choice.table or cells <= ALL_L2_CELLS:
+        return []
+    if is_decomposable(maximal_sets([tuple(sorted(domain.axes(s))) for s in sets if s])):
+        return []
+    return [f"warning: least squares over {cells:,} clique cells of cyclic sets, above ALL_L2_CELLS = "
+            f"{ALL_L2_CELLS:,}: in the measured runs such problems did not certify within 10-25 CPU-minutes "
+            "(dpopt.strategy.wide_selection's notes); a fit not certified by time_limit releases nothing, after "
+            "the budget is spent. Measure fewer or smaller marginals, or use the algorithm auto"]
 
 
 def clique_cells(domain, sets) -> int:
