@@ -383,7 +383,7 @@ class Auto(Algorithm):
         return [max(least_squares, smooth, key=lambda row: row[2])]
 
     def _plan_marginal_space(self, domain, constraints, budget, workload: Workload, mechanism: str) -> AlgorithmPlan:
-        from dpopt.algorithms.marginal_space import clique_cells
+        from dpopt.estimate.marginal_space.layout import clique_cells
         from dpopt.errors import DomainError
         from dpopt.estimate.marginal_space import EXACT_CELLS, MAX_CLIQUE_CELLS
         from dpopt.estimate.marginal_space.estimator import SMOOTH_TREE_CELLS

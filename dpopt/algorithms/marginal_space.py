@@ -33,7 +33,7 @@ from dpopt.algorithms.measure_reconstruct import parse_measure_tables, plan_meas
 from dpopt.errors import DomainError, DpoptError, ParameterError, QueryError, at_key
 from dpopt.estimate.marginal_space import EXACT_CELLS, MAX_CLIQUE_CELLS, MarginalFrameMap, estimate_marginals
 from dpopt.estimate.marginal_space.estimator import OBJECTIVES, choose_objective, smooth_cannot_keep
-from dpopt.estimate.marginal_space.layout import maximal_sets
+from dpopt.estimate.marginal_space.layout import clique_cells, maximal_sets
 from dpopt.estimate.marginal_space.total import TOTAL_MODES
 from dpopt.estimate.status import Status
 from dpopt.privacy.mechanisms import measure
@@ -408,14 +408,6 @@ def least_squares_size_warning(domain, sets, choice, cells: int) -> list[str]:
             f"{ALL_L2_CELLS:,}: in the measured runs such problems did not certify within 10-25 CPU-minutes "
             "(dpopt.strategy.wide_selection's notes); a fit not certified by time_limit releases nothing, after "
             "the budget is spent. Measure fewer or smaller marginals, or use the algorithm auto"]
-
-
-def clique_cells(domain, sets) -> int:
-    """Cells of the largest sets among ``sets`` (attribute names), and of every attribute held alone."""
-    axes = [tuple(sorted(domain.axes(s))) for s in sets if s]
-    held = {a for s in axes for a in s}
-    cliques = maximal_sets(axes + [(a,) for a in range(len(domain)) if a not in held])
-    return int(sum(math.prod(domain.sizes[a] for a in c) for c in cliques))
 
 
 def marginal_release_answers(domain, sets, marginal_of, records: np.ndarray | None, measurements, integral: bool):

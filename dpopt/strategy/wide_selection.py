@@ -352,7 +352,7 @@ def measure_all_fit(domain, sets, constraints=None, *, objective: str = "auto", 
     -------
     AllFit
     """
-    from dpopt.algorithms.marginal_space import clique_cells
+    from dpopt.estimate.marginal_space.layout import clique_cells
     from dpopt.estimate.marginal_space.estimator import SMOOTH_TREE_CELLS, choose_objective
 
     measured = [tuple(s) for s in sets] + [(a,) for a in domain.attrs]

@@ -202,7 +202,7 @@ def adult_rows(case, eps, accounting, seed, pgm, time_limit, estimators=("auto",
     whatever it is: it runs in a child process so that running out of memory ends only it).
     ``adult-slice``: every triple of the attributes ``attrs`` (``--attrs``), the solve evidence of
     :data:`dpopt.strategy.wide_selection.ALL_L2_CELLS`."""
-    from dpopt.algorithms.marginal_space import clique_cells
+    from dpopt.estimate.marginal_space.layout import clique_cells
 
     data = load_adult_pgm() if case != "adult-slice" else load_adult_slice(attrs)
     attrs = data.domain.attrs

@@ -1051,8 +1051,7 @@ def _fit_one(cand, stats, sets, cs, held, workload, time_limit, reconstruct, ori
         if absolute and (cand.objective != "l2" or not unfitted) else None
     grad = None
     if gradient and (cand.objective != "l2" or not unfitted):
-        index = np.arange(stats.num_coordinates)
-        rows = np.concatenate([index[stats._basis.rows_of(stats.index(a))] for a in sets])
+        rows = stats.rows(sets)
         cross = None
         if unfitted:  # (∂x̂/∂d)ᵀ v: given by the Jacobian's adjoint, or from the full ∂x̂/∂d (select="l1")
             cross = moves if moves.ndim == 1 else moves.T @ _unfitted_cotangent(stats, workload, unfitted, x)
@@ -1071,8 +1070,7 @@ def _unfitted_cotangent(stats: ResidualStatistics, workload, unfitted, x: np.nda
     residual transform per fitted coordinate."""
     from dpopt.model.queries.residual import Residuals
 
-    index = np.arange(stats.num_coordinates)
-    rows = np.concatenate([index[stats._basis.rows_of(stats.index(a))] for a in unfitted])
+    rows = stats.rows(unfitted)
     basis = Residuals(stats.domain, unfitted)
     gap = coordinate_weights(stats, workload)[rows] * (basis.coordinates(basis.matvec(np.asarray(x, dtype=np.float64)))
                                                        - stats.coordinates[rows])

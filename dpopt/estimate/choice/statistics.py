@@ -111,6 +111,10 @@ class ResidualStatistics:
     def index(self, a: tuple[str, ...]) -> int | None:
         return self._index.get(a)
 
+    def rows(self, sets: Sequence[tuple[str, ...]]) -> np.ndarray:
+        """The coordinate indices of ``sets``' residual blocks, concatenated in their order."""
+        return np.concatenate([np.arange(self.num_coordinates)[self._basis.rows_of(self._index[a])] for a in sets])
+
     def coordinates_of(self, a: tuple[str, ...]) -> np.ndarray:
         return self.coordinates[self._basis.rows_of(self._index[a])]
 

@@ -187,6 +187,20 @@ def maximal_sets(sets: Iterable[Sequence[int]]) -> list[tuple[int, ...]]:
     return sorted(kept, key=order.__getitem__)
 
 
+def held_cliques(num_attrs: int, axes: Sequence[Sequence[int]]) -> list[tuple[int, ...]]:
+    """The maximal sets among ``axes``, and alone every attribute none of them holds (uniform, as
+    nothing is known of it), so that marginals can be read over the whole domain."""
+    held = {a for s in axes for a in s}
+    return maximal_sets(list(axes) + [(a,) for a in range(num_attrs) if a not in held])
+
+
+def clique_cells(domain: Domain, sets: Iterable[Sequence[str]]) -> int:
+    """Cells of :func:`held_cliques` for ``sets`` (attribute names): the size of the local
+    relaxation that holds them; public sizes only."""
+    cliques = held_cliques(len(domain), [tuple(sorted(domain.axes(s))) for s in sets if s])
+    return int(sum(math.prod(domain.sizes[a] for a in c) for c in cliques))
+
+
 def is_decomposable(sets: Sequence[Sequence[int]]) -> bool:
     """Whether the (maximal) sets are the cliques of a chordal graph: then pairwise consistency over
     them is global consistency and their local polytope is the marginal polytope (Wainwright and

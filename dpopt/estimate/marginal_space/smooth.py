@@ -207,7 +207,7 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
     if exact_cells and domain.size <= exact_cells:
         return _smooth_table(measurements, constraints, domain, work, axes, total, prior, steps, smoothing, tol,
                              max_newton, time_limit, start)
-    held_by_tree = tree_sets(len(domain), axes, work)
+    held_by_tree = tree_sets(len(domain), axes)
     loose = [s for s in held_by_tree if s not in axes]
     tree = JunctionTree(sizes, held_by_tree, max_cells, names=domain.attrs)
     # The released family: the tree's cliques and the workload sets (read off the tree when no
@@ -305,11 +305,11 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
         info=info, residual_weights=None)
 
 
-def tree_sets(num_attrs: int, measured_axes, work) -> list[tuple[int, ...]]:
+def tree_sets(num_attrs: int, measured_axes) -> list[tuple[int, ...]]:
     """The sets the junction tree must hold: every measured set, and alone every attribute that no
     measured set holds (uniform and independent of the rest in the estimate). Workload sets are
     read off the tree (:meth:`~dpopt.estimate.marginal_space.junction_tree.JunctionTree.set_marginals`),
-    so they do not enlarge it. (``work`` is accepted for the callers' symmetry; it changes nothing.)"""
+    so they do not enlarge it."""
     held = {a for s in measured_axes for a in s}
     return [a for a in measured_axes if a] + [(a,) for a in range(num_attrs) if a not in held]
 
@@ -322,7 +322,7 @@ def tree_cells(sizes, measured_axes, work, limit: int | None = None) -> tuple[in
     its factor added back in; several sets on one clique multiply that clique's cost). Above
     ``limit`` the count stops early: ``cells`` is then a number above ``limit``, not the tree's
     size, and ``reads`` is None."""
-    cliques = elimination_cliques([int(n) for n in sizes], tree_sets(len(sizes), measured_axes, work), limit)
+    cliques = elimination_cliques([int(n) for n in sizes], tree_sets(len(sizes), measured_axes), limit)
     cells = [math.prod(int(sizes[a]) for a in c) for c in cliques]
     largest = cliques[int(np.argmax(cells))] if cliques else ()
     total = int(sum(cells))
@@ -344,7 +344,7 @@ def read_cells(sizes, measured_axes, work, limit: int | None = None) -> tuple[in
     times the largest set's bound it: when that bound is within ``limit`` it is returned, with
     ``axes`` empty, without planning the reads (4,950 pairs of 100 attributes: 0.3 CPU s saved)."""
     sizes = [int(n) for n in sizes]
-    held_by_tree = tree_sets(len(sizes), measured_axes, work)
+    held_by_tree = tree_sets(len(sizes), measured_axes)
     if limit is not None:
         clique = max((math.prod(sizes[a] for a in c) for c in elimination_cliques(sizes, held_by_tree)), default=1)
         bound = clique * max((math.prod(sizes[a] for a in w) for w in work), default=1)
