@@ -15,9 +15,9 @@ from dpopt.errors import DomainError, InconsistentConstraintsError, ParameterErr
 from dpopt.estimate import reconstruct
 from dpopt.estimate.marginal_space import estimate_marginals as _estimate_marginals
 from dpopt.estimate.marginal_space import layout as layout_module
-from dpopt.estimate.marginal_space.interior import interior_residuals
+from dpopt.estimate.marginal_space.polytope.interior import interior_residuals
 from dpopt.estimate.marginal_space.layout import ResidualIndex, SetFamily, contrast, is_decomposable, maximal_sets
-from dpopt.estimate.marginal_space.projection import certify
+from dpopt.estimate.marginal_space.polytope.projection import certify
 from dpopt.estimate.marginal_space.sampling import controlled_counts, fit_network, synthetic_records
 from dpopt.estimate.status import Status
 from dpopt.model.constraints import ConstraintSet, Invariant, LinearInequality, NonNegativity, StructuralZeros
@@ -333,7 +333,7 @@ def test_an_unfinished_solve_is_not_an_estimate(rng):
 
 def _problem_of(est):
     from dpopt.estimate.marginal_space.gls import fit_residuals
-    from dpopt.estimate.marginal_space.projection import ProjectionProblem
+    from dpopt.estimate.marginal_space.polytope.projection import ProjectionProblem
 
     sets = [tuple(sorted(est.domain.axes(m.query.attrs))) for m in est.measurements]
     fit = fit_residuals(est.index, sets, [m.values for m in est.measurements],

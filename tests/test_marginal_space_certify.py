@@ -11,7 +11,7 @@ import pytest
 
 from dpopt.datasets.bayes_net import random_sparse_network
 from dpopt.estimate.marginal_space import estimate_marginals as _estimate_marginals
-from dpopt.estimate.marginal_space.projection import ProjectionProblem, certify, dual_value, objective, polish, project
+from dpopt.estimate.marginal_space.polytope.projection import ProjectionProblem, certify, dual_value, objective, polish, project
 from dpopt.estimate.status import Status
 from dpopt.model.measurement import Measurement
 from dpopt.model.queries import Marginal
@@ -100,8 +100,8 @@ def test_the_polish_counts_against_the_iteration_budget():
 def test_gap_parts_add_up_to_the_certified_gap():
     """The certificate's absolute gap splits into complementarity at r(kappa) and the repair's
     cost; each part is recomputed here from its definition, and the repair step checked by hand."""
-    from dpopt.estimate.marginal_space.interior import interior_residuals
-    from dpopt.estimate.marginal_space.projection import certify_at, gap_parts
+    from dpopt.estimate.marginal_space.polytope.interior import interior_residuals
+    from dpopt.estimate.marginal_space.polytope.projection import certify_at, gap_parts
 
     from dpopt.estimate.marginal_space.gls import fit_residuals
 
@@ -151,7 +151,7 @@ def test_large_problem_paths_alone_certify_the_dense_optimum(sets, threshold, pa
     kappa = 0, no L-BFGS-B), forced on a small domain: certified alone, and equal to the dense
     constrained least squares where the marginals are decomposable (never worse than it on a cycle)."""
     from dpopt.estimate import reconstruct
-    from dpopt.estimate.marginal_space import projection as projection_module
+    from dpopt.estimate.marginal_space.polytope import projection as projection_module
     from dpopt.model.constraints import ConstraintSet, NonNegativity
 
     monkeypatch.setattr(projection_module, threshold, 0)
@@ -182,9 +182,9 @@ def test_face_finish_alone_certifies_the_optimum_from_a_rough_dual(sets, monkeyp
     recomputation, and the point is the dense constrained least squares where the marginals are
     decomposable (the face's own optimum: never worse than the estimate on a cycle)."""
     from dpopt.estimate import reconstruct
-    from dpopt.estimate.marginal_space import augmented_lagrangian as alm_module
-    from dpopt.estimate.marginal_space import projection as projection_module
-    from dpopt.estimate.marginal_space.face_finish import face_finish
+    from dpopt.estimate.marginal_space.polytope import augmented_lagrangian as alm_module
+    from dpopt.estimate.marginal_space.polytope import projection as projection_module
+    from dpopt.estimate.marginal_space.polytope.face_finish import face_finish
     from dpopt.model.constraints import ConstraintSet, NonNegativity
 
     dom, ms = _small_measurements(sets, sizes=(2, 3, 2, 3, 2))
@@ -230,7 +230,7 @@ def test_face_finish_alone_certifies_the_optimum_from_a_rough_dual(sets, monkeyp
 def test_augmented_lagrangian_line_search_is_the_exact_minimiser():
     """The inner line search bisects phi's derivative without products: its step must be the
     minimiser of phi(r + t x) over [0, 1], checked against phi evaluated on a fine grid."""
-    from dpopt.estimate.marginal_space.augmented_lagrangian import _line_search
+    from dpopt.estimate.marginal_space.polytope.augmented_lagrangian import _line_search
 
     gen = np.random.default_rng(5)
     n_res, n_cells, rho = 40, 90, 0.7
@@ -298,7 +298,7 @@ def _reference_adjoint(fam, cells, weights=None, out=None):
 def _reference_alm(problem, kappa, certify_at, better, *, max_products, deadline=None, stop_gap=0.0,
                    feasibility=0.0, log=None):
     """augmented_lagrangian as it was: every step's vectors made afresh (same constants)."""
-    from dpopt.estimate.marginal_space import augmented_lagrangian as alm
+    from dpopt.estimate.marginal_space.polytope import augmented_lagrangian as alm
 
     fam, target, free, w = problem.cliques, problem.target, problem.free_flat, problem.w_flat
     zeros = np.zeros(fam.size, dtype=bool) if problem.zero_cells is None else problem.zero_cells
@@ -450,10 +450,10 @@ def test_large_problem_paths_give_the_same_bits_as_the_allocating_code(threshold
     and certificate are bit for bit those of the code with fresh vectors on every step, and the
     augmented Lagrangian's every certified outer point too."""
     from dpopt.estimate.marginal_space import layout
-    from dpopt.estimate.marginal_space import projection as projection_module
-    from dpopt.estimate.marginal_space.augmented_lagrangian import augmented_lagrangian
+    from dpopt.estimate.marginal_space.polytope import projection as projection_module
+    from dpopt.estimate.marginal_space.polytope.augmented_lagrangian import augmented_lagrangian
 
-    from dpopt.estimate.marginal_space import augmented_lagrangian as alm_module
+    from dpopt.estimate.marginal_space.polytope import augmented_lagrangian as alm_module
 
     monkeypatch.setattr(projection_module, threshold, 0)
     # the reference predates the face finish: the steps they share are compared without it (the
@@ -549,7 +549,7 @@ def test_structural_zeros_certify_the_dense_optimum(pattern, nonnegative):
 
 
 def _captured_problem(sets, monkeypatch):
-    from dpopt.estimate.marginal_space import projection as projection_module
+    from dpopt.estimate.marginal_space.polytope import projection as projection_module
 
     dom, ms = _small_measurements(sets, sizes=(2, 3, 2, 3, 2))
     captured = []
@@ -564,7 +564,7 @@ def test_ratio_step_is_the_longest_feasible_step(monkeypatch):
     """From a feasible point towards the unconstrained fit (cells negative), the step stops at the
     first cell that reaches zero: feasible, one cell at zero, and no longer feasible step exists
     (brute force over a grid of t)."""
-    from dpopt.estimate.marginal_space.face_finish import ratio_step
+    from dpopt.estimate.marginal_space.polytope.face_finish import ratio_step
 
     _, _, problem = _captured_problem([("a", "b", "c"), ("c", "d"), ("b", "d", "e")], monkeypatch)
     fam = problem.cliques
@@ -596,8 +596,8 @@ def test_alm_pairs_later_multipliers_with_the_best_primal_point(sets, monkeypatc
     recomputed independently (F of the point, g of the multipliers), and the path must end at the
     dense optimum where the marginals are decomposable."""
     from dpopt.estimate import reconstruct
-    from dpopt.estimate.marginal_space import augmented_lagrangian as alm_module
-    from dpopt.estimate.marginal_space import projection as projection_module
+    from dpopt.estimate.marginal_space.polytope import augmented_lagrangian as alm_module
+    from dpopt.estimate.marginal_space.polytope import projection as projection_module
     from dpopt.model.constraints import ConstraintSet, NonNegativity
 
     dom, ms, problem = _captured_problem(sets, monkeypatch)

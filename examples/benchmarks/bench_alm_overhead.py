@@ -20,10 +20,10 @@ below the vector size::
         python examples/benchmarks/bench_alm_overhead.py --products 40
 
 ``--diagnose`` also prints where each outer point's certified gap comes from
-(:func:`~dpopt.estimate.marginal_space.projection.gap_parts`: complementarity at ``r(kappa)``
+(:func:`~dpopt.estimate.marginal_space.polytope.projection.gap_parts`: complementarity at ``r(kappa)``
 against the repair's cost, the repair step and the most negative cell; one more adjoint per outer
 step, outside the timing's meaning), and ``--polish N`` then runs N rounds of the dual's
-active-face conjugate gradients (:func:`~dpopt.estimate.marginal_space.projection.polish`) from
+active-face conjugate gradients (:func:`~dpopt.estimate.marginal_space.polytope.projection.polish`) from
 the best point, the face finish tried for issue 27. ``--save DIR`` keeps every outer point's
 multipliers and ``--start FILE`` starts from one (with ``--rho-l`` and ``--finish-gap``), so a
 finish can be tried from a late point without re-running the path to it: the 6-attribute slice's
@@ -108,9 +108,9 @@ def main() -> None:
     parser.add_argument("--start", type=Path, default=None, help="start from multipliers saved by --save (.npy)")
     args = parser.parse_args()
 
-    from dpopt.estimate.marginal_space import augmented_lagrangian as alm_module
-    from dpopt.estimate.marginal_space.augmented_lagrangian import augmented_lagrangian
-    from dpopt.estimate.marginal_space.projection import _better, certify_at, gap_parts, polish
+    from dpopt.estimate.marginal_space.polytope import augmented_lagrangian as alm_module
+    from dpopt.estimate.marginal_space.polytope.augmented_lagrangian import augmented_lagrangian
+    from dpopt.estimate.marginal_space.polytope.projection import _better, certify_at, gap_parts, polish
 
     problem = capture_problem(tuple(args.attrs), args.eps, args.accounting, args.seed)
     fam = problem.cliques

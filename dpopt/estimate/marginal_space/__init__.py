@@ -7,7 +7,7 @@ marginals of a workload that fit them best, without ever forming the full table:
   marginals, ``.marginals()``, and a record sampler, ``.records()``, out): residual-basis least
   squares (one inverse-variance average per residual, :mod:`.gls`; unmeasured residuals centred
   by the independence prior of :mod:`.prior`), then non-negativity and structural zeros by the dual of the
-  least-squares projection over the local marginal polytope (:mod:`.projection`), certified
+  least-squares projection over the local marginal polytope (:mod:`.polytope`), certified
   by its duality gap; returns a :class:`MarginalEstimate`;
 - ``estimate_marginals(..., objective="smooth")`` — the dense smooth (entropy-regularised)
   estimate computed exactly by message passing on a junction tree of the measured sets
@@ -20,7 +20,8 @@ marginals of a workload that fit them best, without ever forming the full table:
   that its families' marginals are kept to within a record.
 
 Parts: :mod:`.layout` (residuals and marginals held set by set), :mod:`.gls`, :mod:`.prior`,
-:mod:`.projection`, :mod:`.interior`, :mod:`.estimator`, :mod:`.result`, :mod:`.sampling`,
+:mod:`.total`, :mod:`.polytope` (the projection and its certificate: projection, augmented
+Lagrangian, face finish, interior point), :mod:`.estimator`, :mod:`.result`, :mod:`.sampling`,
 :mod:`.smooth`, :mod:`.junction_tree`.
 Pure post-processing: no data, no randomness of its own.
 """

@@ -4,7 +4,7 @@
 any noise law: only each measurement's variance enters) and optionally a workload of further
 attribute sets go in; the workload's marginals come out, consistent with each other and
 non-negative, as the weighted least-squares fit of the measurements over the local marginal
-polytope (problem (4) of :mod:`~dpopt.estimate.marginal_space.projection`), certified by its
+polytope (problem (4) of :mod:`~dpopt.estimate.marginal_space.polytope.projection`), certified by its
 duality gap. The full table is never formed: memory is a few vectors over the cells of the
 *cliques* (the largest sets among the workload, the measured sets and the constraints' sets)
 and over their residuals.
@@ -24,10 +24,10 @@ Steps (module notes of each):
    (two attributes whose pair was never measured: ``mu_ab = mu_a ⊗ mu_b / N``), zero for an
    interaction whose every pair was measured. It does not carry dependence through a common
    neighbour as a graphical model's maximum-entropy completion does: measure what is released;
-4. :mod:`~dpopt.estimate.marginal_space.projection` — non-negativity and structural zeros by
+4. :mod:`~dpopt.estimate.marginal_space.polytope.projection` — non-negativity and structural zeros by
    the dual of (4) (projected Newton first on large problems, L-BFGS-B, the polish), and the
    duality-gap certificate (with the interior point of
-   :mod:`~dpopt.estimate.marginal_space.interior` for exact feasibility).
+   :mod:`~dpopt.estimate.marginal_space.polytope.interior` for exact feasibility).
 
 This module is post-processing only: it never sees data or randomness.
 """
@@ -44,7 +44,7 @@ import numpy as np
 from dpopt.errors import DomainError, ParameterError, QueryError
 from dpopt.estimate.certificates.verify import CERTIFICATE_TOL, feasibility_tolerance
 from dpopt.estimate.marginal_space.gls import fit_residuals
-from dpopt.estimate.marginal_space.interior import interior_residuals
+from dpopt.estimate.marginal_space.polytope.interior import interior_residuals
 from dpopt.estimate.marginal_space.layout import (
     ResidualIndex,
     SetFamily,
@@ -54,7 +54,7 @@ from dpopt.estimate.marginal_space.layout import (
     measured_and_workload_axes,
 )
 from dpopt.estimate.marginal_space.prior import independence_prior, shrink_to_independence
-from dpopt.estimate.marginal_space.projection import ProjectionProblem, project
+from dpopt.estimate.marginal_space.polytope.projection import ProjectionProblem, project
 from dpopt.estimate.marginal_space.result import MarginalEstimate
 from dpopt.estimate.marginal_space.total import LAPLACE_NOISE, check_total, choose_total
 from dpopt.estimate.status import Status

@@ -1,6 +1,6 @@
 """A strictly positive point of the problem's constraints, for the repair step of the projection.
 
-The repair (:func:`~dpopt.estimate.marginal_space.projection.repair`) mixes the dual's primal
+The repair (:func:`~dpopt.estimate.marginal_space.polytope.projection.repair`) mixes the dual's primal
 point with a point whose marginals are positive wherever a feasible point can be positive and
 that keeps every fixed residual and structural zero. Built as a product distribution:
 

@@ -1,9 +1,9 @@
 """The projection by the augmented Lagrangian method with semismooth Newton inner solves (issue 27).
 
-Problem (4) of :mod:`~dpopt.estimate.marginal_space.projection`: minimise
+Problem (4) of :mod:`~dpopt.estimate.marginal_space.polytope.projection`: minimise
 ``F(r) = 1/2 sum W (r - r^)^2`` over the free residuals subject to ``mu = E r >= 0`` (``= 0``
 on structural zeros). Its dual's active-set rounds
-(:func:`~dpopt.estimate.marginal_space.projection.polish`) solve ``H_AA kappa_A = -b_A`` on
+(:func:`~dpopt.estimate.marginal_space.polytope.projection.polish`) solve ``H_AA kappa_A = -b_A`` on
 faces ``A`` that, on adult's triples, hold nearly every cell (most cells of a large sparse
 marginal are zero at the optimum), where ``H_AA`` is nearly singular: conjugate gradients stall,
 the faces change by 10^5 cells a round and the rounds do not converge.
@@ -28,11 +28,11 @@ derivative is bisected with no further product. ``rho`` doubles each outer step,
 
 At an exact inner minimiser ``W (r - r^) = E^T kappa_new``, so ``r`` is the dual's own primal
 point ``r(kappa_new)``: every outer step is certified by the projection's
-:func:`~dpopt.estimate.marginal_space.projection.certify_at` at ``kappa_new`` (one product),
+:func:`~dpopt.estimate.marginal_space.polytope.projection.certify_at` at ``kappa_new`` (one product),
 with the same tolerances as every other path.
 
 Once an outer point's certified gap is within :data:`FINISH_GAP`, its active face is finished
-(:mod:`~dpopt.estimate.marginal_space.face_finish`): the certificate's repair towards a uniform
+(:mod:`~dpopt.estimate.marginal_space.polytope.face_finish`): the certificate's repair towards a uniform
 point, not the complementarity, is what keeps the gap large (on adult's 6-attribute slice,
 <kappa, mu> = -194 against a repair costing 42,930 at one outer point), and the face's own
 optimum is reached by LSQR in a few hundred products once the face is found. On that slice the
@@ -49,7 +49,7 @@ to 1: those products are near zero on the cells that are negative).
 
 **Pairing the multipliers with the best primal point.** Weak duality holds for *any* feasible
 point and *any* multipliers, so each outer step's ``kappa`` is also certified (by
-:func:`~dpopt.estimate.marginal_space.projection.certify_with`, equation (7) of the face finish's
+:func:`~dpopt.estimate.marginal_space.polytope.projection.certify_with`, equation (7) of the face finish's
 notes) against the feasible point of least ``F`` found so far, and the better certificate is
 kept. On adult's slices the finish finds the primal optimum's face long before the outer steps'
 ``g(kappa)`` is within the tolerance: on the 6-attribute slice, from the outer point after 977
@@ -76,7 +76,7 @@ from typing import Callable
 
 import numpy as np
 
-from dpopt.estimate.marginal_space.face_finish import face_finish
+from dpopt.estimate.marginal_space.polytope.face_finish import face_finish
 
 __all__ = ["augmented_lagrangian"]
 
@@ -103,7 +103,7 @@ INNER_REDUCTION = 1e-3
 CG_STEPS = 80
 CG_TOL = 1e-2
 #: Once an outer point's certified gap is within this, its active face is finished by
-#: :func:`~dpopt.estimate.marginal_space.face_finish.face_finish` (tried again each time the gap
+#: :func:`~dpopt.estimate.marginal_space.polytope.face_finish.face_finish` (tried again each time the gap
 #: has fallen :data:`FINISH_AGAIN`-fold). A choice from one case, adult's 6-attribute slice: the
 #: finish certified from the outer point at gap 6.2e-4, not from those at 3.3e-3 and 1.9e-2.
 FINISH_GAP = 1e-2
@@ -124,7 +124,7 @@ def augmented_lagrangian(problem, kappa: np.ndarray, certify_at: Callable, bette
     make one), or at ``deadline`` (``time.perf_counter()``). Returns the best certified point and
     the number of products made.
     """
-    from dpopt.estimate.marginal_space.projection import certify_with  # projection imports this module
+    from dpopt.estimate.marginal_space.polytope.projection import certify_with  # projection imports this module
 
     fam, target = problem.cliques, problem.target
     free = problem.free_flat

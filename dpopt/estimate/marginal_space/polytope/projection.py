@@ -67,7 +67,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from dpopt.estimate.marginal_space.augmented_lagrangian import augmented_lagrangian
+from dpopt.estimate.marginal_space.polytope.augmented_lagrangian import augmented_lagrangian
 from dpopt.estimate.marginal_space.layout import ResidualIndex, SetFamily
 
 __all__ = ["ProjectionProblem", "Projection", "project", "polish", "dual_value", "objective", "repair", "certify",
@@ -82,7 +82,7 @@ POLISH_STEPS = 150
 #: products, 6 CPU-s, against 18.5 CPU-s by L-BFGS-B and the polish.
 NEWTON_CELLS = 2**21
 #: From this many clique cells on, :func:`project` starts with the augmented Lagrangian method
-#: (:mod:`~dpopt.estimate.marginal_space.augmented_lagrangian`) instead: on adult's 364 triples
+#: (:mod:`~dpopt.estimate.marginal_space.polytope.augmented_lagrangian`) instead: on adult's 364 triples
 #: (20.9 M cells) the projected-Newton rounds did not converge (675 products, gap 0.84). Below it
 #: the rounds certified adult's 5- and 6-attribute slices (2.8 M cells in 28-36 products, 5.3 M
 #: in 104) where the augmented Lagrangian was slower (6 attributes: gap 0.11 after 112 products).
@@ -246,7 +246,7 @@ def certify_with(problem: ProjectionProblem, kappa: np.ndarray, r: np.ndarray, m
                  m: np.ndarray) -> tuple:
     """:func:`certify_at` with the primal candidate ``x`` (``m = E x``) repaired in place of
     ``r = r(kappa)``: the gap is ``<kappa, mu>`` plus ``F(repair(x)) - F(r)``, equation (7) of
-    :mod:`~dpopt.estimate.marginal_space.face_finish`. No product is made."""
+    :mod:`~dpopt.estimate.marginal_space.polytope.face_finish`. No product is made."""
     return _certificate(problem, kappa, *_gap_terms(problem, kappa, r, mu, x, m))
 
 
@@ -387,9 +387,9 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
     Newton point (the primal-dual active-set rule of Hintermüller, Ito and Kunisch 2002, with
     Newton systems solved by conjugate gradients). L-BFGS-B starts from its best point only if
     that pass does not certify. ``alm`` (default: from :data:`ALM_CELLS` clique cells) runs the
-    augmented Lagrangian method (:func:`~dpopt.estimate.marginal_space.augmented_lagrangian.
+    augmented Lagrangian method (:func:`~dpopt.estimate.marginal_space.polytope.augmented_lagrangian.
     augmented_lagrangian`) from ``kappa = 0`` in place of that pass; it finishes the active face
-    of its outer points once their gap is small (:mod:`~dpopt.estimate.marginal_space.face_finish`,
+    of its outer points once their gap is small (:mod:`~dpopt.estimate.marginal_space.polytope.face_finish`,
     certified by :func:`certify_with`). All end in the same certificate, with the same tolerances.
     ``converged`` is True only when both figures hold at the returned point.
     """

@@ -1,12 +1,12 @@
 """A feasible point on the dual's active face, for the certificate of a large projection (issue 27).
 
-The certificate of :mod:`~dpopt.estimate.marginal_space.projection` pairs multipliers ``kappa``
+The certificate of :mod:`~dpopt.estimate.marginal_space.polytope.projection` pairs multipliers ``kappa``
 with a feasible primal point. For *any* feasible ``r'`` the absolute gap against ``kappa`` is,
 exactly (``F`` is quadratic and its gradient at ``r = r(kappa)`` is ``E^T kappa``),
 
     F(r') - g(kappa) = <kappa, E r'> + 1/2 ||r' - r(kappa)||²_W .                          (7)
 
-The repair (:func:`~dpopt.estimate.marginal_space.projection.repair`) takes ``r'`` on the
+The repair (:func:`~dpopt.estimate.marginal_space.polytope.projection.repair`) takes ``r'`` on the
 segment towards a uniform interior point; on adult's large sparse triples that segment is far
 from the data, and its cost dominates (7) by orders of magnitude: on a 6-attribute slice (489 k
 cells) the augmented Lagrangian's point had ``<kappa, mu> = -194`` but a repair costing 42,930,
@@ -131,14 +131,14 @@ def face_finish(problem, kappa: np.ndarray, r: np.ndarray, mu: np.ndarray, *, st
     point (its first two entries) is feasible: each round's point is also reached from it by
     :func:`ratio_step`, and the better of that and the repaired point is kept (and becomes the
     incumbent). Returns the best certified point (the tuple of
-    :func:`~dpopt.estimate.marginal_space.projection.certify_at`), or None when no round
+    :func:`~dpopt.estimate.marginal_space.polytope.projection.certify_at`), or None when no round
     completed, and the number of products made (an ``expand`` and an ``adjoint`` make one).
     The face only grows: the cells of ``kappa > 0`` and every cell some round left negative.
     Stops after ``rounds`` faces, at a certified point (gap within ``stop_gap``, violation
     within ``feasibility``), when a round leaves no cell negative, or at ``deadline``
     (``time.perf_counter()``; a round then in progress is dropped).
     """
-    from dpopt.estimate.marginal_space.projection import _better, certify_with
+    from dpopt.estimate.marginal_space.polytope.projection import _better, certify_with
 
     fam = problem.cliques
     zeros = problem.zero_cells

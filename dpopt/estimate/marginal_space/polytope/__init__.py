@@ -1,0 +1,14 @@
+"""The least-squares projection over the local marginal polytope, and its certificate.
+
+Step 4 of :func:`~dpopt.estimate.marginal_space.estimate_marginals`: the residual fit made
+non-negative and consistent (structural zeros kept), solved through its dual and released only
+with a duality-gap certificate. Parts:
+
+- :mod:`.projection` — problem (4), its dual, the certificate (a repaired primal point paired with
+  the multipliers) and the active-face polish;
+- :mod:`.augmented_lagrangian` — the solver for large cyclic families (semismooth Newton inner
+  solves);
+- :mod:`.face_finish` — a feasible point on the dual's active face, when the repair alone leaves
+  the gap open;
+- :mod:`.interior` — a strictly positive point of the constraints, the repair's target.
+"""
