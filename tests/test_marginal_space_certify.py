@@ -138,6 +138,17 @@ def test_gap_parts_add_up_to_the_certified_gap():
     assert ((1 - 0.999 * t) * mu + 0.999 * t * total * problem.interior[1]).min() < 0.0
     repaired = (1 - t) * r + t * total * r_int
     assert parts["repair_cost"] == pytest.approx(objective(problem, repaired) - objective(problem, r), rel=1e-9)
+    # structural zeros are held by equalities: their cells leave the sign counts and are reported
+    # by their own departure from 0
+    zeros = np.zeros(fam.size, dtype=bool)
+    zeros[np.flatnonzero(mu < 0)[:3]] = True
+    zeros[np.flatnonzero(mu > 0)[:2]] = True
+    problem.zero_cells = zeros
+    held = gap_parts(problem, kappa, r, mu)
+    assert held["negative"] == parts["negative"] - 3 == np.count_nonzero(mu[~zeros] < 0)
+    assert held["worst"] == max(0.0, -mu[~zeros].min())
+    assert held["active"] == np.count_nonzero(kappa[~zeros] > 0)
+    assert held["zero_violation"] == np.abs(mu[zeros]).max() > 0 and parts["zero_violation"] == 0.0
 
 
 @pytest.mark.parametrize("sets", [

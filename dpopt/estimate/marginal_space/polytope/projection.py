@@ -281,9 +281,14 @@ def gap_parts(problem: ProjectionProblem, kappa: np.ndarray, r: np.ndarray, mu: 
     (``objective`` is ``F(r(kappa))``, ``dual`` is ``g(kappa)``), and ``repair_cost`` is what
     moving it a fraction ``repair_step`` of the way to the interior point adds to (4).
     ``worst`` is the most negative cell of ``mu`` (0 when none is), ``negative`` and ``active``
-    count the negative cells and the positive multipliers.
+    count the negative cells and the positive multipliers, all over the cells that may be
+    positive; a structural zero's cell is held at 0 by an equality, so its multiplier has no sign
+    and its departure from 0 is ``zero_violation`` (the largest ``|mu|`` there).
     """
     complementarity, repaired, _, cost = _gap_terms(problem, kappa, r, mu)
+    zeros = problem.zero_cells
+    open_mu, open_kappa = (mu, kappa) if zeros is None else (mu[~zeros], kappa[~zeros])
+    zero_violation = 0.0 if zeros is None else float(np.abs(mu[zeros]).max(initial=0.0))
     step = repair_step(problem, r, mu)
     fun = objective(problem, r)
     repaired_fun = objective(problem, repaired)
@@ -291,8 +296,8 @@ def gap_parts(problem: ProjectionProblem, kappa: np.ndarray, r: np.ndarray, mu: 
     return {"complementarity": complementarity, "repair_step": 0.0 if step is None else step[0],
             "repair_cost": cost, "objective": fun, "dual": fun - complementarity,
             "gap": max(gap, 0.0) / (1.0 + abs(repaired_fun) + abs(repaired_fun - gap)),
-            "worst": float(max(0.0, -mu.min(initial=0.0))), "negative": int(np.count_nonzero(mu < 0)),
-            "active": int(np.count_nonzero(kappa > 0))}
+            "worst": float(max(0.0, -open_mu.min(initial=0.0))), "negative": int(np.count_nonzero(open_mu < 0)),
+            "active": int(np.count_nonzero(open_kappa > 0)), "zero_violation": zero_violation}
 
 
 def polish(problem: ProjectionProblem, kappa: np.ndarray, *, max_iter: int = 900, rounds: int = 6,
