@@ -55,6 +55,9 @@ def build_report(release: "ReleaseResult") -> dict:
     total = {c: getattr(acc.total, c) or Fraction(0) for c in comps}
     ledger_sum = {c: sum(ledger[c], Fraction(0)) for c in comps}
     planned = {m.label: m for m in p.steps}
+    # Adaptive algorithms (auto's wide selection, MWEM) charge steps no plan lists: their noise is
+    # read off the measurement of the same label, and an exponential-mechanism charge says so.
+    drawn = {m.label: m for m in release.measurements}
     ledger_rows = []
     for _, row in ledger.iterrows():
         m = planned.get(row["label"])
@@ -66,6 +69,11 @@ def build_report(release: "ReleaseResult") -> dict:
         if m is not None:
             entry.update({"mechanism": m.mechanism, "share": str(m.share), "noise": m.noise,
                           "noise_stddev": m.stddev})
+        elif row["label"] in drawn:
+            got = drawn[row["label"]]
+            entry.update({"mechanism": _mechanism_of(got.noise), "noise": got.noise, "noise_stddev": got.stddev})
+        elif str(row["detail"] or "").startswith("exponential mechanism"):
+            entry["mechanism"] = "exponential"
         entry["detail"] = str(row["detail"]) if row["detail"] is not None else None
         ledger_rows.append(entry)
     privacy = {
@@ -333,7 +341,8 @@ def summary_blocks(report: dict) -> list[tuple]:
                       f"{pr['approx_equivalent']['delta']} ({pr['approx_equivalent']['conversion']})."
                       if pr.get("approx_equivalent") else "")))
     comps = list(pr["budget"])
-    rows = [[e["label"], e.get("mechanism", ""), *[e[c] for c in comps], _fmt(e.get("noise_stddev"))] for e in pr["ledger"]]
+    rows = [[e["label"], e.get("mechanism", ""), *[_cost_cell(e, c) for c in comps], _fmt(e.get("noise_stddev"))]
+            for e in pr["ledger"]]
     b.append(("table", ["measurement", "mechanism", *comps, "noise std. dev."], rows))
     if pr["published_without_noise"]:
         b.append(("p", "Published exactly from the data, without noise (a deliberate choice, not private): "
@@ -628,6 +637,18 @@ def _num(v: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return f if math.isfinite(f) else None
+
+
+def _mechanism_of(noise: str) -> str:
+    """The mechanism's name from a measurement's noise family (``discrete_gaussian`` -> ``gaussian``)."""
+    return noise.removeprefix("discrete_")
+
+
+def _cost_cell(entry: dict, component: str) -> str:
+    """A ledger cost for the readable table: the exact fraction when it is short, else 4 digits
+    (the exact value stays in report.json; adaptive rounds split shares into fractions of ~40 digits)."""
+    exact = entry[component]
+    return exact if len(exact) <= 16 else f"{entry[f'{component}_float']:.4g}"
 
 
 def _fmt(v: Any) -> str:

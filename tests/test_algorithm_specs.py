@@ -15,6 +15,7 @@ from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from dpopt.errors import SpecError
@@ -296,3 +297,40 @@ def test_nltcs_mwem_spec_on_the_real_data(tmp_path):
     assert r.counts.sum() == 21574  # MWEM treats the record count as public: it is the total
     assert len(r.ledger) == 2 * 30 and len(r.marginals) == 120
     assert any("NOT protected" in note for note in r.report["algorithm"]["notes"])
+
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_adaptive_ledger_rows_name_their_mechanism_and_noise():
+    """Steps an adaptive plan charges at run time (auto's wide selection: no plan lists its rounds)
+    still show their mechanism and noise in the report, read off the measurement of the same label
+    or the exponential mechanism's charge; long exact fractions are shortened in the readable table
+    only. 10 attributes of 30 values: every triple's relaxation is beyond ALL_L2_CELLS, so the plan
+    selects."""
+    from dpopt.report import summary_blocks
+
+    gen = np.random.default_rng(3)
+    codes = (gen.integers(0, 30, size=(3000, 1)) + gen.integers(0, 3, size=(3000, 10))) % 30
+    frame = pd.DataFrame(codes, columns=[f"b{i}" for i in range(10)])
+    raw = {"domain": {"attributes": {c: 30 for c in frame.columns}}, "data": {"source": "file"},
+           "privacy": {"accounting": "zcdp", "rho": "1/2"}, "workload": {"marginals": "all 3-way"},
+           "output": {"formats": ["csv"], "summary": ["md"], "plots": False}}
+    r = run(raw, data=frame, seed=5)
+    assert r.info["wide_selection"]["mode"] == "select"
+    ledger = r.report["privacy"]["ledger"]
+    planned = {m.label for m in r.plan.steps}
+    drawn = {m.label: m for m in r.measurements}
+    rounds = [e for e in ledger if e["label"] not in planned]
+    measured = [e for e in rounds if e["label"] in drawn]
+    selected = [e for e in rounds if e["label"] not in drawn]
+    assert len(measured) == len(selected) == len(r.info["wide_selection"]["chosen"]) > 0
+    for e in measured:
+        m = drawn[e["label"]]
+        assert e["mechanism"] == m.noise.removeprefix("discrete_") == "gaussian"
+        assert e["noise_stddev"] == m.stddev > 0
+    assert all(e["mechanism"] == "exponential" and "noise_stddev" not in e for e in selected)
+    (table,) = [b for b in summary_blocks(r.report) if b[0] == "table" and b[1][0] == "measurement"]
+    assert any(len(e["rho"]) > 16 for e in rounds)  # the rounds' exact shares are long fractions
+    for e, row in zip(ledger, table[2]):
+        assert row[1] == e.get("mechanism", "")
+        assert row[2] == (e["rho"] if len(e["rho"]) <= 16 else f"{e['rho_float']:.4g}")
