@@ -56,6 +56,7 @@ BUDGETS = {
     "quickstart_auto": 60,         # 17.6 s (6.4 s): the auto plan's candidates and fits, then rounding
     "adult_marginal_space": 90,    # 16.7 s (9.6 s): the marginal-space estimator, no dense table
     "nltcs_mwem_factored": 60,     # 6.6 s (3.9 s)
+    "adult_auto": 240,             # 54 s (26 s) at load 7 on 2026-11-27; peak 3.0 GB; 20.9 M answers written
 }
 #: The budget of a spec without its own line in :data:`BUDGETS`.
 DEFAULT_BUDGET = 60

@@ -23,7 +23,8 @@ from dpopt.model.data import cells_frame, decode_codes
 from dpopt.model.domain import Domain
 
 __all__ = ["ReleaseResult", "released_counts", "released_table", "released_marginals", "synthesize",
-           "write_release", "slug", "read_released", "not_private_reasons", "long_answers", "marginals_layout",
+           "write_release", "slug", "read_released", "not_private_reasons", "long_answers", "long_answer_chunks",
+           "marginals_layout", "LONG_CHUNK_ROWS",
            "NOT_PRIVATE_MARKER", "NOT_PRIVATE_METADATA_KEY", "MAX_SYNTHETIC_RECORDS", "MAX_TABLE_FILES"]
 
 #: The file a non-private release carries beside its outputs.
@@ -181,7 +182,11 @@ def write_release(release: ReleaseResult, out: str | Path, *, overwrite: bool = 
             write_frame(release.table, "release")
         if spec.output.marginals and len(release.marginals):
             if marginals_layout(release) == "long":
-                write_frame(long_answers(release.marginals, release.plan.domain), "marginals")
+                for fmt in formats:  # piece by piece: the long frame of a wide release can be gigabytes
+                    chunks = long_answer_chunks(release.marginals, release.plan.domain)
+                    (_write_csv_chunks if fmt == "csv" else _write_parquet_chunks)(chunks, tmp / f"marginals.{fmt}",
+                                                                                   mark)
+                    files.append(f"marginals.{fmt}")
             else:
                 used: set[str] = set()
                 for label, frame in release.marginals.items():
@@ -253,32 +258,78 @@ def long_answers(tables, domain: Domain) -> pd.DataFrame:
     other columns in order of appearance (``row``, ``count``, ``noisy``, ``stddev``, ...).
 
     Built column by column (no ``pd.concat`` of thousands of small frames): integer columns
-    with gaps become pandas' nullable ``Int64``, labels stay text.
+    with gaps become pandas' nullable ``Int64``, labels stay text. :func:`long_answer_chunks`
+    gives the same rows in pieces, for writing without holding them all.
+    """
+    (frame,) = long_answer_chunks(tables, domain, rows=None)
+    return frame
+
+
+#: Rows per piece when a release writes its long answers file: 364 adult triples are 20.9 M rows,
+#: 3.3 GB as one frame (and as much again in Arrow); a piece of 2^21 rows holds about 300 MB.
+LONG_CHUNK_ROWS = 2**21
+
+
+def long_answer_chunks(tables, domain: Domain, rows: int | None = LONG_CHUNK_ROWS):
+    """:func:`long_answers` in pieces of whole tables, at most ``rows`` rows each (a longer table
+    alone; None: one piece).
+
+    Every piece has the same columns with the same dtypes (decided over all tables first), so the
+    pieces concatenate, or append to one CSV or Parquet file, to exactly :func:`long_answers`.
     """
     collecting = gc.isenabled()
     gc.disable()  # thousands of small column objects: the cyclic collector's passes cost half the time
     try:
-        return _long_answers(tables, domain)
+        labels = list(tables)
+        lengths = np.array([len(tables[label]) for label in labels], dtype=np.int64)
+        kinds: dict[str, set] = {}
+        for label in labels:
+            for column, values in tables[label].items():
+                dtype = values.dtype
+                kinds.setdefault(column, set()).add(dtype.kind if isinstance(dtype, np.dtype) else "O")
+        attrs = [a for a in domain.attrs if a in kinds]
+        columns = attrs + [c for c in kinds if c not in set(attrs)]
+        present = {c: sum(c in tables[label].columns for label in labels) for c in columns}
+        # a label column holds text in every table (pandas' "str" dtype) or anything else (objects);
+        # decided from each table's first value, so that every piece gets the same dtype
+        text = {c: all(isinstance(tables[label][c].iloc[0], str) for label in labels
+                       if c in tables[label].columns and len(tables[label])) for c in columns}
+        layout = {c: ("int" if kinds[c] <= set("iub") else "float" if kinds[c] <= set("iubf")
+                      else "text" if text[c] else "object", present[c] == len(labels)) for c in columns}
+        bounds = _chunk_bounds(lengths, rows)
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            yield _long_piece(tables, labels, range(a, b), lengths[a:b], columns, layout)
+            # the next piece is built only when the writer asks for it
     finally:
         if collecting:
             gc.enable()
 
 
-def _long_answers(tables, domain: Domain) -> pd.DataFrame:
-    labels = list(tables)
+def _chunk_bounds(lengths: np.ndarray, rows: int | None) -> list[int]:
+    """Table indices where the pieces start (and the end): whole tables, at most ``rows`` rows each."""
+    if rows is None or len(lengths) == 0:
+        return [0, len(lengths)]
+    ends = np.cumsum(lengths)
+    bounds, start_rows = [0], 0
+    while bounds[-1] < len(lengths):
+        nxt = int(np.searchsorted(ends, start_rows + rows, side="right"))
+        nxt = max(nxt, bounds[-1] + 1)  # at least one table, however long
+        bounds.append(min(nxt, len(lengths)))
+        start_rows = int(ends[bounds[-1] - 1])
+    return bounds
+
+
+def _long_piece(tables, labels, numbers, lengths, columns, layout) -> pd.DataFrame:
     pieces: dict[str, list] = {}
-    lengths = np.zeros(len(labels), dtype=np.int64)
-    for i, label in enumerate(labels):
-        frame = tables[label]
-        lengths[i] = len(frame)
-        for column, values in frame.items():
-            pieces.setdefault(column, []).append((i, _plain_array(values)))
+    for j, i in enumerate(numbers):
+        for column, values in tables[labels[i]].items():
+            pieces.setdefault(column, []).append((j, _plain_array(values)))
     starts = np.concatenate([[0], np.cumsum(lengths)])
-    attrs = [a for a in domain.attrs if a in pieces]
-    others = [c for c in pieces if c not in set(attrs)]
-    out = {"table": pd.Categorical.from_codes(np.repeat(np.arange(len(labels)), lengths), categories=labels)}
-    for column in attrs + others:
-        out[column] = _stacked(pieces[column], starts, complete=len(pieces[column]) == len(labels))
+    codes = np.repeat(np.asarray(numbers, dtype=np.int64), lengths)
+    out = {"table": pd.Categorical.from_codes(codes, categories=labels)}
+    for column in columns:
+        kind, complete = layout[column]
+        out[column] = _stacked(pieces.get(column, []), starts, kind, complete)
     return pd.DataFrame(out)
 
 
@@ -291,18 +342,19 @@ def _plain_array(column: pd.Series) -> np.ndarray:
     return np.asarray(column, dtype=object)
 
 
-def _stacked(pieces: list, starts: np.ndarray, complete: bool):
-    """One column of :func:`long_answers` from ``(table number, values)`` pieces, missing elsewhere."""
+def _stacked(pieces: list, starts: np.ndarray, kind: str, complete: bool):
+    """One column of :func:`long_answers` from ``(table number, values)`` pieces, missing elsewhere;
+    ``kind`` (int, float, text or object) and ``complete`` (every table has the column) are
+    decided over all the tables."""
     total = int(starts[-1])
-    kinds = {p.dtype.kind for _, p in pieces}
-    if kinds <= set("iub"):
+    if kind == "int":
         values = np.zeros(total, dtype=np.int64)
         present = np.zeros(total, dtype=bool)
         for i, p in pieces:
             values[starts[i]:starts[i + 1]] = p
             present[starts[i]:starts[i + 1]] = True
         return values if complete else pd.arrays.IntegerArray(values, ~present)
-    if kinds <= set("iubf"):
+    if kind == "float":
         values = np.full(total, np.nan)
         for i, p in pieces:
             values[starts[i]:starts[i + 1]] = p
@@ -310,7 +362,7 @@ def _stacked(pieces: list, starts: np.ndarray, complete: bool):
     values = np.full(total, None, dtype=object)
     for i, p in pieces:
         values[starts[i]:starts[i + 1]] = p
-    return values
+    return pd.array(values, dtype="str") if kind == "text" else values
 
 
 def _write_csv(frame: pd.DataFrame, target: Path, mark: str | None) -> None:
@@ -331,6 +383,50 @@ def _write_parquet(frame: pd.DataFrame, target: Path, mark: str | None) -> None:
     metadata = dict(table.schema.metadata or {})
     metadata[NOT_PRIVATE_METADATA_KEY] = mark.encode("utf-8")
     pq.write_table(table.replace_schema_metadata(metadata), target)
+
+
+def _write_csv_chunks(chunks, target: Path, mark: str | None) -> None:
+    """Pieces of one frame (same columns) appended to one CSV file, the header once."""
+    with open(target, "w", encoding="utf-8", newline="") as fh:
+        if mark is not None:
+            fh.write(f"# {mark}\n")
+        for k, frame in enumerate(chunks):
+            frame.to_csv(fh, index=False, header=k == 0)
+
+
+def _write_parquet_chunks(chunks, target: Path, mark: str | None) -> None:
+    """Pieces of one frame (same columns and dtypes) written as row groups of one Parquet file.
+
+    The schema is the first piece's, except that a text column which is empty there (a label
+    column only later tables have) waits for the first piece that types it; pieces are held
+    only until then."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def marked(schema):
+        metadata = dict(schema.metadata or {})
+        if mark is not None:
+            metadata[NOT_PRIVATE_METADATA_KEY] = mark.encode("utf-8")
+        return schema.with_metadata(metadata)
+
+    writer, waiting = None, []
+    try:
+        for frame in chunks:
+            waiting.append(pa.Table.from_pandas(frame, preserve_index=False))
+            if writer is None:
+                schema = pa.unify_schemas([t.schema for t in waiting], promote_options="permissive")
+                if any(pa.types.is_null(f.type) for f in schema):
+                    continue
+                writer = pq.ParquetWriter(target, marked(schema))
+            for table in waiting:
+                writer.write_table(table.cast(writer.schema))
+            waiting = []
+        if writer is None:  # a column empty in every piece: written untyped, as pandas would
+            merged = pa.concat_tables(waiting, promote_options="permissive")
+            pq.write_table(merged.replace_schema_metadata(marked(merged.schema).metadata), target)
+    finally:
+        if writer is not None:
+            writer.close()
 
 
 def read_released(path: str | Path, **kwargs) -> pd.DataFrame:
