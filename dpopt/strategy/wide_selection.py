@@ -125,12 +125,13 @@ from itertools import combinations
 
 import numpy as np
 
-from dpopt.errors import ParameterError
+from dpopt.errors import DomainError, ParameterError
 from dpopt.privacy.accountant import PrivacyCost
 
 __all__ = ["WideSelectionPlan", "WideSelection", "AllFit", "plan_wide_selection", "run_wide_selection",
-           "measure_all_fit", "selection_scores", "selection_probabilities", "one_way_top_up",
-           "ONE_WAY_SHARE", "PROBE_SHARE", "SELECT_SHARE", "CANDIDATE_LIMIT", "ALL_L2_CELLS"]
+           "measure_all_fit", "fit_in_reach", "least_squares_reach", "LeastSquaresReach", "selection_scores", "selection_probabilities", "one_way_top_up",
+           "ONE_WAY_SHARE", "PROBE_SHARE", "SELECT_SHARE", "CANDIDATE_LIMIT", "ALL_L2_CELLS",
+           "DECOMPOSABLE_L2_CELLS"]
 
 #: Share of the budget for the mean-deviation probe that decides between measuring all and selecting.
 PROBE_SHARE = Fraction(1, 100)
@@ -148,6 +149,9 @@ TOP_UP_NOISE_FRACTION = 0.5
 #: fit for which ``mode = "all"`` is allowed (module notes, *Can the fit of "all" finish?*: the evidence,
 #: solve times on adult's chain and slices, ``bench_wide.py --cases adult-slice``).
 ALL_L2_CELLS = 2**20
+#: The most clique cells of a least-squares fit over *decomposable* sets (:func:`least_squares_reach`):
+#: adult's chain of 12 triples (1.54 M cells) certified in 105-181 CPU-s; no larger decomposable case was run.
+DECOMPOSABLE_L2_CELLS = 2**21
 #: Denominator of the rational epsilon used for a zCDP selection.
 _EPS_DENOMINATOR = 2**30
 
@@ -201,6 +205,9 @@ class WideSelectionPlan:
     top_up: PrivacyCost | None = None
     top_up_rule: bool = False
     all_fit: "AllFit | None" = None
+    #: The fit's options (keywords of :func:`fit_in_reach`): each pick is measured only if the fit of the
+    #: measured sets stays in reach (module notes, step 3).
+    fit: dict = field(default_factory=dict)
 
     def steps(self) -> list:
         """The plan's privacy-spending steps (:class:`~dpopt.algorithms.base.PlannedMeasure`), shares exact:
@@ -286,10 +293,17 @@ def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int
     one_way, probe, rest = budget.share(ONE_WAY_SHARE), budget.share(PROBE_SHARE), budget.share(left)
     rounds_part = _scale(rest, (left - top_up) / left)
     select_cost, measure_cost, eps = _round_costs(_scale(rounds_part, Fraction(1, rounds)), accounting, select_share)
+    fit = dict(fit or {})
+    # The selection's fit holds the workload's sets whatever is chosen: when it is least squares for
+    # any choice (the one-way marginals alone already give least squares), it must be in reach here.
+    fewest = fit_in_reach(domain, [(a,) for a in domain.attrs], sets, **fit, what="on the one-way marginals")
+    if not fewest.fits:
+        raise DomainError(f"workload: no selection's fit can finish: {fewest.reason}; name fewer or smaller "
+                          "marginals" + (", or use estimator 'auto'" if fit.get("objective", "auto") != "auto" else ""))
     return WideSelectionPlan(domain, sets, candidates, accounting, mechanism, one_way, probe, rest, rounds,
                              select_cost, measure_cost, eps, select_share, bool(anneal),
                              _scale(rest, top_up / left) if top_up else None, rule,
-                             measure_all_fit(domain, sets, **(fit or {})))
+                             measure_all_fit(domain, sets, **fit), fit)
 
 
 @dataclass(frozen=True)
@@ -352,29 +366,107 @@ def measure_all_fit(domain, sets, constraints=None, *, objective: str = "auto", 
     -------
     AllFit
     """
-    from dpopt.estimate.marginal_space.layout import clique_cells
     from dpopt.estimate.marginal_space.estimator import SMOOTH_TREE_CELLS, choose_objective
 
     measured = [tuple(s) for s in sets] + [(a,) for a in domain.attrs]
+    return fit_in_reach(domain, measured, sets, constraints, objective=objective, total=total, shrink=shrink,
+                        nonnegative=nonnegative, what="on every workload set")
+
+
+def fit_in_reach(domain, measured, workload, constraints=None, *, objective: str = "auto", total="auto",
+                 shrink: bool = False, nonnegative: bool = True, what: str = "") -> AllFit:
+    """Can the fit of these measured sets, answering ``workload``, finish? Public sizes only.
+
+    The fit is :func:`~dpopt.estimate.marginal_space.estimate_marginals`'s with these options: under
+    ``objective = "auto"`` the rule of
+    :func:`~dpopt.estimate.marginal_space.estimator.choose_objective` (the smooth estimate on a
+    junction tree of at most ``SMOOTH_TREE_CELLS`` cells, its own limit: it certified in every run of
+    issue 27), else least squares, held to :func:`least_squares_reach` (the one rule for least
+    squares, with its evidence) over its cliques: the measured sets and the workload's. Used for
+    ``mode = "all"`` (:func:`measure_all_fit`) and for each pick of the selection (module notes,
+    step 3), before the pick is measured.
+    """
+    from dpopt.estimate.marginal_space.estimator import SMOOTH_TREE_CELLS, choose_objective
+
+    measured, workload = [tuple(s) for s in measured], [tuple(s) for s in workload]
     if objective != "l2":
-        choice = choose_objective(domain, measured, sets, constraints, total=total, shrink=shrink,
+        choice = choose_objective(domain, measured, workload, constraints, total=total, shrink=shrink,
                                   nonnegative=nonnegative, exact_cells=0)
         if choice.objective == "smooth":
             return AllFit(True, "smooth", int(choice.tree_cells), SMOOTH_TREE_CELLS, choice.reason)
         if objective == "smooth":
             return AllFit(False, "smooth", int(choice.tree_cells or 0), SMOOTH_TREE_CELLS,
-                          f"objective 'smooth' on every workload set: {choice.reason}")
+                          f"objective 'smooth'{' ' + what if what else ''}: {choice.reason}")
         why = choice.reason
     else:
         why = "least squares: objective 'l2'"
-    cells = clique_cells(domain, measured)
-    if cells <= ALL_L2_CELLS:
-        return AllFit(True, "l2", cells, ALL_L2_CELLS,
-                      f"{why}; its local relaxation holds {cells:,} clique cells, at most ALL_L2_CELLS = "
-                      f"{ALL_L2_CELLS:,}")
-    return AllFit(False, "l2", cells, ALL_L2_CELLS,
-                  f"{why}; its local relaxation would hold {cells:,} clique cells, above ALL_L2_CELLS = "
-                  f"{ALL_L2_CELLS:,}, beyond which a certified least-squares fit is not known to finish")
+    reach = least_squares_reach(domain, measured + workload)
+    return AllFit(reach.fits, "l2", reach.cells, reach.limit, f"{why}; {reach.reason}")
+
+
+@dataclass(frozen=True)
+class LeastSquaresReach:
+    """:func:`least_squares_reach`'s answer: whether the fit is in reach, its clique cells, the limit
+    that applies (:data:`ALL_L2_CELLS` or :data:`DECOMPOSABLE_L2_CELLS`), whether the sets are
+    decomposable, and a one-line reason naming the limit."""
+
+    fits: bool
+    cells: int
+    limit: int
+    decomposable: bool
+    reason: str
+
+
+def least_squares_reach(domain, sets) -> LeastSquaresReach:
+    """Can a certified least-squares fit over these measured sets finish? Public sizes only.
+
+    The one rule for every least-squares fit in marginal space (``auto``'s wide plan for
+    ``mode = "all"`` and for its selection, :func:`measure_all_fit`; the ``marginal_space``
+    algorithm's plan warning, :func:`dpopt.algorithms.marginal_space.least_squares_size_warning`).
+    The fit is residual least squares, then the certified projection over the local relaxation
+    whose cliques are the maximal sets (:func:`~dpopt.estimate.marginal_space.layout.clique_cells`).
+    It is in reach when that relaxation holds
+
+    * at most :data:`ALL_L2_CELLS` = 2^20 clique cells, or
+    * at most :data:`DECOMPOSABLE_L2_CELLS` = 2^21 clique cells and the maximal sets are
+      decomposable (the cliques of a chordal graph: the local polytope is then the marginal
+      polytope, Wainwright and Jordan 2008, §4.1).
+
+    Evidence (solve times, never error; zCDP ε 1 unless said, CPU seconds under load, issue 27's
+    closing notes and ``bench_wide.py --cases adult-slice | adult-chain``): cyclic sets certified at
+    554 k cells (every triple of 8 adult attributes, 56 triples: gap 2.1e-8 in 84 CPU-s) and did not
+    at 1.77 M (the same with capital-loss: gap 5.9e-4 at the 619 CPU-s limit), 2.34 M (84 triples,
+    not within 700 CPU-s) or 20.9 M (all 364 triples, not within 1,500); the decomposable chain of
+    adult (12 triples, 1.54 M cells) certified in 105-181 CPU-s at ε 0.1 and 1, zCDP and pure.
+    Cycles, not cells alone, make the solve hard, so the two families get two limits, each a
+    judgement just beyond its largest certified case (no cyclic case between 554 k and 1.77 M and no
+    decomposable case above 1.54 M was run), not a derived constant.
+
+    Parameters
+    ----------
+    domain : Domain
+    sets : iterable of attribute-name sequences
+        The measured sets (and any workload set the fit must hold).
+
+    Returns
+    -------
+    LeastSquaresReach
+    """
+    from dpopt.estimate.marginal_space.layout import clique_cells, is_decomposable, maximal_sets
+
+    sets = [tuple(s) for s in sets if s]
+    cells = clique_cells(domain, sets)
+    decomposable = is_decomposable(maximal_sets([tuple(sorted(domain.axes(s))) for s in sets]))
+    limit = DECOMPOSABLE_L2_CELLS if decomposable else ALL_L2_CELLS
+    name = "DECOMPOSABLE_L2_CELLS" if decomposable else "ALL_L2_CELLS"
+    kind = "decomposable" if decomposable else "cyclic"
+    if cells <= limit:
+        return LeastSquaresReach(True, cells, limit, decomposable,
+                                 f"its local relaxation holds {cells:,} clique cells of {kind} sets, at most "
+                                 f"{name} = {limit:,}")
+    return LeastSquaresReach(False, cells, limit, decomposable,
+                             f"its local relaxation would hold {cells:,} clique cells of {kind} sets, above {name} = "
+                             f"{limit:,}, beyond which a certified least-squares fit is not known to finish")
 
 
 def one_way_top_up(domain, candidates, rounds: int, accounting: str, select_share: Fraction = SELECT_SHARE,
@@ -563,23 +655,39 @@ class WideSelection:
     chosen: list
     total: float
     all_fit: AllFit | None = None
+    #: ``mode = "select"``: the share of the whole budget the second one-way measurement took, and the
+    #: share ``phi`` of the probe's deviation the first model's expected noise explains (step 3).
+    top_up: Fraction = Fraction(0)
+    phi: float | None = None
+    #: The first model's expected noise over the probe's noisy deviation (:func:`model_noise`; step 3).
+    steer: float | None = None
+    #: Picks not measured because the fit would have been out of reach: ``(set, reason, k)``, ``k`` the
+    #: number of sets chosen before it (step 3).
+    refused: list = field(default_factory=list)
 
     def info(self) -> dict:
         """For ``release.info``: the decision and its evidence (noisy, hence releasable), the chosen sets."""
         return {"mode": self.mode, "deviation": self.deviation, "expected_noise_all": self.expected_noise_all,
-                "chosen": [list(c) for c in self.chosen],
+                "chosen": [list(c) for c in self.chosen], "top_up": str(self.top_up), "phi": self.phi, "steer": self.steer,
+                "refused": [[list(c), why] for c, why, _ in self.refused],
                 "all_fit": None if self.all_fit is None else self.all_fit.info()}
 
     def describe(self) -> str:
+        if self.mode == "one-way":
+            return (f"the one-way marginals measured again with the rest of the budget: selection could not pay for "
+                    f"its noise (the one-way model's expected noise is {self.steer:.3g} times the probe's noisy "
+                    f"deviation, and measuring a candidate costs more than a better one-way model would save)")
+        refused = (f"; {len(self.refused)} pick(s) not measured, the fit would have been out of reach "
+                   f"({self.refused[0][1]})" if self.refused else "")
         if self.mode == "all":
             return (f"every workload marginal measured (expected L1 noise {self.expected_noise_all:.3g} per marginal, "
                     f"at most the one-way model's noisy mean deviation {self.deviation:.3g})")
         if self.all_fit is not None and not self.all_fit.fits:
             return (f"{len(self.chosen)} marginals chosen by the exponential mechanism (measuring every workload "
-                    f"marginal is excluded before any draw: {self.all_fit.reason})")
+                    f"marginal is excluded before any draw: {self.all_fit.reason}){refused}")
         return (f"{len(self.chosen)} marginals chosen by the exponential mechanism (measuring every workload "
                 f"marginal would cost {self.expected_noise_all:.3g} L1 noise per marginal, above the one-way "
-                f"model's noisy mean deviation {self.deviation:.3g})")
+                f"model's noisy mean deviation {self.deviation:.3g}){refused}")
 
 
 def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: str = "auto") -> WideSelection:
@@ -602,8 +710,8 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
         The measurements (one per marginal: the one-way marginals, then the workload's or the
         chosen ones) for :func:`~dpopt.estimate.marginal_space.estimate_marginals`.
     """
-    if mode not in ("auto", "all", "select"):
-        raise ParameterError(f"mode must be 'auto', 'all' or 'select', got {mode!r}")
+    if mode not in ("auto", "all", "select", "one-way"):
+        raise ParameterError(f"mode must be 'auto', 'all', 'select' or 'one-way', got {mode!r}")
     from dpopt.model.queries.marginal import Marginal
     from dpopt.privacy.mechanisms import calibrate, exponential_mechanism, measure
 
@@ -638,7 +746,16 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
         rest = _measure_stack(query_all, law_all, data, accountant, rng, "workload marginals",
                               {candidates[i]: v for i, v in true.items()})
         return WideSelection(measured + rest, "all", deviation, expected_all, [], total, plan.all_fit)
-    rounds_part, top_up = plan.rest, plan.top_up
+    # Can the probe steer selection (module notes, step 3)? Public values and noisy releases only.
+    first = calibrate(ones_query, plan.one_way, plan.mechanism)
+    steer = model_noise(domain, candidates, _mean_abs(first), total) / max(deviation, 1.0)
+    pays = one_way_top_up(domain, candidates, plan.rounds, plan.accounting, plan.select_share) > 0
+    if mode == "one-way" or (mode == "auto" and steer >= 1 and not pays):
+        again = _measure_stack(ones_query, calibrate(ones_query, plan.rest, plan.mechanism), data, accountant,
+                               rng, "one-way marginals (the rest: selection cannot pay for its noise)")
+        return WideSelection(measured + again, "one-way", deviation, expected_all, [], total, plan.all_fit,
+                             Fraction(1) - ONE_WAY_SHARE - PROBE_SHARE, None, steer)
+    rounds_part, top_up, phi = plan.rest, plan.top_up, None
     if plan.top_up_rule and top_up is not None:
         # The share of the probe's deviation that the first model's one-way noise explains (public
         # expected noise over a noisy release): the top-up weighs the model's noise by it.
@@ -661,6 +778,7 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
         rounds_part = _minus(plan.rest, top_up)
     modelled = {i: model.counts(c) for i, c in enumerate(candidates)}
     chosen: list[tuple] = []
+    refused: list[tuple] = []  # picks not measured: the fit would be out of reach (step 3)
     open_ = np.ones(len(candidates), dtype=bool)
     sizes = np.array([domain.project(list(c)).size for c in candidates], dtype=np.float64)
     left, share, t = Fraction(1), Fraction(1, plan.rounds), 0  # of `rounds_part`: still to spend, a round's
@@ -675,6 +793,16 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
         pick = int(here[exponential_mechanism(scores, eps, accountant, rng, sensitivity=1.0,
                                               label=f"wide selection round {t + 1}")])
         attrs = candidates[pick]
+        open_[pick] = False
+        reach = fit_in_reach(domain, ones + chosen + [attrs], plan.workload, **plan.fit)
+        if not reach.fits:
+            # The fit would be out of reach (fit_in_reach): the pick is not measured, and its
+            # measurement's share goes to the rounds to come (the ledger still sums to the budget).
+            refused.append((attrs, reach.reason, len(chosen)))
+            carried = measure_cost.rho / rounds_part.rho if plan.accounting == "zcdp" else \
+                measure_cost.epsilon / rounds_part.epsilon
+            left, t = left - part + carried, t + 1
+            continue
         q = Marginal(domain, attrs)
         m = measure(q, data, calibrate(q, measure_cost, plan.mechanism), accountant, rng,
                     label=f"selected {', '.join(attrs)}", answers=read(pick))
@@ -688,14 +816,29 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
         # is left: halve the noise of the rounds to come. Reads noisy answers only (post-processing).
         if plan.anneal and np.abs(model.counts(attrs) - before).sum() <= sizes[pick] * _mean_abs(law):
             share = min(share * grow, left) if left > 0 else share
-        open_[pick] = False
         # Candidates meeting the new set in two attributes or more change their model.
         touched = [i for i in np.flatnonzero(open_) if len(set(candidates[i]) & set(attrs)) >= 2]
         for i in touched:
             modelled[i] = model.counts(candidates[i])
             if set(candidates[i]) <= set(attrs):
                 open_[i] = False  # a subset of a measured set: known
-    return WideSelection(measured, "select", deviation, expected_all, chosen, total, plan.all_fit)
+    whole = _sum_costs(plan)
+    top_share = Fraction(0) if top_up is None else (top_up.rho / whole.rho if plan.accounting == "zcdp"
+                                                    else top_up.epsilon / whole.epsilon)
+    return WideSelection(measured, "select", deviation, expected_all, chosen, total, plan.all_fit, top_share, phi,
+                         steer, refused)
+
+
+def model_noise(domain, candidates, one_way_noise: float, total: float) -> float:
+    """The expected L1 deviation of the selection model from the product of the *exact* one-way
+    marginals that the one-way noise alone causes, on average over ``candidates`` (first order,
+    capped): ``mean_C min(sum_{a in C} n_a E|z|, 2 n^)``. To first order the product's L1 error is the
+    sum of its factors' (:func:`one_way_top_up`); the cap is the largest L1 distance between two
+    tables of total ``n^`` (the model is normalised to the noisy total). Public: the cells ``n_a``,
+    the one-way law's ``E|z|`` and the noisy total."""
+    one_cells = np.array([sum(domain.project([a]).size for a in c) for c in candidates], dtype=np.float64)
+    cap = 2.0 * max(float(total), 1.0)
+    return float(np.mean(np.minimum(one_cells * float(one_way_noise), cap))) if len(one_cells) else 0.0
 
 
 def _candidate_pool(candidates, rng) -> list:
