@@ -366,3 +366,137 @@ def test_an_explicit_spec_beyond_the_least_squares_limit_is_warned_in_its_plan()
     chain_text = plan(chain, require_data=False).describe()
     assert chain_cells > ALL_L2_CELLS and f"({chain_cells:,} cells)" in chain_text
     assert "warning: least squares" not in chain_text
+
+
+# ---- session 8: one rule for least squares, the selection's guard, the memory line, the one-way fallback ---------
+def test_one_least_squares_rule_with_two_limits_for_all_and_for_the_explicit_warning():
+    """least_squares_reach: cyclic sets up to ALL_L2_CELLS, decomposable ones up to
+    DECOMPOSABLE_L2_CELLS, cells counted by hand (pairs of 512-value attributes: 2^18 cells each);
+    measure_all_fit and the marginal_space warning give the same answer on the same sets."""
+    from dpopt.algorithms.marginal_space import least_squares_size_warning
+    from dpopt.estimate.marginal_space.estimator import ObjectiveChoice
+    from dpopt.model.domain import Domain
+    from dpopt.strategy import wide_selection as ws
+
+    names = tuple(f"p{i}" for i in range(10))
+    pair = 512 * 512
+    cycle4 = [(names[i], names[(i + 1) % 4]) for i in range(4)]  # a 4-cycle: not chordal
+    cycle5 = [(names[i], names[(i + 1) % 5]) for i in range(5)]
+    chain8 = [(names[i], names[i + 1]) for i in range(8)]        # a path: chordal, its edges the cliques
+    chain9 = [(names[i], names[i + 1]) for i in range(9)]
+    l2 = ObjectiveChoice("l2", "l2", "asked", None, None, False)
+    for sets, cells, decomposable, fits in ((cycle4, 4 * pair, False, True), (cycle5, 5 * pair, False, False),
+                                            (chain8, 8 * pair, True, True), (chain9, 9 * pair, True, False)):
+        used = sorted({a for s in sets for a in s}, key=names.index)
+        domain = Domain(tuple(used), (512,) * len(used))  # every attribute in a set: no loose one-way clique
+        reach = ws.least_squares_reach(domain, sets)
+        assert (reach.cells, reach.decomposable, reach.fits) == (cells, decomposable, fits), sets
+        assert reach.limit == (ws.DECOMPOSABLE_L2_CELLS if decomposable else ws.ALL_L2_CELLS)
+        assert cells == reach.limit or cells == reach.limit + pair  # at the limit, or one pair over it
+        assert bool(least_squares_size_warning(domain, sets, l2, cells)) == (not fits)
+        name = "DECOMPOSABLE_L2_CELLS" if decomposable else "ALL_L2_CELLS"
+        assert f"{name} = {reach.limit:,}" in reach.reason and "\n" not in reach.reason
+    # measure_all_fit and fit_in_reach add the one-way marginals (inside the pairs here): the same answers
+    assert ws.measure_all_fit(Domain(names[:4], (512,) * 4), cycle4, objective="l2").fits
+    assert not ws.measure_all_fit(Domain(names[:5], (512,) * 5), cycle5, objective="l2").fits
+    assert ws.measure_all_fit(Domain(names[:9], (512,) * 9), chain8, objective="l2").fits
+    assert not ws.fit_in_reach(domain, chain9 + [(a,) for a in names], chain9, objective="l2").fits
+
+
+def test_a_plan_whose_every_selection_would_be_least_squares_out_of_reach_is_refused_before_any_draw():
+    """Every triple of adult with estimator = 'l2': whatever is selected, least squares holds every
+    workload triple (20.9 M clique cells of cyclic sets), so no fit can finish: refused in the plan,
+    in one line naming the limit (before, the plan ran selection and its fit could not finish)."""
+    with pytest.raises(SpecError) as err:
+        plan(adult_auto_spec("all 3-way", estimator="l2"), require_data=False)
+    text = str(err.value)
+    assert "\n" not in text and "no selection's fit can finish" in text
+    assert "20,894,536 clique cells of cyclic sets, above ALL_L2_CELLS = 1,048,576" in text
+
+
+@pytest.mark.parametrize("workload, l2_cells", [("all 3-way", 0), ("all 2-way", 148_137)])
+def test_the_memory_line_charges_what_the_plan_can_hold(workload, l2_cells):
+    """dpopt check's memory line for auto's wide plan on adult: every least-squares fit is held to
+    fit_in_reach, so with every triple (least squares out of reach: none runs) it charges the smooth
+    estimate's tree, not 20.9 M least-squares cells (4.4 GiB); with every pair (148,137 cells, in
+    reach) least squares on them."""
+    from dpopt.algorithms.marginal_space import SOLVER_BYTES_PER_CELL, TREE_BYTES_PER_CELL
+    from dpopt.estimate.marginal_space.estimator import SMOOTH_TREE_CELLS
+
+    p = plan(adult_auto_spec(workload), require_data=False)
+    details = p.algorithm_plan.details
+    assert details.l2_cells == l2_cells
+    rows = p.algorithm.memory(p.algorithm_plan)
+    assert len(rows) == 1
+    tree = min(details.tree_cells, SMOOTH_TREE_CELLS)
+    assert rows[0][2] == max(l2_cells * SOLVER_BYTES_PER_CELL, tree * TREE_BYTES_PER_CELL)
+    if workload == "all 3-way":
+        assert rows[0][2] <= SMOOTH_TREE_CELLS * TREE_BYTES_PER_CELL < 20_894_536 * SOLVER_BYTES_PER_CELL
+
+
+def test_the_one_way_fallback_is_open_only_where_no_top_up_pays():
+    """The fallback's public condition against the top-up's expected error evaluated on the grid by
+    hand (pure ε, phi = 1): many-valued attributes (no top-up pays: the fallback is open) and binary
+    pairs (a top-up pays: closed); model_noise against a loop over the candidates."""
+    from itertools import combinations
+
+    from dpopt.model.domain import Domain
+    from dpopt.privacy.budget import Budget
+    from dpopt.strategy import wide_selection as ws
+
+    def grid_argmin(domain, candidates, rounds):
+        d = len(domain.attrs)
+        s, r = float(ws.ONE_WAY_SHARE), float(1 - ws.PROBE_SHARE)
+        one = np.mean([sum(domain.sizes[domain.attrs.index(a)] for a in c) for c in candidates])
+        cells = np.mean([np.prod([domain.sizes[domain.attrs.index(a)] for a in c]) for c in candidates])
+        x = np.arange(0, round((r - s) * 1000)) / 1000.0
+        f = d * one / np.sqrt(s * s + x * x) + cells * rounds / float(1 - ws.SELECT_SHARE) / (r - s - x)
+        return x[int(np.argmin(f))]
+
+    many = Domain(tuple(f"g{i}" for i in range(14)), (2, 128, 8, 2, 128, 16, 2, 4, 64, 2, 128, 8, 2, 2))
+    binary = Domain(tuple(f"x{i}" for i in range(50)), (2,) * 50)
+    for domain, k, open_ in ((many, 3, True), (binary, 2, False)):
+        sets = list(combinations(domain.attrs, k))
+        p = ws.plan_wide_selection(domain, sets, Budget.pure(1), "laplace")
+        assert p.one_way_fallback == open_ == (grid_argmin(domain, p.candidates, p.rounds) == 0)
+        assert any("one-way marginals again" in line for line in p.lines()) == open_
+    candidates = [("g0", "g1"), ("g1", "g4", "g8"), ("g2", "g3", "g5")]
+    total, noise = 1000.0, 3.5
+    by_hand = np.mean([min(sum(many.sizes[many.attrs.index(a)] for a in c) * noise, 2 * total) for c in candidates])
+    assert ws.model_noise(many, candidates, noise, total) == pytest.approx(by_hand, rel=1e-15)
+    assert ws.model_noise(many, candidates, 100.0, total) == 2 * total  # every term capped
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_the_one_way_fallback_run_spends_the_rest_on_the_one_way_marginals():
+    """Many-valued attributes at pure ε 0.1 (bench_wide_rule.py --groups' domain, 4,000 records):
+    the one-way model's expected noise exceeds the probe's deviation, so the rest measures the
+    one-way marginals again; the ledger sums exactly to the budget; forcing selection instead
+    spends the same budget."""
+    from fractions import Fraction
+    from itertools import combinations
+
+    from dpopt.model.domain import Domain
+    from dpopt.privacy.budget import Budget
+    from dpopt.privacy.randomness import make_random
+    from dpopt.strategy import wide_selection as ws
+
+    groups = (1, 7, 3, 1, 7, 4, 1, 2, 6, 1, 7, 3, 1, 1)
+    binary = random_sparse_network(45, seed=3).sample(4000, 103).codes
+    edges = np.concatenate([[0], np.cumsum(groups)])
+    codes = np.stack([binary[:, a:b] @ (1 << np.arange(b - a)[::-1]) for a, b in zip(edges[:-1], edges[1:])], 1)
+    domain = Domain(tuple(f"g{i}" for i in range(14)), tuple(2**g for g in groups))
+    data = Dataset(codes, domain)
+    sets = list(combinations(domain.attrs, 3))
+    budget = Budget.pure(Fraction(1, 10))
+    p = ws.plan_wide_selection(domain, sets, budget, "laplace")
+    assert p.one_way_fallback
+    accountant = budget.accountant()
+    out = ws.run_wide_selection(p, data, accountant, make_random(3))
+    assert out.mode == "one-way" and out.steer >= 1 and not out.chosen
+    assert len(out.measurements) == 2 * len(domain.attrs)                       # the one-way marginals, twice
+    assert sum(accountant.ledger_frame()["epsilon"], Fraction(0)) == Fraction(1, 10)
+    assert "selection could not pay for its noise" in out.describe()
+    forced = budget.accountant()
+    ws.run_wide_selection(p, data, forced, make_random(3), mode="select")
+    assert sum(forced.ledger_frame()["epsilon"], Fraction(0)) == Fraction(1, 10)

@@ -53,6 +53,35 @@ for differentially private synthetic data", VLDB 2022):
    With ``anneal=True`` (off by default) AIM's budget annealing (McKenna et al. 2022, Alg. 1,
    lines 13-14) doubles the rounds' share (halves their noise) after a measurement that moved the
    model by no more than its expected noise; the last round takes what is left.
+   **When selection cannot pay** (the one-way fallback). The probe's deviation ``D^`` mixes real
+   dependence with the one-way model's own noise; the latter's expected part is public
+   (:func:`model_noise`: ``nu = mean_C min(sum_{a in C} n_a E|z_1|, 2 n^)``, first order, capped at
+   the largest L1 distance between two tables of total ``n^``). When ``nu >= D^`` the probe cannot
+   tell dependence from noise, and the selection's scores, which subtract only the measurement's
+   noise, rank the model's noise: candidates over many-valued attributes (whose one-way noise is
+   largest) win. If moreover the top-up rule at ``phi = 1`` (:func:`one_way_top_up`) finds that no
+   second one-way measurement pays for selection — measuring a candidate costs more than any better
+   one-way model saves, which is what many-valued attributes under pure ε give (Laplace noise on
+   the one-way stack has L1 sensitivity ``d``; x = 0 is then the grid's minimiser) — then no selected
+   set is expected to pay for its noise, and the rest of the budget measures the one-way marginals
+   again (combined with the first by inverse variance in the fit): ``mode = "one-way"``. The
+   second condition is public, so the plan says whether the fallback is open
+   (``WideSelectionPlan.one_way_fallback``). Found on generated data, not adult
+   (``bench_wide_rule.py --groups``: 14 attributes of 2-128 values merged from the networks' binary
+   attributes, pure ε 0.1, networks 3-5, seeds 1-2): the fallback fired in every run, mean L1 0.64 /
+   0.57 / 0.86 → 0.34 / 0.32 / 0.34 (independence from the exact one-ways 0.21 / 0.21 / 0.22). Where
+   a top-up pays (binary pairs and triples at d = 27-100) the fallback is closed: ``nu >= D^``
+   alone would have fired there too, winning on pairs at ε 0.1 (d = 50: 0.054 → 0.036) but losing
+   on triples (d = 27: 0.071 → 0.090) and on pairs at ε 1 (one seed, 0.009 → 0.021).
+
+   **Each pick's fit stays in reach.** A fit that does not finish releases nothing after the whole
+   budget is spent, so before a pick is measured the fit of the measured sets with it is checked
+   (:func:`fit_in_reach`, public sizes and earlier noisy choices only: the smooth estimate's
+   junction tree within ``SMOOTH_TREE_CELLS``, else least squares within
+   :func:`least_squares_reach`). A pick out of reach is not measured; its measurement's share goes
+   to the rounds to come, so the ledger still sums to the budget. When least squares on the
+   workload's own sets is out of reach and no selection can make the fit smooth (``estimator =
+   "l2"``, or a constraint the smooth estimate cannot keep), the plan is refused before any draw.
 4. The caller fits every workload marginal from all these measurements
    (:func:`~dpopt.estimate.marginal_space.estimate_marginals`); the prior completes the unmeasured.
 
@@ -65,19 +94,14 @@ their fit is the estimator's with the release's options (``choose_objective`` un
 
 * the smooth estimate on a junction tree of at most ``SMOOTH_TREE_CELLS`` cells: allowed (it
   certified in every run of issue 27, in seconds to minutes);
-* least squares on the local relaxation: allowed up to :data:`ALL_L2_CELLS` = 2^20 clique cells.
-  The limit rests on solve times, never on an error figure (``bench_wide.py --cases adult-slice``
-  and issue 27's closing notes, zCDP ε 1 unless said, CPU seconds under load). Certified: every
-  triple of 8 adult attributes (age, education-num, marital-status, occupation, race,
-  hours-per-week, income, sex: 56 cyclic triples, 554 k clique
-  cells: gap 2.1e-8 in 84 CPU-s), and adult's chain (12 triples, 1.54 M cells, decomposable:
-  105-181 CPU-s at ε 0.1 and 1, zCDP and pure). Not certified: the same 8 attributes with
-  capital-loss for education-num (56 triples, 1.77 M cells: gap 5.9e-4 at the 619 CPU-s limit),
-  every triple of those 9 attributes (84 triples, 2.34 M cells: not within 700 CPU-s) and all 364
-  triples (20.9 M cells: not within 1,500). Cyclic sets, not cells alone, make the solve hard
-  (the decomposable chain certifies at 1.54 M where 56 cyclic triples fail at 1.77 M), so the
-  limit sits between the largest cyclic case certified and the smallest one not: a judgement
-  between two measured points (no case between 554 k and 1.77 M was run), not a derived constant.
+* least squares on the local relaxation (its cliques: the measured sets and the workload's):
+  allowed by the one rule for least squares, :func:`least_squares_reach` — at most
+  :data:`ALL_L2_CELLS` = 2^20 clique cells, or :data:`DECOMPOSABLE_L2_CELLS` = 2^21 when the sets
+  are decomposable. Its docstring has the evidence (solve times, never an error figure: cyclic
+  triples certified at 554 k cells and not at 1.77 M; adult's decomposable chain certified at
+  1.54 M). The ``marginal_space`` algorithm's plan warning reads the same rule. Before session 8
+  "all" was held to 2^20 whatever the sets; the decomposable limit opens it for adult's chain
+  under ``estimator = "l2"`` (1.54 M cells), the one plan of ``auto`` this changes.
 
 Beyond either limit only selection runs (T sets, each at most one workload set). Adult with every
 3-way marginal is such a case: at the issue's budgets the probe chose selection anyway (expected
@@ -208,6 +232,9 @@ class WideSelectionPlan:
     #: The fit's options (keywords of :func:`fit_in_reach`): each pick is measured only if the fit of the
     #: measured sets stays in reach (module notes, step 3).
     fit: dict = field(default_factory=dict)
+    #: Whether the one-way fallback of step 3 is open: the top-up rule (:func:`one_way_top_up`, at
+    #: ``phi = 1``) finds that no second one-way measurement pays for selection.
+    one_way_fallback: bool = False
 
     def steps(self) -> list:
         """The plan's privacy-spending steps (:class:`~dpopt.algorithms.base.PlannedMeasure`), shares exact:
@@ -241,7 +268,11 @@ class WideSelectionPlan:
                 + (f"a second one-way measurement (at most {f(self.top_up)}) and " if self.top_up is not None else "")
                 + f"{self.rounds} rounds, each an exponential-mechanism choice among "
                 f"{len(self.candidates)} candidates ({f(self.select_cost)}) and its measurement "
-                f"({f(self.measure_cost)})", *allowed]
+                f"({f(self.measure_cost)}), a pick measured only if the fit of the measured sets stays in reach "
+                f"(else its measurement's share goes to the rounds to come)"
+                + ("; or, when the one-way model's expected noise is at least the probe's deviation (selection "
+                   "cannot steer, and no second one-way measurement pays for selection), the one-way marginals "
+                   f"again with the rest ({f(self.rest)})" if self.one_way_fallback else ""), *allowed]
 
 
 def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int | None = None,
@@ -298,12 +329,12 @@ def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int
     # any choice (the one-way marginals alone already give least squares), it must be in reach here.
     fewest = fit_in_reach(domain, [(a,) for a in domain.attrs], sets, **fit, what="on the one-way marginals")
     if not fewest.fits:
-        raise DomainError(f"workload: no selection's fit can finish: {fewest.reason}; name fewer or smaller "
+        raise DomainError(f"no selection's fit can finish: {fewest.reason}; name fewer or smaller "
                           "marginals" + (", or use estimator 'auto'" if fit.get("objective", "auto") != "auto" else ""))
     return WideSelectionPlan(domain, sets, candidates, accounting, mechanism, one_way, probe, rest, rounds,
                              select_cost, measure_cost, eps, select_share, bool(anneal),
                              _scale(rest, top_up / left) if top_up else None, rule,
-                             measure_all_fit(domain, sets, **fit), fit)
+                             measure_all_fit(domain, sets, **fit), fit, rule and not top_up)
 
 
 @dataclass(frozen=True)
@@ -700,9 +731,10 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
     accountant : Accountant
         Must afford the whole plan (checked before the first charge).
     rng : RandomSource
-    mode : {"auto", "all", "select"}
-        ``"auto"``: the probe decides (step 2); the others force a path (benchmarks, tests): the
-        probe is still charged and drawn, so the ledger is the same.
+    mode : {"auto", "all", "select", "one-way"}
+        ``"auto"``: the probe decides (steps 2 and 3); the others force a path (benchmarks, tests):
+        the probe is still charged and drawn, so the ledger is the same. ``"one-way"`` is step 3's
+        fallback: the rest measures the one-way marginals again.
 
     Returns
     -------
@@ -749,8 +781,7 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
     # Can the probe steer selection (module notes, step 3)? Public values and noisy releases only.
     first = calibrate(ones_query, plan.one_way, plan.mechanism)
     steer = model_noise(domain, candidates, _mean_abs(first), total) / max(deviation, 1.0)
-    pays = one_way_top_up(domain, candidates, plan.rounds, plan.accounting, plan.select_share) > 0
-    if mode == "one-way" or (mode == "auto" and steer >= 1 and not pays):
+    if mode == "one-way" or (mode == "auto" and plan.one_way_fallback and steer >= 1):
         again = _measure_stack(ones_query, calibrate(ones_query, plan.rest, plan.mechanism), data, accountant,
                                rng, "one-way marginals (the rest: selection cannot pay for its noise)")
         return WideSelection(measured + again, "one-way", deviation, expected_all, [], total, plan.all_fit,
