@@ -782,8 +782,7 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
     first = calibrate(ones_query, plan.one_way, plan.mechanism)
     steer = model_noise(domain, candidates, _mean_abs(first), total) / max(deviation, 1.0)
     if mode == "one-way" or (mode == "auto" and plan.one_way_fallback and steer >= 1):
-        again = _measure_stack(ones_query, calibrate(ones_query, plan.rest, plan.mechanism), data, accountant,
-                               rng, "one-way marginals (the rest: selection cannot pay for its noise)")
+        again = _measure_one_ways(domain, plan, data, accountant, rng)
         return WideSelection(measured + again, "one-way", deviation, expected_all, [], total, plan.all_fit,
                              Fraction(1) - ONE_WAY_SHARE - PROBE_SHARE, None, steer)
     rounds_part, top_up, phi = plan.rest, plan.top_up, None
@@ -870,6 +869,47 @@ def model_noise(domain, candidates, one_way_noise: float, total: float) -> float
     one_cells = np.array([sum(domain.project([a]).size for a in c) for c in candidates], dtype=np.float64)
     cap = 2.0 * max(float(total), 1.0)
     return float(np.mean(np.minimum(one_cells * float(one_way_noise), cap))) if len(one_cells) else 0.0
+
+
+def one_way_weights(domain, workload) -> list:
+    """Integer weights of the fallback's one-way measurements (module notes, step 3): attribute
+    ``a`` (``n_a`` cells, in ``m_a`` workload sets) gets a share of the rest proportional to
+    ``sqrt(m_a n_a)``, rounded to a multiple of 1/1000 of that (an exact fraction the ledger sums).
+
+    Why: measured alone, ``a``'s marginal has L1 sensitivity 1, so under Laplace noise of scale
+    ``1 / epsilon_a`` its expected L1 error is ``n_a / epsilon_a``; the workload's error adds each
+    attribute's once per set holding it, ``sum_a m_a n_a / epsilon_a``, which under
+    ``sum_a epsilon_a = epsilon`` is least at ``epsilon_a`` proportional to ``sqrt(m_a n_a)``
+    (Lagrange: ``m_a n_a / epsilon_a^2`` equal across attributes). Against one stack of the d marginals (scale ``d / epsilon`` on every cell),
+    the error ``(sum_a sqrt(m_a n_a))^2`` replaces ``d sum_a m_a n_a``: equal for equal attributes,
+    smaller for adult's 2-100 values. Attributes in no workload set get 0 (not measured again)."""
+    counts = {a: 0 for a in domain.attrs}
+    for s in workload:
+        for a in s:
+            counts[a] += 1
+    return [round(1000 * math.sqrt(counts[a] * domain.project([a]).size)) for a in domain.attrs]
+
+
+def _measure_one_ways(domain, plan, data, accountant, rng) -> list:
+    """The fallback's measurements: every workload attribute's one-way marginal alone, with a share
+    of ``plan.rest`` proportional to :func:`one_way_weights` (Laplace noise; with Gaussian noise
+    the stack, as the first measurement, since the rule is Laplace's)."""
+    from dpopt.model.queries.marginal import Marginal
+    from dpopt.privacy.mechanisms import calibrate, measure
+
+    ones = [(a,) for a in domain.attrs]
+    if plan.mechanism != "laplace":
+        stack = _stack(domain, ones)
+        return _measure_stack(stack, calibrate(stack, plan.rest, plan.mechanism), data, accountant, rng,
+                              "one-way marginals (the rest: selection cannot pay for its noise)")
+    weights = one_way_weights(domain, plan.workload)
+    whole, out = sum(weights), []
+    for (a,), w in zip(ones, weights):
+        if w:
+            q = Marginal(domain, (a,))
+            out.append(measure(q, data, calibrate(q, _scale(plan.rest, Fraction(w, whole)), plan.mechanism),
+                               accountant, rng, label=f"one-way {a} (the rest: selection cannot pay for its noise)"))
+    return out
 
 
 def _candidate_pool(candidates, rng) -> list:
