@@ -64,7 +64,10 @@ for differentially private synthetic data", VLDB 2022):
    one-way model saves, which is what many-valued attributes under pure ε give (Laplace noise on
    the one-way stack has L1 sensitivity ``d``; x = 0 is then the grid's minimiser) — then no selected
    set is expected to pay for its noise, and the rest of the budget measures the one-way marginals
-   again (combined with the first by inverse variance in the fit): ``mode = "one-way"``. The
+   again, each workload attribute's alone with a share proportional to ``sqrt(m_a n_a)`` (``m_a``
+   workload sets hold it; :func:`one_way_weights`: the least expected workload L1 under Laplace
+   noise, where one stack would put scale ``d / epsilon`` on every cell); the fit combines them with
+   the first measurement: ``mode = "one-way"``. The
    second condition is public, so the plan says whether the fallback is open
    (``WideSelectionPlan.one_way_fallback``). Found on generated data, not adult
    (``bench_wide_rule.py --groups``: 14 attributes of 2-128 values merged from the networks' binary
@@ -99,9 +102,9 @@ their fit is the estimator's with the release's options (``choose_objective`` un
   :data:`ALL_L2_CELLS` = 2^20 clique cells, or :data:`DECOMPOSABLE_L2_CELLS` = 2^21 when the sets
   are decomposable. Its docstring has the evidence (solve times, never an error figure: cyclic
   triples certified at 554 k cells and not at 1.77 M; adult's decomposable chain certified at
-  1.54 M). The ``marginal_space`` algorithm's plan warning reads the same rule. Before session 8
-  "all" was held to 2^20 whatever the sets; the decomposable limit opens it for adult's chain
-  under ``estimator = "l2"`` (1.54 M cells), the one plan of ``auto`` this changes.
+  1.54 M). The ``marginal_space`` algorithm's plan warning reads the same rule. "All" used to be
+  held to 2^20 whatever the sets; the decomposable limit opens it for adult's chain under
+  ``estimator = "l2"`` (1.54 M cells), the one plan of ``auto`` this changes.
 
 Beyond either limit only selection runs (T sets, each at most one workload set). Adult with every
 3-way marginal is such a case: at the issue's budgets the probe chose selection anyway (expected
@@ -152,10 +155,10 @@ import numpy as np
 from dpopt.errors import DomainError, ParameterError
 from dpopt.privacy.accountant import PrivacyCost
 
-__all__ = ["WideSelectionPlan", "WideSelection", "AllFit", "plan_wide_selection", "run_wide_selection",
-           "measure_all_fit", "fit_in_reach", "least_squares_reach", "LeastSquaresReach", "selection_scores", "selection_probabilities", "one_way_top_up",
-           "ONE_WAY_SHARE", "PROBE_SHARE", "SELECT_SHARE", "CANDIDATE_LIMIT", "ALL_L2_CELLS",
-           "DECOMPOSABLE_L2_CELLS"]
+__all__ = ["WideSelectionPlan", "WideSelection", "AllFit", "LeastSquaresReach", "plan_wide_selection",
+           "run_wide_selection", "measure_all_fit", "fit_in_reach", "least_squares_reach", "model_noise",
+           "one_way_weights", "selection_scores", "selection_probabilities", "one_way_top_up", "ONE_WAY_SHARE",
+           "PROBE_SHARE", "SELECT_SHARE", "CANDIDATE_LIMIT", "ALL_L2_CELLS", "DECOMPOSABLE_L2_CELLS"]
 
 #: Share of the budget for the mean-deviation probe that decides between measuring all and selecting.
 PROBE_SHARE = Fraction(1, 100)
@@ -705,7 +708,8 @@ class WideSelection:
 
     def describe(self) -> str:
         if self.mode == "one-way":
-            return (f"the one-way marginals measured again with the rest of the budget: selection could not pay for "
+            return (f"the one-way marginals measured again with the rest of the budget, each attribute's alone with a "
+                    f"share proportional to sqrt(sets holding it x its values): selection could not pay for "
                     f"its noise (the one-way model's expected noise is {self.steer:.3g} times the probe's noisy "
                     f"deviation, and measuring a candidate costs more than a better one-way model would save)")
         refused = (f"; {len(self.refused)} pick(s) not measured, the fit would have been out of reach "
