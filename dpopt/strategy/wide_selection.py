@@ -702,7 +702,8 @@ class WideSelection:
     def info(self) -> dict:
         """For ``release.info``: the decision and its evidence (noisy, hence releasable), the chosen sets."""
         return {"mode": self.mode, "deviation": self.deviation, "expected_noise_all": self.expected_noise_all,
-                "chosen": [list(c) for c in self.chosen], "top_up": str(self.top_up), "phi": self.phi, "steer": self.steer,
+                "chosen": [list(c) for c in self.chosen], "top_up": str(self.top_up), "phi": self.phi,
+                "steer": self.steer,
                 "refused": [[list(c), why] for c, why, _ in self.refused],
                 "all_fit": None if self.all_fit is None else self.all_fit.info()}
 
@@ -884,7 +885,8 @@ def one_way_weights(domain, workload) -> list:
     ``1 / epsilon_a`` its expected L1 error is ``n_a / epsilon_a``; the workload's error adds each
     attribute's once per set holding it, ``sum_a m_a n_a / epsilon_a``, which under
     ``sum_a epsilon_a = epsilon`` is least at ``epsilon_a`` proportional to ``sqrt(m_a n_a)``
-    (Lagrange: ``m_a n_a / epsilon_a^2`` equal across attributes). Against one stack of the d marginals (scale ``d / epsilon`` on every cell),
+    (Lagrange: ``m_a n_a / epsilon_a^2`` equal across attributes). Against one stack of the d
+    marginals (scale ``d / epsilon`` on every cell),
     the error ``(sum_a sqrt(m_a n_a))^2`` replaces ``d sum_a m_a n_a``: equal for equal attributes,
     smaller for adult's 2-100 values. Attributes in no workload set get 0 (not measured again)."""
     counts = {a: 0 for a in domain.attrs}

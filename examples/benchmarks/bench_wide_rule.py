@@ -12,12 +12,23 @@ not a release). ``--objective`` is the estimate's (default ``auto``, the release
 small junction tree); the figures in :mod:`dpopt.strategy.wide_selection`'s notes were taken with
 least squares, before that rule existed: ``--objective l2`` reproduces them.
 
+``--groups`` merges consecutive binary attributes into attributes of ``2^g`` values (as
+bench_wide_smooth.py: every k-set is the workload, ``--eval`` drawn sets scored); ``--verbose``
+prints per seed the budget split, the probe, ``steer`` (the one-way model's expected noise over the
+probe's deviation), the top-up and the chosen sets with their cells and exact deviation from
+independence; a config ``{"fixed": "chain" | "one-way" | "chain+1"}`` measures that fixed plan with
+equal shares instead, and ``{"mode": "select"}`` forces selection (the default before the one-way
+fallback, module notes step 3).
+
 Run (one case per line; ``configs`` is a JSON list of settings, ``{}`` for the defaults)::
 
     OPENBLAS_NUM_THREADS=1 nice -n 10 python examples/benchmarks/bench_wide_rule.py --d 100 --k 2 --net 4 \\
         --seeds 1 2 3 4 5 --configs '[{}, {"top": 0}, {"top": "1/5"}]'
     OPENBLAS_NUM_THREADS=1 nice -n 10 python examples/benchmarks/bench_wide_rule.py --d 27 --k 3 --net 3 \\
         --seeds 1 2 --configs '[{"top": 0, "T": 0.5}, {"top": 0, "T": 2.0}, {"anneal": true}]'
+    OPENBLAS_NUM_THREADS=1 nice -n 10 python examples/benchmarks/bench_wide_rule.py --d 45 --k 3 \
+        --groups 1,7,3,1,7,4,1,2,6,1,7,3,1,1 --net 3 --seeds 1 2 --eps 0.1 --verbose \
+        --configs '[{}, {"mode": "select"}, {"fixed": "chain"}, {"fixed": "one-way"}]'
 """
 
 from __future__ import annotations
@@ -112,14 +123,18 @@ def describe(plan, chosen, data, n, independence, error) -> None:
     cells = {c: data.domain.project(list(c)).size for c in plan.candidates}
     ranked = sorted(dev.values(), reverse=True)
     picked = [dev[tuple(c)] for c in chosen.chosen]
-    print(f"    mode {chosen.mode} (steer {chosen.steer if chosen.steer is None else round(chosen.steer, 3)}): one-way {amount(plan.one_way):.3f}, probe {amount(plan.probe):.3f}, top-up "
+    steer = chosen.steer if chosen.steer is None else round(chosen.steer, 3)
+    print(f"    mode {chosen.mode} (steer {steer}): one-way {amount(plan.one_way):.3f}, "
+          f"probe {amount(plan.probe):.3f}, "
+          f"top-up "
           f"{float(chosen.top_up):.3f} (phi {chosen.phi if chosen.phi is None else round(chosen.phi, 3)}), rounds "
           f"{len(chosen.chosen)}; probe D^/n {chosen.deviation / n:.3f}, E_all/n {chosen.expected_noise_all / n:.3g}; "
           f"error {error:.4f}", flush=True)
     if picked:
         print(f"    chosen: mean exact deviation {np.mean(picked):.3f} (top-{len(picked)} of all candidates "
               f"{np.mean(ranked[:len(picked)]):.3f}, mean candidate {np.mean(ranked):.3f}); cells median "
-              f"{int(np.median([cells[tuple(c)] for c in chosen.chosen]))} (candidates {int(np.median(list(cells.values())))})"
+              f"{int(np.median([cells[tuple(c)] for c in chosen.chosen]))} "
+              f"(candidates {int(np.median(list(cells.values())))})"
               f"; sets " + " ".join(f"{'.'.join(c)}[{cells[tuple(c)]}:{dev[tuple(c)]:.2f}]" for c in chosen.chosen),
               flush=True)
 
@@ -133,7 +148,8 @@ def fixed_plan(cfg, data, workload, sets, truths, n, args, budget) -> None:
 
     attrs, k = data.domain.attrs, args.k
     chain = [tuple(attrs[i:i + k]) for i in range(len(attrs) - k + 1)]
-    measured = {"one-way": [(a,) for a in attrs], "chain": chain, "chain+1": chain + [(a,) for a in attrs]}[cfg["fixed"]]
+    ones = [(a,) for a in attrs]
+    measured = {"one-way": ones, "chain": chain, "chain+1": chain + ones}[cfg["fixed"]]
     errs, cpu = [], time.process_time()
     for seed in args.seeds:
         ms, _ = measure_sets(data, measured, args.accounting, args.eps, seed)
