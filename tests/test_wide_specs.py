@@ -459,7 +459,7 @@ def test_the_one_way_fallback_is_open_only_where_no_top_up_pays():
         sets = list(combinations(domain.attrs, k))
         p = ws.plan_wide_selection(domain, sets, Budget.pure(1), "laplace")
         assert p.one_way_fallback == open_ == (grid_argmin(domain, p.candidates, p.rounds) == 0)
-        assert any("one-way marginals again" in line for line in p.lines()) == open_
+        assert any("no second one-way measurement pays" in line for line in p.lines()) == open_
     candidates = [("g0", "g1"), ("g1", "g4", "g8"), ("g2", "g3", "g5")]
     total, noise = 1000.0, 3.5
     by_hand = np.mean([min(sum(many.sizes[many.attrs.index(a)] for a in c) * noise, 2 * total) for c in candidates])
@@ -525,3 +525,33 @@ def test_the_fallback_shares_minimise_the_workload_one_way_error():
     best = min(np.sum(m * n / grid, axis=1))
     assert error(w[:3] / w[:3].sum()) <= best + 1e-9
     assert error(w[:3] / w[:3].sum()) <= 3 * float(np.sum(m * n))  # the stack: scale 3 / epsilon everywhere
+
+
+def test_selection_is_blind_exactly_where_the_utility_bound_exceeds_every_deviation():
+    """selection_is_blind against the closed form 2 ln|C| / epsilon >= 2 n^ (the exponential
+    mechanism's utility bound at t = 0 against the largest L1 deviation of a table of total n^),
+    on either side of the boundary; one candidate is never blind."""
+    import math
+
+    from dpopt.strategy.wide_selection import selection_is_blind
+
+    total = 50_000.0
+    for candidates in (2, 1225, 4950):
+        edge = math.log(candidates) / total  # the epsilon at which 2 ln|C| / epsilon = 2 n^
+        assert selection_is_blind(candidates, edge * (1 - 1e-9), total)
+        assert not selection_is_blind(candidates, edge * (1 + 1e-9), total)
+    assert not selection_is_blind(1, 1e-12, total)
+    # d = 100 binary pairs at pure epsilon 0.1 with the plan's shares and the largest top-up: blind
+    from fractions import Fraction
+    from itertools import combinations
+
+    from dpopt.model.domain import Domain
+    from dpopt.privacy.budget import Budget
+    from dpopt.strategy import wide_selection as ws
+
+    domain = Domain(tuple(f"x{i}" for i in range(100)), (2,) * 100)
+    p = ws.plan_wide_selection(domain, list(combinations(domain.attrs, 2)), Budget.pure(Fraction(1, 10)), "laplace")
+    assert p.select_epsilon == Fraction(1, 10) * (1 - ws.ONE_WAY_SHARE - ws.PROBE_SHARE - Fraction(403, 1000)) \
+        / 100 * ws.SELECT_SHARE
+    assert selection_is_blind(len(p.candidates), p.select_epsilon, total)
+    assert not selection_is_blind(len(p.candidates), 10 * p.select_epsilon, total)  # epsilon 1

@@ -163,7 +163,7 @@ from dpopt.privacy.accountant import PrivacyCost
 
 __all__ = ["WideSelectionPlan", "WideSelection", "AllFit", "LeastSquaresReach", "plan_wide_selection",
            "run_wide_selection", "measure_all_fit", "fit_in_reach", "least_squares_reach", "model_noise",
-           "one_way_weights", "selection_scores", "selection_probabilities", "one_way_top_up", "ONE_WAY_SHARE",
+           "one_way_weights", "selection_is_blind", "selection_scores", "selection_probabilities", "one_way_top_up", "ONE_WAY_SHARE",
            "PROBE_SHARE", "SELECT_SHARE", "CANDIDATE_LIMIT", "ALL_L2_CELLS", "DECOMPOSABLE_L2_CELLS"]
 
 #: Share of the budget for the mean-deviation probe that decides between measuring all and selecting.
@@ -279,9 +279,11 @@ class WideSelectionPlan:
                 f"{len(self.candidates)} candidates ({f(self.select_cost)}) and its measurement "
                 f"({f(self.measure_cost)}), a pick measured only if the fit of the measured sets stays in reach "
                 f"(else its measurement's share goes to the rounds to come)"
-                + ("; or, when the one-way model's expected noise is at least the probe's deviation (selection "
-                   "cannot steer, and no second one-way measurement pays for selection), the one-way marginals "
-                   f"again with the rest ({f(self.rest)})" if self.one_way_fallback else ""), *allowed]
+                + "; or the one-way marginals again with the rest (" + f(self.rest) + ") when selection cannot pay "
+                "for its noise: " + ("the one-way model's expected noise is at least the probe's deviation (no second "
+                                     "one-way measurement pays for selection here), or " if self.one_way_fallback
+                                     else "") + "the exponential mechanism's utility bound exceeds any deviation",
+                *allowed]
 
 
 def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int | None = None,
@@ -792,21 +794,24 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
     # Can the probe steer selection (module notes, step 3)? Public values and noisy releases only.
     first = calibrate(ones_query, plan.one_way, plan.mechanism)
     steer = model_noise(domain, candidates, _mean_abs(first), total) / max(deviation, 1.0)
-    if mode == "one-way" or (mode == "auto" and plan.one_way_fallback and steer >= 1):
-        again = _measure_one_ways(domain, plan, data, accountant, rng)
-        return WideSelection(measured + again, "one-way", deviation, expected_all, [], total, plan.all_fit,
-                             Fraction(1) - ONE_WAY_SHARE - PROBE_SHARE, None, steer)
     rounds_part, top_up, phi = plan.rest, plan.top_up, None
     if plan.top_up_rule and top_up is not None:
         # The share of the probe's deviation that the first model's one-way noise explains (public
         # expected noise over a noisy release): the top-up weighs the model's noise by it.
-        first = calibrate(ones_query, plan.one_way, plan.mechanism)
         one_cells = np.mean([sum(domain.project([a]).size for a in c) for c in candidates])
         phi = min(1.0, float(one_cells) * _mean_abs(first) / max(deviation, 1.0))
         # Below TOP_UP_NOISE_FRACTION real dependence dominates what selection ranks: no top-up.
         x = one_way_top_up(domain, candidates, plan.rounds, plan.accounting, plan.select_share, phi) \
             if phi >= TOP_UP_NOISE_FRACTION else Fraction(0)
         top_up = _scale(plan.rest, x / (1 - ONE_WAY_SHARE - PROBE_SHARE)) if x else None
+    # The first round's exponential-mechanism epsilon: its utility bound (selection_is_blind).
+    first_eps = _round_costs(_scale(plan.rest if top_up is None else _minus(plan.rest, top_up),
+                                    Fraction(1, plan.rounds)), plan.accounting, plan.select_share)[2]
+    blind = selection_is_blind(len(candidates), first_eps, total)
+    if mode == "one-way" or (mode == "auto" and ((plan.one_way_fallback and steer >= 1) or blind)):
+        again = _measure_one_ways(domain, plan, data, accountant, rng)
+        return WideSelection(measured + again, "one-way", deviation, expected_all, [], total, plan.all_fit,
+                             Fraction(1) - ONE_WAY_SHARE - PROBE_SHARE, None, steer)
     if top_up is not None:
         # The second one-way measurement (one_way_top_up), combined with the first by inverse variance.
         again = _measure_stack(ones_query, calibrate(ones_query, top_up, plan.mechanism), data, accountant,
@@ -880,6 +885,18 @@ def model_noise(domain, candidates, one_way_noise: float, total: float) -> float
     one_cells = np.array([sum(domain.project([a]).size for a in c) for c in candidates], dtype=np.float64)
     cap = 2.0 * max(float(total), 1.0)
     return float(np.mean(np.minimum(one_cells * float(one_way_noise), cap))) if len(one_cells) else 0.0
+
+
+def selection_is_blind(candidates: int, epsilon, total: float) -> bool:
+    """Whether the exponential mechanism's utility guarantee says nothing about the data: its pick
+    scores at least ``OPT - 2 (ln|C| + t) / epsilon`` with probability ``1 - e^-t`` (sensitivity 1;
+    Dwork and Roth 2014, Theorem 3.11, after McSherry and Talwar 2007 — the book is not in our
+    search corpus, so the constant was not checked against it), and a candidate's deviation from
+    the model lies in ``[0, 2 n^]`` (the L1 distance of two tables of total ``n^``). When even
+    ``t = 0`` gives ``2 ln|C| / epsilon >= 2 n^`` the bound is weaker than any deviation can be:
+    the pick is not guaranteed to beat a blind one (module notes, step 3). Public: the number of
+    candidates, the round's epsilon and the noisy total."""
+    return candidates > 1 and 2 * math.log(candidates) / float(epsilon) >= 2 * max(float(total), 1.0)
 
 
 def one_way_weights(domain, workload) -> list:
