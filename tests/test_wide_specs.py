@@ -555,3 +555,26 @@ def test_selection_is_blind_exactly_where_the_utility_bound_exceeds_every_deviat
         / 100 * ws.SELECT_SHARE
     assert selection_is_blind(len(p.candidates), p.select_epsilon, total)
     assert not selection_is_blind(len(p.candidates), 10 * p.select_epsilon, total)  # epsilon 1
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_blind_selection_falls_back_to_the_one_way_marginals(wide):
+    """30 binary attributes, 4,000 records, pure ε 0.1: the first round's exponential mechanism
+    (epsilon about 4e-4, 435 pair candidates) has a utility bound wider than any deviation
+    (2 ln 435 / epsilon > 2 n^), so the rest measures the one-way marginals; the ledger is exact."""
+    from fractions import Fraction
+    from itertools import combinations
+
+    from dpopt.privacy.budget import Budget
+    from dpopt.privacy.randomness import make_random
+    from dpopt.strategy import wide_selection as ws
+
+    net, data = wide
+    budget = Budget.pure(Fraction(1, 10))
+    p = ws.plan_wide_selection(data.domain, list(combinations(data.domain.attrs, 2)), budget, "laplace")
+    accountant = budget.accountant()
+    out = ws.run_wide_selection(p, data, accountant, make_random(1))
+    assert out.mode == "one-way" and out.blind and not out.chosen
+    assert 2 * np.log(len(p.candidates)) / float(p.select_epsilon) >= 2 * out.total  # blind even at the plan's epsilon
+    assert "utility bound exceeds any deviation" in out.describe() and out.info()["blind"] is True
+    assert sum(accountant.ledger_frame()["epsilon"], Fraction(0)) == Fraction(1, 10)

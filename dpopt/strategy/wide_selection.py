@@ -170,8 +170,8 @@ from dpopt.privacy.accountant import PrivacyCost
 
 __all__ = ["WideSelectionPlan", "WideSelection", "AllFit", "LeastSquaresReach", "plan_wide_selection",
            "run_wide_selection", "measure_all_fit", "fit_in_reach", "least_squares_reach", "model_noise",
-           "one_way_weights", "selection_is_blind", "selection_scores", "selection_probabilities", "one_way_top_up", "ONE_WAY_SHARE",
-           "PROBE_SHARE", "SELECT_SHARE", "CANDIDATE_LIMIT", "ALL_L2_CELLS", "DECOMPOSABLE_L2_CELLS"]
+           "one_way_weights", "selection_is_blind", "selection_scores", "selection_probabilities", "one_way_top_up",
+           "ONE_WAY_SHARE", "PROBE_SHARE", "SELECT_SHARE", "CANDIDATE_LIMIT", "ALL_L2_CELLS", "DECOMPOSABLE_L2_CELLS"]
 
 #: Share of the budget for the mean-deviation probe that decides between measuring all and selecting.
 PROBE_SHARE = Fraction(1, 100)
@@ -415,8 +415,6 @@ def measure_all_fit(domain, sets, constraints=None, *, objective: str = "auto", 
     -------
     AllFit
     """
-    from dpopt.estimate.marginal_space.estimator import SMOOTH_TREE_CELLS, choose_objective
-
     measured = [tuple(s) for s in sets] + [(a,) for a in domain.attrs]
     return fit_in_reach(domain, measured, sets, constraints, objective=objective, total=total, shrink=shrink,
                         nonnegative=nonnegative, what="on every workload set")
@@ -713,21 +711,25 @@ class WideSelection:
     #: Picks not measured because the fit would have been out of reach: ``(set, reason, k)``, ``k`` the
     #: number of sets chosen before it (step 3).
     refused: list = field(default_factory=list)
+    #: ``mode = "one-way"``: whether the exponential mechanism was blind (:func:`selection_is_blind`).
+    blind: bool = False
 
     def info(self) -> dict:
         """For ``release.info``: the decision and its evidence (noisy, hence releasable), the chosen sets."""
         return {"mode": self.mode, "deviation": self.deviation, "expected_noise_all": self.expected_noise_all,
                 "chosen": [list(c) for c in self.chosen], "top_up": str(self.top_up), "phi": self.phi,
-                "steer": self.steer,
+                "steer": self.steer, "blind": self.blind,
                 "refused": [[list(c), why] for c, why, _ in self.refused],
                 "all_fit": None if self.all_fit is None else self.all_fit.info()}
 
     def describe(self) -> str:
         if self.mode == "one-way":
+            why = ("the exponential mechanism's utility bound exceeds any deviation" if self.blind else
+                   f"the one-way model's expected noise is {self.steer:.3g} times the probe's noisy deviation, and "
+                   "measuring a candidate costs more than a better one-way model would save")
             return (f"the one-way marginals measured again with the rest of the budget, each attribute's alone with a "
-                    f"share proportional to sqrt(sets holding it x its values): selection could not pay for "
-                    f"its noise (the one-way model's expected noise is {self.steer:.3g} times the probe's noisy "
-                    f"deviation, and measuring a candidate costs more than a better one-way model would save)")
+                    f"share proportional to sqrt(sets holding it x its values): selection could not pay for its noise "
+                    f"({why})")
         refused = (f"; {len(self.refused)} pick(s) not measured, the fit would have been out of reach "
                    f"({self.refused[0][1]})" if self.refused else "")
         if self.mode == "all":
@@ -815,10 +817,11 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
     first_eps = _round_costs(_scale(plan.rest if top_up is None else _minus(plan.rest, top_up),
                                     Fraction(1, plan.rounds)), plan.accounting, plan.select_share)[2]
     blind = selection_is_blind(len(candidates), first_eps, total)
-    if mode == "one-way" or (mode == "auto" and ((plan.one_way_fallback and steer >= 1) or blind)):
+    steers = not (plan.one_way_fallback and steer >= 1)
+    if mode == "one-way" or (mode == "auto" and (not steers or blind)):
         again = _measure_one_ways(domain, plan, data, accountant, rng)
         return WideSelection(measured + again, "one-way", deviation, expected_all, [], total, plan.all_fit,
-                             Fraction(1) - ONE_WAY_SHARE - PROBE_SHARE, None, steer)
+                             Fraction(1) - ONE_WAY_SHARE - PROBE_SHARE, None, steer, blind=blind and steers)
     if top_up is not None:
         # The second one-way measurement (one_way_top_up), combined with the first by inverse variance.
         again = _measure_stack(ones_query, calibrate(ones_query, top_up, plan.mechanism), data, accountant,
@@ -909,15 +912,15 @@ def selection_is_blind(candidates: int, epsilon, total: float) -> bool:
 def one_way_weights(domain, workload) -> list:
     """Integer weights of the fallback's one-way measurements (module notes, step 3): attribute
     ``a`` (``n_a`` cells, in ``m_a`` workload sets) gets a share of the rest proportional to
-    ``sqrt(m_a n_a)``, rounded to a multiple of 1/1000 of that (an exact fraction the ledger sums).
+    ``sqrt(m_a n_a)``: the integers ``round(1000 sqrt(m_a n_a))``, so each share is an exact fraction
+    and the ledger sums exactly.
 
     Why: measured alone, ``a``'s marginal has L1 sensitivity 1, so under Laplace noise of scale
     ``1 / epsilon_a`` its expected L1 error is ``n_a / epsilon_a``; the workload's error adds each
     attribute's once per set holding it, ``sum_a m_a n_a / epsilon_a``, which under
     ``sum_a epsilon_a = epsilon`` is least at ``epsilon_a`` proportional to ``sqrt(m_a n_a)``
     (Lagrange: ``m_a n_a / epsilon_a^2`` equal across attributes). Against one stack of the d
-    marginals (scale ``d / epsilon`` on every cell),
-    the error ``(sum_a sqrt(m_a n_a))^2`` replaces ``d sum_a m_a n_a``: equal for equal attributes,
+    marginals (scale ``d / epsilon`` on every cell) the error ``(sum_a sqrt(m_a n_a))^2`` replaces ``d sum_a m_a n_a``: equal for equal attributes,
     smaller for adult's 2-100 values. Attributes in no workload set get 0 (not measured again)."""
     counts = {a: 0 for a in domain.attrs}
     for s in workload:
