@@ -240,8 +240,7 @@ def adult_auto_spec(workload, **auto):
             **({"auto": auto} if auto else {})}
 
 
-@pytest.mark.parametrize("estimator", ["auto", "l2"])
-def test_all_3_way_on_adult_plans_selection_only_and_says_why(estimator):
+def test_all_3_way_on_adult_plans_selection_only_and_says_why():
     """A user who names every triple of adult gets a plan in which "all" is excluded before any
     draw (no data is read): least squares on 20.9 M clique cells is beyond ALL_L2_CELLS; the
     plan's text (``dpopt check``) gives the reason and the limit."""
@@ -250,7 +249,7 @@ def test_all_3_way_on_adult_plans_selection_only_and_says_why(estimator):
 
     from dpopt.strategy.wide_selection import ALL_L2_CELLS
 
-    p = plan(adult_auto_spec("all 3-way", estimator=estimator), require_data=False)
+    p = plan(adult_auto_spec("all 3-way"), require_data=False)
     fit = p.algorithm_plan.details.selection.all_fit
     cells = sum(prod(ADULT_SIZES[a] for a in t) for t in combinations(ADULT_SIZES, 3))  # every triple is maximal
     assert not fit.fits and fit.objective == "l2" and fit.cells == cells == 20_894_536 > ALL_L2_CELLS
@@ -262,8 +261,8 @@ def test_all_3_way_on_adult_plans_selection_only_and_says_why(estimator):
 @pytest.mark.parametrize("workload, estimator, objective, fits", [
     ("all 2-way", "auto", "l2", True),     # the tree is the whole domain; 148,137 clique cells
     ("chain", "auto", "smooth", True),     # decomposable: the smooth estimate on a tree of 1,540,036 cells
-    ("chain", "l2", "l2", False)])         # least squares on the same 1,540,036 clique cells: above the limit
-def test_the_rule_on_adult_workloads(workload, estimator, objective, fits):
+    ("chain", "l2", "l2", True)])          # least squares on the same 1,540,036 clique cells: decomposable, within
+def test_the_rule_on_adult_workloads(workload, estimator, objective, fits):         # DECOMPOSABLE_L2_CELLS
     attrs = list(ADULT_SIZES)
     sets = [attrs[i:i + 3] for i in range(len(attrs) - 2)] if workload == "chain" else workload
     p = plan(adult_auto_spec(sets, estimator=estimator), require_data=False)
@@ -317,14 +316,22 @@ def test_an_excluded_all_runs_selection_where_the_probe_would_measure_all(monkey
     runs, default = {}, ws.ALL_L2_CELLS
     for limit in (default, 10**7):
         monkeypatch.setattr(ws, "ALL_L2_CELLS", limit)
-        selection_plan = ws.plan_wide_selection(domain, sets, budget, "gaussian", fit={"objective": "l2"})
+        selection_plan = ws.plan_wide_selection(domain, sets, budget, "gaussian")
         assert selection_plan.all_fit.fits == (limit == 10**7) and selection_plan.all_fit.cells == 120 * 30**3
         accountant = budget.accountant()
         runs[limit] = ws.run_wide_selection(selection_plan, data, accountant, make_random(5))
         assert accountant.spent.rho == budget.rho  # the ledger sums exactly either way
     excluded, allowed = runs[default], runs[10**7]
     assert allowed.mode == "all" and allowed.expected_noise_all <= allowed.deviation  # the probe's own choice
-    assert excluded.mode == "select" and len(excluded.chosen) == 10
+    assert excluded.mode == "select" and len(excluded.chosen) >= 1
+    # Each pick is measured only while the fit of the measured sets stays in reach (the guard of
+    # step 3): here the tree of the chosen triples outgrows SMOOTH_TREE_CELLS, and least squares
+    # would hold every triple (3.24 M cells, cyclic), so later picks are refused, not measured.
+    ones = [(a,) for a in domain.attrs]
+    monkeypatch.setattr(ws, "ALL_L2_CELLS", default)
+    assert ws.fit_in_reach(domain, ones + excluded.chosen, sets).fits
+    assert excluded.refused and all(not ws.fit_in_reach(domain, ones + excluded.chosen[:k] + [c], sets).fits
+                                    for c, _, k in excluded.refused)
     assert excluded.deviation == allowed.deviation  # the same draws up to the decision
     assert "excluded before any draw" in excluded.describe() and "ALL_L2_CELLS" in excluded.describe()
     assert excluded.info()["all_fit"]["fits"] is False
@@ -351,11 +358,223 @@ def test_an_explicit_spec_beyond_the_least_squares_limit_is_warned_in_its_plan()
                        "share": 1 / 12 if i < 11 else 1 - 11 / 12} for i in range(12)])
 
     text = plan(every(3), require_data=False).describe()
-    assert f"warning: least squares over 20,894,536 clique cells of cyclic sets, above ALL_L2_CELLS = " \
-           f"{ALL_L2_CELLS:,}" in text
+    assert f"warning: least squares: its local relaxation would hold 20,894,536 clique cells of cyclic sets, above " \
+           f"ALL_L2_CELLS = {ALL_L2_CELLS:,}" in text
     assert "releases nothing, after the budget is spent" in text
     assert "warning: least squares" not in plan(every(2), require_data=False).describe()
     chain_cells = sum(ADULT_SIZES[a] * ADULT_SIZES[b] * ADULT_SIZES[c] for a, b, c in zip(names, names[1:], names[2:]))
     chain_text = plan(chain, require_data=False).describe()
     assert chain_cells > ALL_L2_CELLS and f"({chain_cells:,} cells)" in chain_text
     assert "warning: least squares" not in chain_text
+
+
+# ---- session 8: one rule for least squares, the selection's guard, the memory line, the one-way fallback ---------
+def test_one_least_squares_rule_with_two_limits_for_all_and_for_the_explicit_warning():
+    """least_squares_reach: cyclic sets up to ALL_L2_CELLS, decomposable ones up to
+    DECOMPOSABLE_L2_CELLS, cells counted by hand (pairs of 512-value attributes: 2^18 cells each);
+    measure_all_fit and the marginal_space warning give the same answer on the same sets."""
+    from dpopt.algorithms.marginal_space import least_squares_size_warning
+    from dpopt.estimate.marginal_space.estimator import ObjectiveChoice
+    from dpopt.model.domain import Domain
+    from dpopt.strategy import wide_selection as ws
+
+    names = tuple(f"p{i}" for i in range(10))
+    pair = 512 * 512
+    cycle4 = [(names[i], names[(i + 1) % 4]) for i in range(4)]  # a 4-cycle: not chordal
+    cycle5 = [(names[i], names[(i + 1) % 5]) for i in range(5)]
+    chain8 = [(names[i], names[i + 1]) for i in range(8)]        # a path: chordal, its edges the cliques
+    chain9 = [(names[i], names[i + 1]) for i in range(9)]
+    l2 = ObjectiveChoice("l2", "l2", "asked", None, None, False)
+    for sets, cells, decomposable, fits in ((cycle4, 4 * pair, False, True), (cycle5, 5 * pair, False, False),
+                                            (chain8, 8 * pair, True, True), (chain9, 9 * pair, True, False)):
+        used = sorted({a for s in sets for a in s}, key=names.index)
+        domain = Domain(tuple(used), (512,) * len(used))  # every attribute in a set: no loose one-way clique
+        reach = ws.least_squares_reach(domain, sets)
+        assert (reach.cells, reach.decomposable, reach.fits) == (cells, decomposable, fits), sets
+        assert reach.limit == (ws.DECOMPOSABLE_L2_CELLS if decomposable else ws.ALL_L2_CELLS)
+        assert cells == reach.limit or cells == reach.limit + pair  # at the limit, or one pair over it
+        assert bool(least_squares_size_warning(domain, sets, l2, cells)) == (not fits)
+        name = "DECOMPOSABLE_L2_CELLS" if decomposable else "ALL_L2_CELLS"
+        assert f"{name} = {reach.limit:,}" in reach.reason and "\n" not in reach.reason
+    # measure_all_fit and fit_in_reach add the one-way marginals (inside the pairs here): the same answers
+    assert ws.measure_all_fit(Domain(names[:4], (512,) * 4), cycle4, objective="l2").fits
+    assert not ws.measure_all_fit(Domain(names[:5], (512,) * 5), cycle5, objective="l2").fits
+    assert ws.measure_all_fit(Domain(names[:9], (512,) * 9), chain8, objective="l2").fits
+    assert not ws.fit_in_reach(domain, chain9 + [(a,) for a in names], chain9, objective="l2").fits
+
+
+def test_a_plan_whose_every_selection_would_be_least_squares_out_of_reach_is_refused_before_any_draw():
+    """Every triple of adult with estimator = 'l2': whatever is selected, least squares holds every
+    workload triple (20.9 M clique cells of cyclic sets), so no fit can finish: refused in the plan,
+    in one line naming the limit (before, the plan ran selection and its fit could not finish)."""
+    with pytest.raises(SpecError) as err:
+        plan(adult_auto_spec("all 3-way", estimator="l2"), require_data=False)
+    text = str(err.value)
+    assert "\n" not in text and "no selection's fit can finish" in text
+    assert "20,894,536 clique cells of cyclic sets, above ALL_L2_CELLS = 1,048,576" in text
+
+
+@pytest.mark.parametrize("workload, l2_cells", [("all 3-way", 0), ("all 2-way", 148_137)])
+def test_the_memory_line_charges_what_the_plan_can_hold(workload, l2_cells):
+    """dpopt check's memory line for auto's wide plan on adult: every least-squares fit is held to
+    fit_in_reach, so with every triple (least squares out of reach: none runs) it charges the smooth
+    estimate's tree, not 20.9 M least-squares cells (4.4 GiB); with every pair (148,137 cells, in
+    reach) least squares on them."""
+    from dpopt.algorithms.marginal_space import SOLVER_BYTES_PER_CELL, TREE_BYTES_PER_CELL
+    from dpopt.estimate.marginal_space.estimator import SMOOTH_TREE_CELLS
+
+    p = plan(adult_auto_spec(workload), require_data=False)
+    details = p.algorithm_plan.details
+    assert details.l2_cells == l2_cells
+    rows = p.algorithm.memory(p.algorithm_plan)
+    assert len(rows) == 1
+    tree = min(details.tree_cells, SMOOTH_TREE_CELLS)
+    assert rows[0][2] == max(l2_cells * SOLVER_BYTES_PER_CELL, tree * TREE_BYTES_PER_CELL)
+    if workload == "all 3-way":
+        assert rows[0][2] <= SMOOTH_TREE_CELLS * TREE_BYTES_PER_CELL < 20_894_536 * SOLVER_BYTES_PER_CELL
+
+
+def test_the_one_way_fallback_is_open_only_where_no_top_up_pays():
+    """The fallback's public condition against the top-up's expected error evaluated on the grid by
+    hand (pure ε, phi = 1): many-valued attributes (no top-up pays: the fallback is open) and binary
+    pairs (a top-up pays: closed); model_noise against a loop over the candidates."""
+    from itertools import combinations
+
+    from dpopt.model.domain import Domain
+    from dpopt.privacy.budget import Budget
+    from dpopt.strategy import wide_selection as ws
+
+    def grid_argmin(domain, candidates, rounds):
+        d = len(domain.attrs)
+        s, r = float(ws.ONE_WAY_SHARE), float(1 - ws.PROBE_SHARE)
+        one = np.mean([sum(domain.sizes[domain.attrs.index(a)] for a in c) for c in candidates])
+        cells = np.mean([np.prod([domain.sizes[domain.attrs.index(a)] for a in c]) for c in candidates])
+        x = np.arange(0, round((r - s) * 1000)) / 1000.0
+        f = d * one / np.sqrt(s * s + x * x) + cells * rounds / float(1 - ws.SELECT_SHARE) / (r - s - x)
+        return x[int(np.argmin(f))]
+
+    many = Domain(tuple(f"g{i}" for i in range(14)), (2, 128, 8, 2, 128, 16, 2, 4, 64, 2, 128, 8, 2, 2))
+    binary = Domain(tuple(f"x{i}" for i in range(50)), (2,) * 50)
+    for domain, k, open_ in ((many, 3, True), (binary, 2, False)):
+        sets = list(combinations(domain.attrs, k))
+        p = ws.plan_wide_selection(domain, sets, Budget.pure(1), "laplace")
+        assert p.one_way_fallback == open_ == (grid_argmin(domain, p.candidates, p.rounds) == 0)
+        assert any("no second one-way measurement pays" in line for line in p.lines()) == open_
+    candidates = [("g0", "g1"), ("g1", "g4", "g8"), ("g2", "g3", "g5")]
+    total, noise = 1000.0, 3.5
+    by_hand = np.mean([min(sum(many.sizes[many.attrs.index(a)] for a in c) * noise, 2 * total) for c in candidates])
+    assert ws.model_noise(many, candidates, noise, total) == pytest.approx(by_hand, rel=1e-15)
+    assert ws.model_noise(many, candidates, 100.0, total) == 2 * total  # every term capped
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_the_one_way_fallback_run_spends_the_rest_on_the_one_way_marginals():
+    """Many-valued attributes at pure ε 0.1 (bench_wide_rule.py --groups' domain, 4,000 records):
+    the one-way model's expected noise exceeds the probe's deviation, so the rest measures the
+    one-way marginals again; the ledger sums exactly to the budget; forcing selection instead
+    spends the same budget."""
+    from fractions import Fraction
+    from itertools import combinations
+
+    from dpopt.model.domain import Domain
+    from dpopt.privacy.budget import Budget
+    from dpopt.privacy.randomness import make_random
+    from dpopt.strategy import wide_selection as ws
+
+    groups = (1, 7, 3, 1, 7, 4, 1, 2, 6, 1, 7, 3, 1, 1)
+    binary = random_sparse_network(45, seed=3).sample(4000, 103).codes
+    edges = np.concatenate([[0], np.cumsum(groups)])
+    codes = np.stack([binary[:, a:b] @ (1 << np.arange(b - a)[::-1]) for a, b in zip(edges[:-1], edges[1:])], 1)
+    domain = Domain(tuple(f"g{i}" for i in range(14)), tuple(2**g for g in groups))
+    data = Dataset(codes, domain)
+    sets = list(combinations(domain.attrs, 3))
+    budget = Budget.pure(Fraction(1, 10))
+    p = ws.plan_wide_selection(domain, sets, budget, "laplace")
+    assert p.one_way_fallback
+    accountant = budget.accountant()
+    out = ws.run_wide_selection(p, data, accountant, make_random(3))
+    assert out.mode == "one-way" and out.steer >= 1 and not out.chosen
+    assert len(out.measurements) == 2 * len(domain.attrs)                       # the one-way marginals, twice
+    assert sum(accountant.ledger_frame()["epsilon"], Fraction(0)) == Fraction(1, 10)
+    assert "selection could not pay for its noise" in out.describe()
+    forced = budget.accountant()
+    ws.run_wide_selection(p, data, forced, make_random(3), mode="select")
+    assert sum(forced.ledger_frame()["epsilon"], Fraction(0)) == Fraction(1, 10)
+
+
+def test_the_fallback_shares_minimise_the_workload_one_way_error():
+    """one_way_weights against a grid over the simplex (step 1/500): the expected workload L1 of
+    the one-way marginals measured alone, sum_a m_a n_a / epsilon_a, is least at shares
+    proportional to sqrt(m_a n_a); an attribute in no workload set gets nothing; and the stack of
+    every one-way marginal (scale d / epsilon on every cell) is never better."""
+    from dpopt.model.domain import Domain
+    from dpopt.strategy.wide_selection import one_way_weights
+
+    domain = Domain(("a", "b", "c", "z"), (2, 8, 32, 5))
+    workload = [("a", "b"), ("a", "c"), ("b", "c"), ("a", "b", "c"), ("c",)]
+    m = np.array([3, 3, 4]); n = np.array([2, 8, 32])
+    w = np.array(one_way_weights(domain, workload), dtype=float)
+    assert w[3] == 0 and np.allclose(w[:3] / w[:3].sum(), np.sqrt(m * n) / np.sqrt(m * n).sum(), atol=1e-3)
+
+    def error(shares):
+        return float(np.sum(m * n / shares))
+
+    x, y = np.meshgrid(np.arange(1, 500) / 500, np.arange(1, 500) / 500)
+    keep = x + y < 1
+    grid = np.stack([x[keep], y[keep], 1 - x[keep] - y[keep]], 1)
+    best = min(np.sum(m * n / grid, axis=1))
+    assert error(w[:3] / w[:3].sum()) <= best + 1e-9
+    assert error(w[:3] / w[:3].sum()) <= 3 * float(np.sum(m * n))  # the stack: scale 3 / epsilon everywhere
+
+
+def test_selection_is_blind_exactly_where_the_utility_bound_exceeds_every_deviation():
+    """selection_is_blind against the closed form 2 ln|C| / epsilon >= 2 n^ (the exponential
+    mechanism's utility bound at t = 0 against the largest L1 deviation of a table of total n^),
+    on either side of the boundary; one candidate is never blind."""
+    import math
+
+    from dpopt.strategy.wide_selection import selection_is_blind
+
+    total = 50_000.0
+    for candidates in (2, 1225, 4950):
+        edge = math.log(candidates) / total  # the epsilon at which 2 ln|C| / epsilon = 2 n^
+        assert selection_is_blind(candidates, edge * (1 - 1e-9), total)
+        assert not selection_is_blind(candidates, edge * (1 + 1e-9), total)
+    assert not selection_is_blind(1, 1e-12, total)
+    # d = 100 binary pairs at pure epsilon 0.1 with the plan's shares and the largest top-up: blind
+    from fractions import Fraction
+    from itertools import combinations
+
+    from dpopt.model.domain import Domain
+    from dpopt.privacy.budget import Budget
+    from dpopt.strategy import wide_selection as ws
+
+    domain = Domain(tuple(f"x{i}" for i in range(100)), (2,) * 100)
+    p = ws.plan_wide_selection(domain, list(combinations(domain.attrs, 2)), Budget.pure(Fraction(1, 10)), "laplace")
+    assert p.select_epsilon == Fraction(1, 10) * (1 - ws.ONE_WAY_SHARE - ws.PROBE_SHARE - Fraction(403, 1000)) \
+        / 100 * ws.SELECT_SHARE
+    assert selection_is_blind(len(p.candidates), p.select_epsilon, total)
+    assert not selection_is_blind(len(p.candidates), 10 * p.select_epsilon, total)  # epsilon 1
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_a_blind_selection_falls_back_to_the_one_way_marginals(wide):
+    """30 binary attributes, 4,000 records, pure ε 0.1: the first round's exponential mechanism
+    (epsilon about 4e-4, 435 pair candidates) has a utility bound wider than any deviation
+    (2 ln 435 / epsilon > 2 n^), so the rest measures the one-way marginals; the ledger is exact."""
+    from fractions import Fraction
+    from itertools import combinations
+
+    from dpopt.privacy.budget import Budget
+    from dpopt.privacy.randomness import make_random
+    from dpopt.strategy import wide_selection as ws
+
+    net, data = wide
+    budget = Budget.pure(Fraction(1, 10))
+    p = ws.plan_wide_selection(data.domain, list(combinations(data.domain.attrs, 2)), budget, "laplace")
+    accountant = budget.accountant()
+    out = ws.run_wide_selection(p, data, accountant, make_random(1))
+    assert out.mode == "one-way" and out.blind and not out.chosen
+    assert 2 * np.log(len(p.candidates)) / float(p.select_epsilon) >= 2 * out.total  # blind even at the plan's epsilon
+    assert "utility bound exceeds any deviation" in out.describe() and out.info()["blind"] is True
+    assert sum(accountant.ledger_frame()["epsilon"], Fraction(0)) == Fraction(1, 10)

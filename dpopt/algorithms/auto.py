@@ -226,6 +226,9 @@ class AutoWidePlan:
     cells: int
     selection: object = None  # dpopt.strategy.wide_selection.WideSelectionPlan
     tree_cells: int = 0  # the junction tree of every workload set and one-way (bounds the smooth estimate's)
+    #: The most clique cells a least-squares fit of this plan can hold: every fit it runs is held to
+    #: wide_selection.fit_in_reach (0 when no least-squares fit is in reach, so none runs).
+    l2_cells: int | None = None
 
 
 @register
@@ -366,6 +369,10 @@ class Auto(Algorithm):
         from dpopt.estimate.marginal_space.estimator import SMOOTH_TREE_CELLS
 
         cells = getattr(plan.details, "cells", 0)
+        # Every least-squares fit the plan runs is held to wide_selection.fit_in_reach (the fit of
+        # "all" before any draw, each selection's pick before it is measured): charge what it can hold.
+        held = getattr(plan.details, "l2_cells", None)
+        cells = cells if held is None else min(cells, held)
         least_squares = ("the marginal-space estimate", ("workload",), float(cells) * SOLVER_BYTES_PER_CELL,
                          f"{cells:,} marginal cells", "name fewer or smaller marginals in [workload]")
         if self.params.estimator == "l2":
@@ -387,7 +394,12 @@ class Auto(Algorithm):
         from dpopt.errors import DomainError
         from dpopt.estimate.marginal_space import EXACT_CELLS, MAX_CLIQUE_CELLS
         from dpopt.estimate.marginal_space.estimator import SMOOTH_TREE_CELLS
-        from dpopt.strategy.wide_selection import plan_wide_selection
+        from dpopt.strategy.wide_selection import (
+            ALL_L2_CELLS,
+            DECOMPOSABLE_L2_CELLS,
+            least_squares_reach,
+            plan_wide_selection,
+        )
 
         if not workload.is_marginal:
             raise ParameterError(f"workload: the domain has {domain.size:.3g} cells, beyond the dense table "
@@ -419,7 +431,12 @@ class Auto(Algorithm):
                  f"how to fit ([auto] estimator = {self.params.estimator!r}): estimated in marginal space, {cells:,} "
                  f"marginal cells; {how}; the full table is never formed"
                  + ("; integer marginals from synthetic records" if constraints.integral else "")]
-        details = AutoWidePlan(workload, mechanism, tuple(sets), cells, selection, tree)
+        # The largest least-squares fit any run of this plan can hold: every fit is held to
+        # fit_in_reach, whose least-squares limit (least_squares_reach) is at most DECOMPOSABLE_L2_CELLS;
+        # and none runs when least squares on the workload's sets is already out of reach.
+        reach = least_squares_reach(domain, list(sets) + [(a,) for a in domain.attrs])
+        l2_cells = min(cells, max(ALL_L2_CELLS, DECOMPOSABLE_L2_CELLS)) if reach.fits else 0
+        details = AutoWidePlan(workload, mechanism, tuple(sets), cells, selection, tree, l2_cells)
         return self.new_plan(domain, constraints, budget, steps=selection.steps(), details=details, lines=lines)
 
     def _wide_tree(self, domain, constraints, sets) -> int:

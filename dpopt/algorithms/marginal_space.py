@@ -390,24 +390,23 @@ def not_certified_message(estimate) -> str:
 
 
 def least_squares_size_warning(domain, sets, choice, cells: int) -> list[str]:
-    """A plan line (``dpopt check``) when least squares on the local relaxation of cyclic sets is
-    larger than any such problem that certified in bounded time in the measured runs
-    (:data:`~dpopt.strategy.wide_selection.ALL_L2_CELLS`, whose evidence is in that module's
-    notes; decomposable families certified beyond it, so they are not warned). ``auto``'s wide plan
-    avoids such a fit before any draw; an explicit spec is the user's choice, so it is warned, not
-    refused: a fit that is not certified by ``time_limit`` releases nothing, after the budget is
-    spent."""
-    from dpopt.estimate.marginal_space.layout import is_decomposable
-    from dpopt.strategy.wide_selection import ALL_L2_CELLS
+    """A plan line (``dpopt check``) when least squares on the local relaxation is beyond the one
+    rule of :func:`~dpopt.strategy.wide_selection.least_squares_reach` (cyclic sets above
+    ``ALL_L2_CELLS``, decomposable ones above ``DECOMPOSABLE_L2_CELLS``; the evidence is in its
+    docstring). ``auto``'s wide plan avoids such a fit before any draw; an explicit spec is the
+    user's choice, so it is warned, not refused: a fit that is not certified by ``time_limit``
+    releases nothing, after the budget is spent. ``cells`` is unused (the rule counts them)."""
+    from dpopt.strategy.wide_selection import least_squares_reach
 
-    if choice.objective != "l2" or choice.table or cells <= ALL_L2_CELLS:
+    if choice.objective != "l2" or choice.table:
         return []
-    if is_decomposable(maximal_sets([tuple(sorted(domain.axes(s))) for s in sets if s])):
+    reach = least_squares_reach(domain, sets)
+    if reach.fits:
         return []
-    return [f"warning: least squares over {cells:,} clique cells of cyclic sets, above ALL_L2_CELLS = "
-            f"{ALL_L2_CELLS:,}: in the measured runs such problems did not certify within 10-25 CPU-minutes "
-            "(dpopt.strategy.wide_selection's notes); a fit not certified by time_limit releases nothing, after "
-            "the budget is spent. Measure fewer or smaller marginals, or use the algorithm auto"]
+    return [f"warning: least squares: {reach.reason} (in the measured runs larger problems did not certify within "
+            "10-25 CPU-minutes; dpopt.strategy.wide_selection.least_squares_reach); a fit not certified by "
+            "time_limit releases nothing, after the budget is spent. Measure fewer or smaller marginals, or use the "
+            "algorithm auto"]
 
 
 def marginal_release_answers(domain, sets, marginal_of, records: np.ndarray | None, measurements, integral: bool):

@@ -53,6 +53,51 @@ for differentially private synthetic data", VLDB 2022):
    With ``anneal=True`` (off by default) AIM's budget annealing (McKenna et al. 2022, Alg. 1,
    lines 13-14) doubles the rounds' share (halves their noise) after a measurement that moved the
    model by no more than its expected noise; the last round takes what is left.
+   **When selection cannot pay** (the one-way fallback). The probe's deviation ``D^`` mixes real
+   dependence with the one-way model's own noise; the latter's expected part is public
+   (:func:`model_noise`: ``nu = mean_C min(sum_{a in C} n_a E|z_1|, 2 n^)``, first order, capped at
+   the largest L1 distance between two tables of total ``n^``). When ``nu >= D^`` the probe cannot
+   tell dependence from noise, and the selection's scores, which subtract only the measurement's
+   noise, rank the model's noise: candidates over many-valued attributes (whose one-way noise is
+   largest) win. If moreover the top-up rule at ``phi = 1`` (:func:`one_way_top_up`) finds that no
+   second one-way measurement pays for selection — measuring a candidate costs more than any better
+   one-way model saves, which is what many-valued attributes under pure ε give (Laplace noise on
+   the one-way stack has L1 sensitivity ``d``; x = 0 is then the grid's minimiser) — then no selected
+   set is expected to pay for its noise, and the rest of the budget measures the one-way marginals
+   again, each workload attribute's alone with a share proportional to ``sqrt(m_a n_a)`` (``m_a``
+   workload sets hold it; :func:`one_way_weights`: the least expected workload L1 under Laplace
+   noise, where one stack would put scale ``d / epsilon`` on every cell); the fit combines them with
+   the first measurement: ``mode = "one-way"``. The
+   second condition is public, so the plan says whether the fallback is open
+   (``WideSelectionPlan.one_way_fallback``). Found and validated on generated data, not adult
+   (``bench_wide_rule.py --groups 1,7,3,1,7,4,1,2,6,1,7,3,1,1``: 14 attributes of 2-128 values
+   merged from a network's 45 binary attributes, every triple, pure ε 0.1, networks 3 / 4 / 5,
+   seeds 1-2, mean L1/n): the fallback fired in every run, 0.641 / 0.565 / 0.860 (selection) →
+   0.299 / 0.284 / 0.300 (0.337 / 0.325 / 0.344 with the rest on one stack); measuring the chain
+   of triples directly 0.615 / 0.545 / 0.542, the one-way stack with the whole budget 0.332 /
+   0.328 / 0.342, independence from the exact one-ways (not private) 0.208 / 0.205 / 0.220. At
+   ε 1 it did not fire (``nu / D^`` 0.84-0.93). On binary data a top-up pays, so the fallback is
+   closed and nothing changed (pure ε 0.1 and 1, d = 27 triples, d = 50 and 100 pairs; zCDP
+   unchanged everywhere). ``nu >= D^`` alone would have fired there too: better on pairs at ε 0.1
+   (d = 50: 0.054 → 0.036) but worse on triples (d = 27: 0.071 → 0.090) and on pairs at ε 1 (one
+   run, 0.009 → 0.021), so it is not the rule.
+
+   The fallback is also taken when the exponential mechanism is *blind*
+   (:func:`selection_is_blind`): its utility guarantee at the first round's epsilon, a pick within
+   ``2 ln|C| / epsilon`` of the best (Dwork and Roth 2014, Theorem 3.11, at ``t = 0``), is wider
+   than any deviation can be (``2 n^``), so the choice is not guaranteed to beat a blind one. On
+   the validation grid this fires only for d = 100 binary pairs at pure ε 0.1 (network 3, seeds
+   1-2): 0.092 → 0.058 (exact independence 0.011). Binary pairs at d = 50 and pure ε 0.1 stay
+   with selection (0.050-0.054 where the fallback gives 0.036-0.039): open.
+
+   **Each pick's fit stays in reach.** A fit that does not finish releases nothing after the whole
+   budget is spent, so before a pick is measured the fit of the measured sets with it is checked
+   (:func:`fit_in_reach`, public sizes and earlier noisy choices only: the smooth estimate's
+   junction tree within ``SMOOTH_TREE_CELLS``, else least squares within
+   :func:`least_squares_reach`). A pick out of reach is not measured; its measurement's share goes
+   to the rounds to come, so the ledger still sums to the budget. When least squares on the
+   workload's own sets is out of reach and no selection can make the fit smooth (``estimator =
+   "l2"``, or a constraint the smooth estimate cannot keep), the plan is refused before any draw.
 4. The caller fits every workload marginal from all these measurements
    (:func:`~dpopt.estimate.marginal_space.estimate_marginals`); the prior completes the unmeasured.
 
@@ -65,19 +110,14 @@ their fit is the estimator's with the release's options (``choose_objective`` un
 
 * the smooth estimate on a junction tree of at most ``SMOOTH_TREE_CELLS`` cells: allowed (it
   certified in every run of issue 27, in seconds to minutes);
-* least squares on the local relaxation: allowed up to :data:`ALL_L2_CELLS` = 2^20 clique cells.
-  The limit rests on solve times, never on an error figure (``bench_wide.py --cases adult-slice``
-  and issue 27's closing notes, zCDP ε 1 unless said, CPU seconds under load). Certified: every
-  triple of 8 adult attributes (age, education-num, marital-status, occupation, race,
-  hours-per-week, income, sex: 56 cyclic triples, 554 k clique
-  cells: gap 2.1e-8 in 84 CPU-s), and adult's chain (12 triples, 1.54 M cells, decomposable:
-  105-181 CPU-s at ε 0.1 and 1, zCDP and pure). Not certified: the same 8 attributes with
-  capital-loss for education-num (56 triples, 1.77 M cells: gap 5.9e-4 at the 619 CPU-s limit),
-  every triple of those 9 attributes (84 triples, 2.34 M cells: not within 700 CPU-s) and all 364
-  triples (20.9 M cells: not within 1,500). Cyclic sets, not cells alone, make the solve hard
-  (the decomposable chain certifies at 1.54 M where 56 cyclic triples fail at 1.77 M), so the
-  limit sits between the largest cyclic case certified and the smallest one not: a judgement
-  between two measured points (no case between 554 k and 1.77 M was run), not a derived constant.
+* least squares on the local relaxation (its cliques: the measured sets and the workload's):
+  allowed by the one rule for least squares, :func:`least_squares_reach` — at most
+  :data:`ALL_L2_CELLS` = 2^20 clique cells, or :data:`DECOMPOSABLE_L2_CELLS` = 2^21 when the sets
+  are decomposable. Its docstring has the evidence (solve times, never an error figure: cyclic
+  triples certified at 554 k cells and not at 1.77 M; adult's decomposable chain certified at
+  1.54 M). The ``marginal_space`` algorithm's plan warning reads the same rule. "All" used to be
+  held to 2^20 whatever the sets; the decomposable limit opens it for adult's chain under
+  ``estimator = "l2"`` (1.54 M cells), the one plan of ``auto`` this changes.
 
 Beyond either limit only selection runs (T sets, each at most one workload set). Adult with every
 3-way marginal is such a case: at the issue's budgets the probe chose selection anyway (expected
@@ -125,12 +165,13 @@ from itertools import combinations
 
 import numpy as np
 
-from dpopt.errors import ParameterError
+from dpopt.errors import DomainError, ParameterError
 from dpopt.privacy.accountant import PrivacyCost
 
-__all__ = ["WideSelectionPlan", "WideSelection", "AllFit", "plan_wide_selection", "run_wide_selection",
-           "measure_all_fit", "selection_scores", "selection_probabilities", "one_way_top_up",
-           "ONE_WAY_SHARE", "PROBE_SHARE", "SELECT_SHARE", "CANDIDATE_LIMIT", "ALL_L2_CELLS"]
+__all__ = ["WideSelectionPlan", "WideSelection", "AllFit", "LeastSquaresReach", "plan_wide_selection",
+           "run_wide_selection", "measure_all_fit", "fit_in_reach", "least_squares_reach", "model_noise",
+           "one_way_weights", "selection_is_blind", "selection_scores", "selection_probabilities", "one_way_top_up",
+           "ONE_WAY_SHARE", "PROBE_SHARE", "SELECT_SHARE", "CANDIDATE_LIMIT", "ALL_L2_CELLS", "DECOMPOSABLE_L2_CELLS"]
 
 #: Share of the budget for the mean-deviation probe that decides between measuring all and selecting.
 PROBE_SHARE = Fraction(1, 100)
@@ -148,6 +189,9 @@ TOP_UP_NOISE_FRACTION = 0.5
 #: fit for which ``mode = "all"`` is allowed (module notes, *Can the fit of "all" finish?*: the evidence,
 #: solve times on adult's chain and slices, ``bench_wide.py --cases adult-slice``).
 ALL_L2_CELLS = 2**20
+#: The most clique cells of a least-squares fit over *decomposable* sets (:func:`least_squares_reach`):
+#: adult's chain of 12 triples (1.54 M cells) certified in 105-181 CPU-s; no larger decomposable case was run.
+DECOMPOSABLE_L2_CELLS = 2**21
 #: Denominator of the rational epsilon used for a zCDP selection.
 _EPS_DENOMINATOR = 2**30
 
@@ -201,6 +245,12 @@ class WideSelectionPlan:
     top_up: PrivacyCost | None = None
     top_up_rule: bool = False
     all_fit: "AllFit | None" = None
+    #: The fit's options (keywords of :func:`fit_in_reach`): each pick is measured only if the fit of the
+    #: measured sets stays in reach (module notes, step 3).
+    fit: dict = field(default_factory=dict)
+    #: Whether the one-way fallback of step 3 is open: the top-up rule (:func:`one_way_top_up`, at
+    #: ``phi = 1``) finds that no second one-way measurement pays for selection.
+    one_way_fallback: bool = False
 
     def steps(self) -> list:
         """The plan's privacy-spending steps (:class:`~dpopt.algorithms.base.PlannedMeasure`), shares exact:
@@ -234,7 +284,13 @@ class WideSelectionPlan:
                 + (f"a second one-way measurement (at most {f(self.top_up)}) and " if self.top_up is not None else "")
                 + f"{self.rounds} rounds, each an exponential-mechanism choice among "
                 f"{len(self.candidates)} candidates ({f(self.select_cost)}) and its measurement "
-                f"({f(self.measure_cost)})", *allowed]
+                f"({f(self.measure_cost)}), a pick measured only if the fit of the measured sets stays in reach "
+                f"(else its measurement's share goes to the rounds to come)"
+                + "; or the one-way marginals again with the rest (" + f(self.rest) + ") when selection cannot pay "
+                "for its noise: " + ("the one-way model's expected noise is at least the probe's deviation (no second "
+                                     "one-way measurement pays for selection here), or " if self.one_way_fallback
+                                     else "") + "the exponential mechanism's utility bound exceeds any deviation",
+                *allowed]
 
 
 def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int | None = None,
@@ -286,10 +342,17 @@ def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int
     one_way, probe, rest = budget.share(ONE_WAY_SHARE), budget.share(PROBE_SHARE), budget.share(left)
     rounds_part = _scale(rest, (left - top_up) / left)
     select_cost, measure_cost, eps = _round_costs(_scale(rounds_part, Fraction(1, rounds)), accounting, select_share)
+    fit = dict(fit or {})
+    # The selection's fit holds the workload's sets whatever is chosen: when it is least squares for
+    # any choice (the one-way marginals alone already give least squares), it must be in reach here.
+    fewest = fit_in_reach(domain, [(a,) for a in domain.attrs], sets, **fit, what="on the one-way marginals")
+    if not fewest.fits:
+        raise DomainError(f"no selection's fit can finish: {fewest.reason}; name fewer or smaller "
+                          "marginals" + (", or use estimator 'auto'" if fit.get("objective", "auto") != "auto" else ""))
     return WideSelectionPlan(domain, sets, candidates, accounting, mechanism, one_way, probe, rest, rounds,
                              select_cost, measure_cost, eps, select_share, bool(anneal),
                              _scale(rest, top_up / left) if top_up else None, rule,
-                             measure_all_fit(domain, sets, **(fit or {})))
+                             measure_all_fit(domain, sets, **fit), fit, rule and not top_up)
 
 
 @dataclass(frozen=True)
@@ -352,29 +415,105 @@ def measure_all_fit(domain, sets, constraints=None, *, objective: str = "auto", 
     -------
     AllFit
     """
-    from dpopt.estimate.marginal_space.layout import clique_cells
+    measured = [tuple(s) for s in sets] + [(a,) for a in domain.attrs]
+    return fit_in_reach(domain, measured, sets, constraints, objective=objective, total=total, shrink=shrink,
+                        nonnegative=nonnegative, what="on every workload set")
+
+
+def fit_in_reach(domain, measured, workload, constraints=None, *, objective: str = "auto", total="auto",
+                 shrink: bool = False, nonnegative: bool = True, what: str = "") -> AllFit:
+    """Can the fit of these measured sets, answering ``workload``, finish? Public sizes only.
+
+    The fit is :func:`~dpopt.estimate.marginal_space.estimate_marginals`'s with these options: under
+    ``objective = "auto"`` the rule of
+    :func:`~dpopt.estimate.marginal_space.estimator.choose_objective` (the smooth estimate on a
+    junction tree of at most ``SMOOTH_TREE_CELLS`` cells, its own limit: it certified in every run of
+    issue 27), else least squares, held to :func:`least_squares_reach` (the one rule for least
+    squares, with its evidence) over its cliques: the measured sets and the workload's. Used for
+    ``mode = "all"`` (:func:`measure_all_fit`) and for each pick of the selection (module notes,
+    step 3), before the pick is measured.
+    """
     from dpopt.estimate.marginal_space.estimator import SMOOTH_TREE_CELLS, choose_objective
 
-    measured = [tuple(s) for s in sets] + [(a,) for a in domain.attrs]
+    measured, workload = [tuple(s) for s in measured], [tuple(s) for s in workload]
     if objective != "l2":
-        choice = choose_objective(domain, measured, sets, constraints, total=total, shrink=shrink,
+        choice = choose_objective(domain, measured, workload, constraints, total=total, shrink=shrink,
                                   nonnegative=nonnegative, exact_cells=0)
         if choice.objective == "smooth":
             return AllFit(True, "smooth", int(choice.tree_cells), SMOOTH_TREE_CELLS, choice.reason)
         if objective == "smooth":
             return AllFit(False, "smooth", int(choice.tree_cells or 0), SMOOTH_TREE_CELLS,
-                          f"objective 'smooth' on every workload set: {choice.reason}")
+                          f"objective 'smooth'{' ' + what if what else ''}: {choice.reason}")
         why = choice.reason
     else:
         why = "least squares: objective 'l2'"
-    cells = clique_cells(domain, measured)
-    if cells <= ALL_L2_CELLS:
-        return AllFit(True, "l2", cells, ALL_L2_CELLS,
-                      f"{why}; its local relaxation holds {cells:,} clique cells, at most ALL_L2_CELLS = "
-                      f"{ALL_L2_CELLS:,}")
-    return AllFit(False, "l2", cells, ALL_L2_CELLS,
-                  f"{why}; its local relaxation would hold {cells:,} clique cells, above ALL_L2_CELLS = "
-                  f"{ALL_L2_CELLS:,}, beyond which a certified least-squares fit is not known to finish")
+    reach = least_squares_reach(domain, measured + workload)
+    return AllFit(reach.fits, "l2", reach.cells, reach.limit, f"{why}; {reach.reason}")
+
+
+@dataclass(frozen=True)
+class LeastSquaresReach:
+    """:func:`least_squares_reach`'s answer: whether the fit is in reach, its clique cells, the limit
+    that applies (:data:`ALL_L2_CELLS` or :data:`DECOMPOSABLE_L2_CELLS`), whether the sets are
+    decomposable, and a one-line reason naming the limit."""
+
+    fits: bool
+    cells: int
+    limit: int
+    decomposable: bool
+    reason: str
+
+
+def least_squares_reach(domain, sets) -> LeastSquaresReach:
+    """Can a certified least-squares fit over these measured sets finish? Public sizes only.
+
+    The one rule for every least-squares fit in marginal space (``auto``'s wide plan for
+    ``mode = "all"`` and for its selection, :func:`measure_all_fit`; the ``marginal_space``
+    algorithm's plan warning, :func:`dpopt.algorithms.marginal_space.least_squares_size_warning`).
+    The fit is residual least squares, then the certified projection over the local relaxation
+    whose cliques are the maximal sets (:func:`~dpopt.estimate.marginal_space.layout.clique_cells`).
+    It is in reach when that relaxation holds
+
+    * at most :data:`ALL_L2_CELLS` = 2^20 clique cells, or
+    * at most :data:`DECOMPOSABLE_L2_CELLS` = 2^21 clique cells and the maximal sets are
+      decomposable (the cliques of a chordal graph: the local polytope is then the marginal
+      polytope, Wainwright and Jordan 2008, §4.1).
+
+    Evidence (solve times, never error; zCDP ε 1 unless said, CPU seconds under load, issue 27's
+    closing notes and ``bench_wide.py --cases adult-slice | adult-chain``): cyclic sets certified at
+    554 k cells (every triple of 8 adult attributes, 56 triples: gap 2.1e-8 in 84 CPU-s) and did not
+    at 1.77 M (the same with capital-loss: gap 5.9e-4 at the 619 CPU-s limit), 2.34 M (84 triples,
+    not within 700 CPU-s) or 20.9 M (all 364 triples, not within 1,500); the decomposable chain of
+    adult (12 triples, 1.54 M cells) certified in 105-181 CPU-s at ε 0.1 and 1, zCDP and pure.
+    Cycles, not cells alone, make the solve hard, so the two families get two limits, each a
+    judgement just beyond its largest certified case (no cyclic case between 554 k and 1.77 M and no
+    decomposable case above 1.54 M was run), not a derived constant.
+
+    Parameters
+    ----------
+    domain : Domain
+    sets : iterable of attribute-name sequences
+        The measured sets (and any workload set the fit must hold).
+
+    Returns
+    -------
+    LeastSquaresReach
+    """
+    from dpopt.estimate.marginal_space.layout import clique_cells, is_decomposable, maximal_sets
+
+    sets = [tuple(s) for s in sets if s]
+    cells = clique_cells(domain, sets)
+    decomposable = is_decomposable(maximal_sets([tuple(sorted(domain.axes(s))) for s in sets]))
+    limit = DECOMPOSABLE_L2_CELLS if decomposable else ALL_L2_CELLS
+    name = "DECOMPOSABLE_L2_CELLS" if decomposable else "ALL_L2_CELLS"
+    kind = "decomposable" if decomposable else "cyclic"
+    if cells <= limit:
+        return LeastSquaresReach(True, cells, limit, decomposable,
+                                 f"its local relaxation holds {cells:,} clique cells of {kind} sets, at most "
+                                 f"{name} = {limit:,}")
+    return LeastSquaresReach(False, cells, limit, decomposable,
+                             f"its local relaxation would hold {cells:,} clique cells of {kind} sets, above {name} = "
+                             f"{limit:,}, beyond which a certified least-squares fit is not known to finish")
 
 
 def one_way_top_up(domain, candidates, rounds: int, accounting: str, select_share: Fraction = SELECT_SHARE,
@@ -563,23 +702,45 @@ class WideSelection:
     chosen: list
     total: float
     all_fit: AllFit | None = None
+    #: ``mode = "select"``: the share of the whole budget the second one-way measurement took, and the
+    #: share ``phi`` of the probe's deviation the first model's expected noise explains (step 3).
+    top_up: Fraction = Fraction(0)
+    phi: float | None = None
+    #: The first model's expected noise over the probe's noisy deviation (:func:`model_noise`; step 3).
+    steer: float | None = None
+    #: Picks not measured because the fit would have been out of reach: ``(set, reason, k)``, ``k`` the
+    #: number of sets chosen before it (step 3).
+    refused: list = field(default_factory=list)
+    #: ``mode = "one-way"``: whether the exponential mechanism was blind (:func:`selection_is_blind`).
+    blind: bool = False
 
     def info(self) -> dict:
         """For ``release.info``: the decision and its evidence (noisy, hence releasable), the chosen sets."""
         return {"mode": self.mode, "deviation": self.deviation, "expected_noise_all": self.expected_noise_all,
-                "chosen": [list(c) for c in self.chosen],
+                "chosen": [list(c) for c in self.chosen], "top_up": str(self.top_up), "phi": self.phi,
+                "steer": self.steer, "blind": self.blind,
+                "refused": [[list(c), why] for c, why, _ in self.refused],
                 "all_fit": None if self.all_fit is None else self.all_fit.info()}
 
     def describe(self) -> str:
+        if self.mode == "one-way":
+            why = ("the exponential mechanism's utility bound exceeds any deviation" if self.blind else
+                   f"the one-way model's expected noise is {self.steer:.3g} times the probe's noisy deviation, and "
+                   "measuring a candidate costs more than a better one-way model would save")
+            return (f"the one-way marginals measured again with the rest of the budget, each attribute's alone with a "
+                    f"share proportional to sqrt(sets holding it x its values): selection could not pay for its noise "
+                    f"({why})")
+        refused = (f"; {len(self.refused)} pick(s) not measured, the fit would have been out of reach "
+                   f"({self.refused[0][1]})" if self.refused else "")
         if self.mode == "all":
             return (f"every workload marginal measured (expected L1 noise {self.expected_noise_all:.3g} per marginal, "
                     f"at most the one-way model's noisy mean deviation {self.deviation:.3g})")
         if self.all_fit is not None and not self.all_fit.fits:
             return (f"{len(self.chosen)} marginals chosen by the exponential mechanism (measuring every workload "
-                    f"marginal is excluded before any draw: {self.all_fit.reason})")
+                    f"marginal is excluded before any draw: {self.all_fit.reason}){refused}")
         return (f"{len(self.chosen)} marginals chosen by the exponential mechanism (measuring every workload "
                 f"marginal would cost {self.expected_noise_all:.3g} L1 noise per marginal, above the one-way "
-                f"model's noisy mean deviation {self.deviation:.3g})")
+                f"model's noisy mean deviation {self.deviation:.3g}){refused}")
 
 
 def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: str = "auto") -> WideSelection:
@@ -592,9 +753,10 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
     accountant : Accountant
         Must afford the whole plan (checked before the first charge).
     rng : RandomSource
-    mode : {"auto", "all", "select"}
-        ``"auto"``: the probe decides (step 2); the others force a path (benchmarks, tests): the
-        probe is still charged and drawn, so the ledger is the same.
+    mode : {"auto", "all", "select", "one-way"}
+        ``"auto"``: the probe decides (steps 2 and 3); the others force a path (benchmarks, tests):
+        the probe is still charged and drawn, so the ledger is the same. ``"one-way"`` is step 3's
+        fallback: the rest measures the one-way marginals again.
 
     Returns
     -------
@@ -602,8 +764,8 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
         The measurements (one per marginal: the one-way marginals, then the workload's or the
         chosen ones) for :func:`~dpopt.estimate.marginal_space.estimate_marginals`.
     """
-    if mode not in ("auto", "all", "select"):
-        raise ParameterError(f"mode must be 'auto', 'all' or 'select', got {mode!r}")
+    if mode not in ("auto", "all", "select", "one-way"):
+        raise ParameterError(f"mode must be 'auto', 'all', 'select' or 'one-way', got {mode!r}")
     from dpopt.model.queries.marginal import Marginal
     from dpopt.privacy.mechanisms import calibrate, exponential_mechanism, measure
 
@@ -638,17 +800,28 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
         rest = _measure_stack(query_all, law_all, data, accountant, rng, "workload marginals",
                               {candidates[i]: v for i, v in true.items()})
         return WideSelection(measured + rest, "all", deviation, expected_all, [], total, plan.all_fit)
-    rounds_part, top_up = plan.rest, plan.top_up
+    # Can the probe steer selection (module notes, step 3)? Public values and noisy releases only.
+    first = calibrate(ones_query, plan.one_way, plan.mechanism)
+    steer = model_noise(domain, candidates, _mean_abs(first), total) / max(deviation, 1.0)
+    rounds_part, top_up, phi = plan.rest, plan.top_up, None
     if plan.top_up_rule and top_up is not None:
         # The share of the probe's deviation that the first model's one-way noise explains (public
         # expected noise over a noisy release): the top-up weighs the model's noise by it.
-        first = calibrate(ones_query, plan.one_way, plan.mechanism)
         one_cells = np.mean([sum(domain.project([a]).size for a in c) for c in candidates])
         phi = min(1.0, float(one_cells) * _mean_abs(first) / max(deviation, 1.0))
         # Below TOP_UP_NOISE_FRACTION real dependence dominates what selection ranks: no top-up.
         x = one_way_top_up(domain, candidates, plan.rounds, plan.accounting, plan.select_share, phi) \
             if phi >= TOP_UP_NOISE_FRACTION else Fraction(0)
         top_up = _scale(plan.rest, x / (1 - ONE_WAY_SHARE - PROBE_SHARE)) if x else None
+    # The first round's exponential-mechanism epsilon: its utility bound (selection_is_blind).
+    first_eps = _round_costs(_scale(plan.rest if top_up is None else _minus(plan.rest, top_up),
+                                    Fraction(1, plan.rounds)), plan.accounting, plan.select_share)[2]
+    blind = selection_is_blind(len(candidates), first_eps, total)
+    steers = not (plan.one_way_fallback and steer >= 1)
+    if mode == "one-way" or (mode == "auto" and (not steers or blind)):
+        again = _measure_one_ways(domain, plan, data, accountant, rng)
+        return WideSelection(measured + again, "one-way", deviation, expected_all, [], total, plan.all_fit,
+                             Fraction(1) - ONE_WAY_SHARE - PROBE_SHARE, None, steer, blind=blind and steers)
     if top_up is not None:
         # The second one-way measurement (one_way_top_up), combined with the first by inverse variance.
         again = _measure_stack(ones_query, calibrate(ones_query, top_up, plan.mechanism), data, accountant,
@@ -661,6 +834,7 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
         rounds_part = _minus(plan.rest, top_up)
     modelled = {i: model.counts(c) for i, c in enumerate(candidates)}
     chosen: list[tuple] = []
+    refused: list[tuple] = []  # picks not measured: the fit would be out of reach (step 3)
     open_ = np.ones(len(candidates), dtype=bool)
     sizes = np.array([domain.project(list(c)).size for c in candidates], dtype=np.float64)
     left, share, t = Fraction(1), Fraction(1, plan.rounds), 0  # of `rounds_part`: still to spend, a round's
@@ -675,6 +849,16 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
         pick = int(here[exponential_mechanism(scores, eps, accountant, rng, sensitivity=1.0,
                                               label=f"wide selection round {t + 1}")])
         attrs = candidates[pick]
+        open_[pick] = False
+        reach = fit_in_reach(domain, ones + chosen + [attrs], plan.workload, **plan.fit)
+        if not reach.fits:
+            # The fit would be out of reach (fit_in_reach): the pick is not measured, and its
+            # measurement's share goes to the rounds to come (the ledger still sums to the budget).
+            refused.append((attrs, reach.reason, len(chosen)))
+            carried = measure_cost.rho / rounds_part.rho if plan.accounting == "zcdp" else \
+                measure_cost.epsilon / rounds_part.epsilon
+            left, t = left - part + carried, t + 1
+            continue
         q = Marginal(domain, attrs)
         m = measure(q, data, calibrate(q, measure_cost, plan.mechanism), accountant, rng,
                     label=f"selected {', '.join(attrs)}", answers=read(pick))
@@ -688,14 +872,83 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
         # is left: halve the noise of the rounds to come. Reads noisy answers only (post-processing).
         if plan.anneal and np.abs(model.counts(attrs) - before).sum() <= sizes[pick] * _mean_abs(law):
             share = min(share * grow, left) if left > 0 else share
-        open_[pick] = False
         # Candidates meeting the new set in two attributes or more change their model.
         touched = [i for i in np.flatnonzero(open_) if len(set(candidates[i]) & set(attrs)) >= 2]
         for i in touched:
             modelled[i] = model.counts(candidates[i])
             if set(candidates[i]) <= set(attrs):
                 open_[i] = False  # a subset of a measured set: known
-    return WideSelection(measured, "select", deviation, expected_all, chosen, total, plan.all_fit)
+    whole = _sum_costs(plan)
+    top_share = Fraction(0) if top_up is None else (top_up.rho / whole.rho if plan.accounting == "zcdp"
+                                                    else top_up.epsilon / whole.epsilon)
+    return WideSelection(measured, "select", deviation, expected_all, chosen, total, plan.all_fit, top_share, phi,
+                         steer, refused)
+
+
+def model_noise(domain, candidates, one_way_noise: float, total: float) -> float:
+    """The expected L1 deviation of the selection model from the product of the *exact* one-way
+    marginals that the one-way noise alone causes, on average over ``candidates`` (first order,
+    capped): ``mean_C min(sum_{a in C} n_a E|z|, 2 n^)``. To first order the product's L1 error is the
+    sum of its factors' (:func:`one_way_top_up`); the cap is the largest L1 distance between two
+    tables of total ``n^`` (the model is normalised to the noisy total). Public: the cells ``n_a``,
+    the one-way law's ``E|z|`` and the noisy total."""
+    one_cells = np.array([sum(domain.project([a]).size for a in c) for c in candidates], dtype=np.float64)
+    cap = 2.0 * max(float(total), 1.0)
+    return float(np.mean(np.minimum(one_cells * float(one_way_noise), cap))) if len(one_cells) else 0.0
+
+
+def selection_is_blind(candidates: int, epsilon, total: float) -> bool:
+    """Whether the exponential mechanism's utility guarantee says nothing about the data: its pick
+    scores at least ``OPT - 2 (ln|C| + t) / epsilon`` with probability ``1 - e^-t`` (sensitivity 1;
+    Dwork and Roth 2014, Theorem 3.11, after McSherry and Talwar 2007 — the book is not in our
+    search corpus, so the constant was not checked against it), and a candidate's deviation from
+    the model lies in ``[0, 2 n^]`` (the L1 distance of two tables of total ``n^``). When even
+    ``t = 0`` gives ``2 ln|C| / epsilon >= 2 n^`` the bound is weaker than any deviation can be:
+    the pick is not guaranteed to beat a blind one (module notes, step 3). Public: the number of
+    candidates, the round's epsilon and the noisy total."""
+    return candidates > 1 and 2 * math.log(candidates) / float(epsilon) >= 2 * max(float(total), 1.0)
+
+
+def one_way_weights(domain, workload) -> list:
+    """Integer weights of the fallback's one-way measurements (module notes, step 3): attribute
+    ``a`` (``n_a`` cells, in ``m_a`` workload sets) gets a share of the rest proportional to
+    ``sqrt(m_a n_a)``: the integers ``round(1000 sqrt(m_a n_a))``, so each share is an exact fraction
+    and the ledger sums exactly.
+
+    Why: measured alone, ``a``'s marginal has L1 sensitivity 1, so under Laplace noise of scale
+    ``1 / epsilon_a`` its expected L1 error is ``n_a / epsilon_a``; the workload's error adds each
+    attribute's once per set holding it, ``sum_a m_a n_a / epsilon_a``, which under
+    ``sum_a epsilon_a = epsilon`` is least at ``epsilon_a`` proportional to ``sqrt(m_a n_a)``
+    (Lagrange: ``m_a n_a / epsilon_a^2`` equal across attributes). Against one stack of the d
+    marginals (scale ``d / epsilon`` on every cell) the error ``(sum_a sqrt(m_a n_a))^2`` replaces ``d sum_a m_a n_a``: equal for equal attributes,
+    smaller for adult's 2-100 values. Attributes in no workload set get 0 (not measured again)."""
+    counts = {a: 0 for a in domain.attrs}
+    for s in workload:
+        for a in s:
+            counts[a] += 1
+    return [round(1000 * math.sqrt(counts[a] * domain.project([a]).size)) for a in domain.attrs]
+
+
+def _measure_one_ways(domain, plan, data, accountant, rng) -> list:
+    """The fallback's measurements: every workload attribute's one-way marginal alone, with a share
+    of ``plan.rest`` proportional to :func:`one_way_weights` (Laplace noise; with Gaussian noise
+    the stack, as the first measurement, since the rule is Laplace's)."""
+    from dpopt.model.queries.marginal import Marginal
+    from dpopt.privacy.mechanisms import calibrate, measure
+
+    ones = [(a,) for a in domain.attrs]
+    if plan.mechanism != "laplace":
+        stack = _stack(domain, ones)
+        return _measure_stack(stack, calibrate(stack, plan.rest, plan.mechanism), data, accountant, rng,
+                              "one-way marginals (the rest: selection cannot pay for its noise)")
+    weights = one_way_weights(domain, plan.workload)
+    whole, out = sum(weights), []
+    for (a,), w in zip(ones, weights):
+        if w:
+            q = Marginal(domain, (a,))
+            out.append(measure(q, data, calibrate(q, _scale(plan.rest, Fraction(w, whole)), plan.mechanism),
+                               accountant, rng, label=f"one-way {a} (the rest: selection cannot pay for its noise)"))
+    return out
 
 
 def _candidate_pool(candidates, rng) -> list:

@@ -310,13 +310,15 @@ def selected_rows(data, sets, budget, seed, truths, population, n, time_limit, e
     tick, cpu = time.perf_counter(), time.process_time()
     plan = plan_wide_selection(data.domain, sets, budget, budget.noise(None))
     chosen = run_wide_selection(plan, data, budget.accountant(), make_random(seed))
-    row, est = space_row(f"auto wide ({chosen.mode}, {len(chosen.chosen) or len(sets)} measured)",
+    measured = len(chosen.chosen) if chosen.mode == "select" else len(sets) if chosen.mode == "all" else 0
+    row, est = space_row(f"auto wide ({chosen.mode}, {measured} workload-sized measured)",
                          chosen.measurements, sets, truths, n, time_limit=time_limit)
     row["seconds"], row["cpu_seconds"] = time.perf_counter() - tick, time.process_time() - cpu
     fits = getattr(plan, "all_fit", None)
     row.update(mode=chosen.mode, all_fits=None if fits is None else fits.fits,
                gap=est.info.get("certificate", {}).get("gap"), chosen=chosen.info()["chosen"],
-               one_way_measurements=len(chosen.measurements) - len(chosen.chosen or sets))
+               one_way_measurements=len(chosen.measurements) - measured, steer=chosen.steer,
+               top_up=str(chosen.top_up), refused=len(chosen.refused))
     rows = [row]
     if est.success:
         if population is not None:

@@ -12,12 +12,23 @@ not a release). ``--objective`` is the estimate's (default ``auto``, the release
 small junction tree); the figures in :mod:`dpopt.strategy.wide_selection`'s notes were taken with
 least squares, before that rule existed: ``--objective l2`` reproduces them.
 
+``--groups`` merges consecutive binary attributes into attributes of ``2^g`` values (as
+bench_wide_smooth.py: every k-set is the workload, ``--eval`` drawn sets scored); ``--verbose``
+prints per seed the budget split, the probe, ``steer`` (the one-way model's expected noise over the
+probe's deviation), the top-up and the chosen sets with their cells and exact deviation from
+independence; a config ``{"fixed": "chain" | "one-way" | "chain+1"}`` measures that fixed plan with
+equal shares instead, and ``{"mode": "select"}`` forces selection (the default before the one-way
+fallback, module notes step 3).
+
 Run (one case per line; ``configs`` is a JSON list of settings, ``{}`` for the defaults)::
 
     OPENBLAS_NUM_THREADS=1 nice -n 10 python examples/benchmarks/bench_wide_rule.py --d 100 --k 2 --net 4 \\
         --seeds 1 2 3 4 5 --configs '[{}, {"top": 0}, {"top": "1/5"}]'
     OPENBLAS_NUM_THREADS=1 nice -n 10 python examples/benchmarks/bench_wide_rule.py --d 27 --k 3 --net 3 \\
         --seeds 1 2 --configs '[{"top": 0, "T": 0.5}, {"top": 0, "T": 2.0}, {"anneal": true}]'
+    OPENBLAS_NUM_THREADS=1 nice -n 10 python examples/benchmarks/bench_wide_rule.py --d 45 --k 3 \
+        --groups 1,7,3,1,7,4,1,2,6,1,7,3,1,1 --net 3 --seeds 1 2 --eps 0.1 --verbose \
+        --configs '[{}, {"mode": "select"}, {"fixed": "chain"}, {"fixed": "one-way"}]'
 """
 
 from __future__ import annotations
@@ -48,20 +59,36 @@ def main() -> None:
     parser.add_argument("--configs", default="[{}]")
     parser.add_argument("--objective", default="auto", choices=["auto", "l2", "smooth"],
                         help="the estimate's objective (l2 reproduces the rule's session-4 figures)")
+    parser.add_argument("--groups", default="", help="merge consecutive binary attributes into 2^g values "
+                        "(bench_wide_smooth.py's --groups; every k-set is the workload, --eval of them scored)")
+    parser.add_argument("--eval", type=int, default=60, help="with --groups: workload sets scored")
+    parser.add_argument("--verbose", action="store_true", help="per seed: the budget split, the probe, phi, "
+                        "the chosen sets (cells) and their exact deviation from independence")
     args = parser.parse_args()
-    net, data, sets, combos, truths, n = network_workload(args.d, args.k, args.net, args.window)
+    net, data, workload, combos, truths, n = network_workload(args.d, args.k, args.net, args.window)
+    sets = workload
+    if args.groups:
+        from bench_wide_smooth import merged
+
+        data, workload, sets, truths = merged(data, [int(g) for g in args.groups.split(",")], args.k, args.eval)
     eps = Fraction(args.eps).limit_denominator(10**6)
     budget = Budget.pure(eps) if args.accounting == "pure" else Budget.zcdp(eps * eps / 2)
-    one = data.binary_marginal_counts(1)[:, 1] / n
-    independent = []
-    for s, c in zip(sets, combos):
+    one = {a: data.marginal([a]).astype(float).ravel() / n for a in data.domain.attrs}
+
+    def independence(s):
         p = np.ones(1)
-        for a in c:
-            p = np.multiply.outer(p, [1 - one[a], one[a]]).ravel()
-        independent.append(np.abs(p * n - truths[s]).sum() / n)
-    print(f"d = {args.d}, all {args.k}-way, network seed {args.net}, window {args.window}, {args.accounting} "
-          f"eps = {args.eps}: independence (exact one-way) {np.mean(independent):.4f}", flush=True)
+        for a in s:
+            p = np.multiply.outer(p, one[a]).ravel()
+        return p * n
+
+    independent = [np.abs(independence(s) - truths[s]).sum() / n for s in sets]
+    print(f"d = {len(data.domain)} ({'binary' if not args.groups else 'sizes ' + str(data.domain.sizes)}), "
+          f"all {args.k}-way ({len(workload)}, {len(sets)} scored), network seed {args.net}, window {args.window}, "
+          f"{args.accounting} eps = {args.eps}: independence (exact one-way) {np.mean(independent):.4f}", flush=True)
     for cfg in json.loads(args.configs):
+        if "fixed" in cfg:  # a fixed plan, no selection: equal shares (bench_wide.measure_sets)
+            fixed_plan(cfg, data, workload, sets, truths, n, args, budget)
+            continue
         options = {}
         if "top" in cfg:
             options["top_up"] = Fraction(cfg["top"])
@@ -73,13 +100,63 @@ def main() -> None:
             options["anneal"] = bool(cfg["anneal"])
         errs, rounds, cpu = [], [], time.process_time()
         for seed in args.seeds:
-            plan = plan_wide_selection(data.domain, sets, budget, budget.noise(None), **options)
+            plan = plan_wide_selection(data.domain, workload, budget, budget.noise(None), **options)
             chosen = run_wide_selection(plan, data, budget.accountant(), make_random(seed), mode=cfg.get("mode", "auto"))
             fit = estimate_marginals(chosen.measurements, sets, objective=args.objective).marginals(sets)
             errs.append(float(np.mean([np.abs(np.asarray(fit[s], float) - truths[s]).sum() / n for s in sets])))
             rounds.append(len(chosen.chosen))
+            if args.verbose:
+                describe(plan, chosen, data, n, independence, errs[-1])
         print(f"  {json.dumps(cfg):<40} {chosen.mode:<6} rounds {np.mean(rounds):5.1f}  error {np.mean(errs):.4f} "
               f"({' '.join(f'{e:.4f}' for e in errs)})  {time.process_time() - cpu:.1f} CPU-s", flush=True)
+
+
+def describe(plan, chosen, data, n, independence, error) -> None:
+    """The run's evidence (--verbose): shares, probe, phi, top-up; each chosen set with its cells
+    and its exact deviation from independence (L1/n), against the largest such deviation among the
+    candidates of at most the median chosen size (what an oracle ranking would have picked from)."""
+    whole = float(plan.one_way.epsilon + plan.probe.epsilon + plan.rest.epsilon) if plan.accounting != "zcdp" \
+        else float(plan.one_way.rho + plan.probe.rho + plan.rest.rho)
+    amount = (lambda c: float(c.rho if plan.accounting == "zcdp" else c.epsilon) / whole)  # noqa: E731
+    dev = {c: float(np.abs(data.marginal(list(c)).astype(float).ravel() - independence(c)).sum() / n)
+           for c in plan.candidates}
+    cells = {c: data.domain.project(list(c)).size for c in plan.candidates}
+    ranked = sorted(dev.values(), reverse=True)
+    picked = [dev[tuple(c)] for c in chosen.chosen]
+    steer = chosen.steer if chosen.steer is None else round(chosen.steer, 3)
+    print(f"    mode {chosen.mode} (steer {steer}): one-way {amount(plan.one_way):.3f}, "
+          f"probe {amount(plan.probe):.3f}, "
+          f"top-up "
+          f"{float(chosen.top_up):.3f} (phi {chosen.phi if chosen.phi is None else round(chosen.phi, 3)}), rounds "
+          f"{len(chosen.chosen)}; probe D^/n {chosen.deviation / n:.3f}, E_all/n {chosen.expected_noise_all / n:.3g}; "
+          f"error {error:.4f}", flush=True)
+    if picked:
+        print(f"    chosen: mean exact deviation {np.mean(picked):.3f} (top-{len(picked)} of all candidates "
+              f"{np.mean(ranked[:len(picked)]):.3f}, mean candidate {np.mean(ranked):.3f}); cells median "
+              f"{int(np.median([cells[tuple(c)] for c in chosen.chosen]))} "
+              f"(candidates {int(np.median(list(cells.values())))})"
+              f"; sets " + " ".join(f"{'.'.join(c)}[{cells[tuple(c)]}:{dev[tuple(c)]:.2f}]" for c in chosen.chosen),
+              flush=True)
+
+
+def fixed_plan(cfg, data, workload, sets, truths, n, args, budget) -> None:
+    """A fixed plan measured with equal shares of the whole budget (no selection): ``"one-way"`` (the
+    one-way marginals only), ``"chain"`` (sets i..i+k-1, and nothing else, as bench_wide.py's
+    adult-chain), ``"chain+1"`` (the chain and the one-way marginals)."""
+    from bench_wide import measure_sets
+    from dpopt.estimate.marginal_space import estimate_marginals
+
+    attrs, k = data.domain.attrs, args.k
+    chain = [tuple(attrs[i:i + k]) for i in range(len(attrs) - k + 1)]
+    ones = [(a,) for a in attrs]
+    measured = {"one-way": ones, "chain": chain, "chain+1": chain + ones}[cfg["fixed"]]
+    errs, cpu = [], time.process_time()
+    for seed in args.seeds:
+        ms, _ = measure_sets(data, measured, args.accounting, args.eps, seed)
+        fit = estimate_marginals(ms, sets, objective=args.objective).marginals(sets)
+        errs.append(float(np.mean([np.abs(np.asarray(fit[s], float) - truths[s]).sum() / n for s in sets])))
+    print(f"  {json.dumps(cfg):<40} fixed  sets   {len(measured):5d}  error {np.mean(errs):.4f} "
+          f"({' '.join(f'{e:.4f}' for e in errs)})  {time.process_time() - cpu:.1f} CPU-s", flush=True)
 
 
 if __name__ == "__main__":
