@@ -419,7 +419,8 @@ def test_the_memory_line_charges_what_the_plan_can_hold(workload, l2_cells):
     """dpopt check's memory line for auto's wide plan on adult: every least-squares fit is held to
     fit_in_reach, so with every triple (least squares out of reach: none runs) it charges the smooth
     estimate's tree, not 20.9 M least-squares cells (4.4 GiB); with every pair (148,137 cells, in
-    reach) least squares on them."""
+    reach) least squares on them. Beside the fit, the released answers: every workload cell."""
+    from dpopt.algorithms.auto import ANSWER_BYTES_PER_CELL
     from dpopt.algorithms.marginal_space import SOLVER_BYTES_PER_CELL, TREE_BYTES_PER_CELL
     from dpopt.estimate.marginal_space.estimator import SMOOTH_TREE_CELLS
 
@@ -427,7 +428,10 @@ def test_the_memory_line_charges_what_the_plan_can_hold(workload, l2_cells):
     details = p.algorithm_plan.details
     assert details.l2_cells == l2_cells
     rows = p.algorithm.memory(p.algorithm_plan)
-    assert len(rows) == 1
+    assert len(rows) == 2
+    workload_cells = sum(p.domain.project(list(s)).size for s in details.sets)
+    assert rows[1][0] == "the released answer tables" and rows[1][2] == workload_cells * ANSWER_BYTES_PER_CELL
+    assert workload_cells == details.cells
     tree = min(details.tree_cells, SMOOTH_TREE_CELLS)
     assert rows[0][2] == max(l2_cells * SOLVER_BYTES_PER_CELL, tree * TREE_BYTES_PER_CELL)
     if workload == "all 3-way":
