@@ -54,6 +54,9 @@ from _common import peak_memory_mb
 
 ESTIMATORS = {"ls": {"objective": "l2"}, "smooth": {"objective": "smooth", "smooth": {"prior": "uniform"}},
               "smooth-1way": {"objective": "smooth", "smooth": {"prior": "one-way"}},
+              # issue 27 (s27p): each attribute's factor of the prior is its one-way shrunk towards
+              # uniform by the one-way's own noise (empirical Bayes)
+              "smooth-shrunk": {"objective": "smooth", "smooth": {"prior": "shrunk"}},
               # issue 27 (s27x): λ = c / σ_max, the noisiest measurement's s.d., instead of c / σ̄ (a
               # candidate rule, public quantities only: passed as smoothing = c σ̄ / σ_max)
               "smooth-noisiest": {"objective": "smooth", "smooth": {"prior": "uniform"}, "noisiest": True}}
@@ -100,11 +103,10 @@ def main() -> None:
         adult(args)
         return
     estimators = {name: ESTIMATORS[name] for name in args.estimators or ESTIMATORS}
-    other = next((o for o in ("smooth-1way", "smooth-noisiest") if o in estimators), None)
-    paired = "smooth" in estimators and other is not None
+    others = [o for o in estimators if o.startswith("smooth-")] if "smooth" in estimators else []
     print(f"{'net':>3} {'acc':>4} {'eps':>4} {'seed':>4} {'mode':>6} {'tree cells':>10} {'noise/count':>11} "
           + " ".join(f"{name:>18}" for name in estimators)
-          + (f"  {other}-smooth (s.e.)" if paired else ""), flush=True)
+          + "".join(f"  {other}-smooth (s.e.)" for other in others), flush=True)
     for net_seed in args.net:
         _, data, sets, _, truths, n = network_workload(args.d, args.k, net_seed, args.window)
         workload = sets
@@ -136,9 +138,12 @@ def main() -> None:
                     # the prior's effect: the mean over the workload of the per-marginal difference, and its
                     # standard error over the workload's marginals
                     diff = ""
-                    if paired and "smooth" in per_set and other in per_set:
-                        delta = per_set[other] - per_set["smooth"]
-                        diff = f"  {delta.mean():+.5f} ({delta.std(ddof=1) / np.sqrt(delta.size):.5f})"
+                    for other in others:
+                        if "smooth" in per_set and other in per_set:
+                            delta = per_set[other] - per_set["smooth"]
+                            diff += f"  {delta.mean():+.5f} ({delta.std(ddof=1) / np.sqrt(delta.size):.5f})"
+                        else:
+                            diff += "  -"
                     if args.pgm:
                         from bench_wide import pgm_row
 

@@ -67,7 +67,7 @@ __all__ = ["estimate_smooth", "SMOOTH_PRIORS", "read_cells", "tree_cells", "tree
 #: Newton residuals within this fraction of the largest target are rounding (about 500 ulp).
 ROUNDING_FLOOR = 1e-13
 #: Priors of the marginal-space smooth estimate (module notes).
-SMOOTH_PRIORS = ("uniform", "one-way")
+SMOOTH_PRIORS = ("uniform", "one-way", "shrunk")
 
 
 class _Rows:
@@ -229,15 +229,15 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
         raise ParameterError(f"the smooth estimate needs a positive total, the measurements imply {n_hat:g}")
     prior_total = max(n_hat, n_se)
     c = default_smoothing(steps) if smoothing is None else float(smoothing)
-    lam = c * float(np.sqrt(np.sum(rows_per / variances) / rows_per.sum()))
+    lam = c * _inverse_rms_sigma(values, variances)
     held = total != "free"
 
     rows = _Rows(tree, axes, held)
     targets = np.concatenate([v.ravel() for v in values] + ([np.array([prior_total])] if held else []))
     var = np.concatenate([np.full(v.size, s) for v, s in zip(values, variances)] + ([np.zeros(1)] if held else []))
-    base = _prior_factors(tree, prior, prior_total, axes, values, variances, sizes)
+    base, prior_weights = _prior_factors(tree, prior, prior_total, axes, values, variances, sizes, lam)
 
-    info = {"lambda": lam, "smoothing": c, "steps": int(steps), "prior": prior,
+    info = {"lambda": lam, "smoothing": c, "steps": int(steps), "prior": prior, "prior_weights": prior_weights,
             "held_total": prior_total if held else None, "prior_total": prior_total, "newton_steps": 0,
             "polytope": "junction tree", "cliques": len(tree.cliques), "clique_cells": tree.cells,
             "largest_clique_cells": max(math.prod(s) for s in tree.shapes),
@@ -368,16 +368,19 @@ def _smooth_table(measurements, constraints, domain, work, axes, total, prior, s
     from dpopt.model.queries.marginal import Marginal
 
     cs = ConstraintSet(domain, [NonNegativity()])
-    table_prior = None
-    if prior == "one-way":
+    table_prior, weights = None, None
+    if prior != "uniform":
         sizes = [int(s) for s in domain.sizes]
         values = [np.asarray(m.values, dtype=np.float64) for m in measurements]
         variances = [float(m.variance) for m in measurements]
         n = prior_total(ConsistencyProblem(measurements, cs))
+        c = default_smoothing(steps) if smoothing is None else float(smoothing)
+        lam = c * _inverse_rms_sigma(values, variances)
+        factors = attribute_priors(prior, n, axes, values, variances, sizes, lam)
+        weights = [b for _, b in factors]
         table_prior = np.full(1, n)
-        for a, size in enumerate(sizes):  # C order over the attributes: the table's layout
-            table_prior = np.multiply.outer(table_prior, _one_way(a, size, n, axes, values, variances, sizes) / n
-                                            ).ravel()
+        for p, _ in factors:  # C order over the attributes: the table's layout
+            table_prior = np.multiply.outer(table_prior, p / n).ravel()
     result = reconstruct(measurements, cs, "smooth", steps=steps, smoothing=smoothing, prior=table_prior,
                          total="free" if total == "free" else "estimate", tol=tol, max_steps=max_newton,
                          time_limit=time_limit, integer=False)
@@ -390,7 +393,7 @@ def _smooth_table(measurements, constraints, domain, work, axes, total, prior, s
     dense = result.info
     held = dense.get("held_total")
     info = {"lambda": dense.get("lambda"), "smoothing": dense.get("smoothing"), "steps": int(steps), "prior": prior,
-            "held_total": held, "prior_total": dense.get("prior_total"), "newton_steps": result.nit,
+            "prior_weights": weights, "held_total": held, "prior_total": dense.get("prior_total"), "newton_steps": result.nit,
             "polytope": "table", "cliques": len(held_sets), "clique_cells": int(family.size),
             "largest_clique_cells": int(domain.size), "chi2": dense.get("chi2"),
             "certificate": {"dense": True, "gap": dense.get("duality_gap"), "stationarity": dense.get("stationarity"),
@@ -420,24 +423,75 @@ def _check_constraints(constraints: ConstraintSet, domain) -> None:
                              "structural zeros or inequalities; use objective 'l2'")
 
 
-def _prior_factors(tree: JunctionTree, prior: str, total: float, axes, values, variances, sizes) -> list:
+def _inverse_rms_sigma(values, variances) -> float:
+    """``1 / σ̄``, ``σ̄² = m / Σ_i σ_i⁻²`` over the ``m`` measured cells (the dense engine's
+    :func:`~dpopt.estimate.engines.smooth.smooth_weight`)."""
+    rows_per = np.array([np.asarray(v).size for v in values], dtype=np.float64)
+    return float(np.sqrt(np.sum(rows_per / np.asarray(variances, dtype=np.float64)) / rows_per.sum()))
+
+
+def _prior_factors(tree: JunctionTree, prior: str, total: float, axes, values, variances, sizes,
+                   lam: float) -> tuple[list, list | None]:
     """The first prior's log factor on each clique: ``log N̂ − Σ_a log n_a`` on the root (uniform),
-    or ``log N̂ + Σ_a log(m_a / N̂)`` with each one-way on a clique holding it (module notes)."""
+    or ``log N̂ + Σ_a log(p_a / N̂)`` with each attribute's factor :func:`attribute_priors` on a
+    clique holding it (module notes)."""
     factors = [np.zeros(s) for s in tree.shapes]
     root = tree.order[0]
     if prior == "uniform":
         factors[root] += math.log(total) - sum(math.log(n) for n in sizes)
-        return factors
+        return factors, None
     factors[root] += math.log(total)
-    for a, n in enumerate(sizes):
-        one_way = _one_way(a, n, total, axes, values, variances, sizes)
+    parts = attribute_priors(prior, total, axes, values, variances, sizes, lam)
+    for a, (p, _) in enumerate(parts):
         h = tree.holder((a,))
-        factors[h] = factors[h] + np.log(one_way / total).reshape(tree.broadcast_shape(h, (a,)))
-    return factors
+        factors[h] = factors[h] + np.log(p / total).reshape(tree.broadcast_shape(h, (a,)))
+    return factors, [b for _, b in parts]
 
 
-def _one_way(a: int, n: int, total: float, axes, values, variances, sizes) -> np.ndarray:
-    """The estimated one-way marginal on attribute ``a``, positive, summing to ``total`` (module notes)."""
+def attribute_priors(prior: str, total: float, axes, values, variances, sizes,
+                     lam: float) -> list[tuple[np.ndarray, float]]:
+    """Each attribute's factor ``p_a`` of a product prior ``N̂ Π_a p_a / N̂``, and its weight ``B_a``
+    on the estimated one-way: ``p_a = (1 − B_a) N̂/n_a + B_a m_a`` (module notes, *Priors*).
+
+    Reads the noisy answers, their variances, the measured sets and the domain's sizes only
+    (and ``λ``, which depends on the variances alone): post-processing.
+
+    Parameters
+    ----------
+    prior : {"uniform", "one-way", "shrunk", "switch"}
+        ``B_a`` = 0, 1, the empirical-Bayes weight (equation (7) of the module notes), or 1
+        exactly when ``λ s_a² ≥ N̂ / n_a``.
+    total : float
+        ``N̂``, the prior's total.
+    axes, values, variances, sizes
+        The measured sets (attribute positions), their noisy answers and noise variances, and
+        the domain's sizes.
+    lam : float
+        The smoothing weight ``λ``.
+    """
+    out = []
+    for a, n in enumerate(sizes):
+        uniform = np.full(n, total / n)
+        mean, weight = _one_way_average(a, n, axes, values, variances, sizes)
+        if prior == "uniform" or weight == 0 or n == 1:
+            out.append((uniform, 0.0))
+            continue
+        if prior == "one-way":
+            b = 1.0
+        else:  # "shrunk": positive-part James-Stein towards uniform, by the one-way's own noise
+            spread = float(np.sum((mean - mean.mean()) ** 2))
+            b = max(0.0, 1.0 - (n - 1) / (weight * spread)) if spread > 0 else 0.0
+        if b == 0.0:
+            out.append((uniform, 0.0))
+            continue
+        m = _one_way(a, n, total, axes, values, variances, sizes)
+        out.append((uniform + b * (m - uniform) if b < 1.0 else m, b))
+    return out
+
+
+def _one_way_average(a: int, n: int, axes, values, variances, sizes) -> tuple[np.ndarray, float]:
+    """The inverse-variance average of every measured set's sums onto attribute ``a`` and its
+    precision per cell (``(zeros, 0)`` when no measured set holds ``a``)."""
     sums, weights = np.zeros(n), 0.0
     for s, y, v in zip(axes, values, variances):
         if a not in s:
@@ -448,9 +502,15 @@ def _one_way(a: int, n: int, total: float, axes, values, variances, sizes) -> np
         w = 1.0 / (v * cells / n)  # per cell of the one-way
         sums += w * (y.reshape(shape).sum(axis=other) if other else y)
         weights += w
+    return (sums / weights if weights else sums), weights
+
+
+def _one_way(a: int, n: int, total: float, axes, values, variances, sizes) -> np.ndarray:
+    """The estimated one-way marginal on attribute ``a``, positive, summing to ``total`` (module notes)."""
+    mean, weights = _one_way_average(a, n, axes, values, variances, sizes)
     if weights == 0:
         return np.full(n, total / n)
-    mean, floor = sums / weights, 1.0 / math.sqrt(weights)
+    floor = 1.0 / math.sqrt(weights)
     if n * floor >= total:
         return np.full(n, total / n)
     return floor + _simplex(mean - floor, total - n * floor)
