@@ -20,7 +20,7 @@ from dpopt.errors import DomainError, ParameterError, SpecError
 from dpopt.estimate import reconstruct
 from dpopt.estimate.marginal_space import estimate_marginals
 from dpopt.estimate.marginal_space.junction_tree import JunctionTree, elimination_cliques
-from dpopt.estimate.marginal_space.smooth import _one_way, estimate_smooth
+from dpopt.estimate.marginal_space.smooth import _one_way, attribute_priors, estimate_smooth
 from dpopt.estimate.status import Status
 from dpopt.model.constraints import ConstraintSet, Invariant, NonNegativity
 from dpopt.model.measurement import Measurement
@@ -113,6 +113,91 @@ def test_one_way_estimate_is_the_projected_inverse_variance_average():
     tau = float(np.mean(mean[free] - m[free]))
     np.testing.assert_allclose(m[free] - mean[free], -tau, atol=1e-10)
     assert (mean[~free] - floor <= tau + 1e-10).all()
+
+
+def _product_table(parts, total):
+    p = np.full(1, total)
+    for part in parts:  # C order over the attributes: the table's layout
+        p = np.multiply.outer(p, part / total).ravel()
+    return p
+
+
+def test_shrunk_prior_against_its_closed_form():
+    # attribute 0: skewed far beyond its noise (B near 1); attribute 1: within noise of uniform
+    # (B = 0); attribute 2: in between; attribute 3: in no measured set (uniform, B = 0)
+    sizes = [4, 3, 5, 2]
+    axes = [(0, 1), (0, 2), (1,), (2,)]
+    values = [np.array([900.0, 880, 910, 150, 160, 140, 20, 30, 10, 5, -8, 3]),
+              np.array([400.0, 700, 500, 600, 520, 100, 90, 110, 95, 85, 10, 20, 5, 15, 10, 0, 3, -4, 5, 2]),
+              np.array([1100.0, 1210, 1040]), np.array([660.0, 700, 640, 690, 610])]
+    variances = [100.0, 400.0, 9e4, 2500.0]
+    total, lam = 3300.0, 0.05
+    got = attribute_priors("shrunk", total, axes, values, variances, sizes, lam)
+    # by hand: each set's sums onto the attribute, weight 1 / (σ² D_S / n_a) per one-way cell
+    sums = {0: [(values[0].reshape(4, 3).sum(1), 1 / (100.0 * 3)), (values[1].reshape(4, 5).sum(1), 1 / (400.0 * 5))],
+            1: [(values[0].reshape(4, 3).sum(0), 1 / (100.0 * 4)), (values[2], 1 / 9e4)],
+            2: [(values[1].reshape(4, 5).sum(0), 1 / (400.0 * 4)), (values[3], 1 / 2500.0)]}
+    weights = []
+    for a, parts in sums.items():
+        w = sum(wi for _, wi in parts)
+        mean = sum(wi * yi for yi, wi in parts) / w
+        spread = float(np.sum((mean - mean.mean()) ** 2))  # ‖P(m̂ − u)‖², P the centring
+        b = max(0.0, 1.0 - (sizes[a] - 1) / (w * spread))  # equation (7): (n_a − 1) s_a² / ‖·‖², s_a² = 1/w
+        uniform = np.full(sizes[a], total / sizes[a])
+        want = uniform + b * (_one_way(a, sizes[a], total, axes, values, variances, sizes) - uniform)
+        np.testing.assert_allclose(got[a][0], want, rtol=1e-12)
+        assert got[a][1] == pytest.approx(b, rel=1e-12, abs=1e-15)
+        weights.append(b)
+    assert weights[0] > 0.99 and weights[1] == 0.0 and 0.2 < weights[2] < 0.9
+    np.testing.assert_array_equal(got[3][0], np.full(2, total / 2))
+    assert got[3][1] == 0.0
+    for p, _ in got:  # every factor positive, with the prior's total
+        assert (p > 0).all() and p.sum() == pytest.approx(total, rel=1e-12)
+    # the other priors are its ends: B = 0 everywhere (uniform) and B = 1 where measured (one-way)
+    for prior, ends in (("uniform", [0, 0, 0, 0]), ("one-way", [1, 1, 1, 0])):
+        assert [b for _, b in attribute_priors(prior, total, axes, values, variances, sizes, lam)] == ends
+
+
+@pytest.mark.parametrize("steps", [3, 1])
+def test_shrunk_prior_equals_dense_with_that_prior(case, steps):
+    data, sets, ms = case
+    est = estimate_smooth(ms, prior="shrunk", steps=steps)
+    assert est.success, est.message
+    axes = [tuple(sorted(data.domain.axes(m.query.attrs))) for m in ms]
+    values = [np.asarray(m.values, float) for m in ms]
+    variances = [float(m.variance) for m in ms]
+    total = est.info["prior_total"]
+    parts = attribute_priors("shrunk", total, axes, values, variances, list(data.domain.sizes), est.info["lambda"])
+    assert [b for _, b in parts] == est.info["prior_weights"]
+    dense = reconstruct(ms, ConstraintSet(data.domain, [NonNegativity()]), "smooth", steps=steps,
+                        prior=_product_table([p for p, _ in parts], total))
+    assert dense.success and dense.info["lambda"] == pytest.approx(est.info["lambda"], rel=1e-14)
+    for s, want in _dense_marginals(data.domain, dense.x, sets).items():
+        np.testing.assert_allclose(est.marginals(sets)[s], want, rtol=1e-8, atol=1e-8 * dense.x.sum())
+    assert est.info["certificate"]["primal"] == pytest.approx(dense.fun, rel=1e-8)
+
+
+def test_the_prior_rule_reads_the_noisy_answers_only(case, monkeypatch):
+    # The rule is post-processing: with every way of reading records disabled, measurements
+    # rebuilt from the queries, noise and answers alone give the same prior and estimate; moving
+    # one noisy answer moves the prior.
+    from dpopt.model.data import Dataset
+
+    data, sets, ms = case
+    before = estimate_smooth(ms, prior="shrunk")
+    for name in ("marginal", "histogram", "binary_marginal_counts", "marginal_frame", "to_frame", "_bincount"):
+        monkeypatch.setattr(Dataset, name, lambda *a, **k: pytest.fail("the prior read the data"))
+    rebuilt = [Measurement(m.query, np.array(m.values, dtype=float), m.noise, m.scale, m.variance,
+                           label=m.label) for m in ms]
+    again = estimate_smooth(rebuilt, prior="shrunk")
+    assert again.info["prior_weights"] == before.info["prior_weights"]
+    for s, m in before.marginals(sets).items():
+        np.testing.assert_array_equal(again.marginals(sets)[s], m)
+    moved = list(rebuilt)
+    y = np.array(ms[2].values, dtype=float)
+    y[0] += 5 * math.sqrt(ms[2].variance)
+    moved[2] = Measurement(ms[2].query, y, ms[2].noise, ms[2].scale, ms[2].variance, label=ms[2].label)
+    assert estimate_smooth(moved, prior="shrunk").info["prior_weights"] != before.info["prior_weights"]
 
 
 def _full_log_table(tree, factors):
@@ -334,7 +419,7 @@ def test_unmeasured_workload_sets_off_the_tree(case, measured):
         np.testing.assert_allclose(got[s], want, rtol=1e-8, atol=1e-8 * dense.x.sum())
 
 
-@pytest.mark.parametrize("prior", ["uniform", "one-way"])
+@pytest.mark.parametrize("prior", ["uniform", "one-way", "shrunk"])
 def test_small_domains_are_solved_as_a_table_with_the_same_estimate(case, prior):
     data, sets, ms = case
     table = estimate_marginals(ms, objective="smooth", smooth={"prior": prior})
