@@ -131,8 +131,8 @@ def test_shrunk_prior_against_its_closed_form():
               np.array([400.0, 700, 500, 600, 520, 100, 90, 110, 95, 85, 10, 20, 5, 15, 10, 0, 3, -4, 5, 2]),
               np.array([1100.0, 1210, 1040]), np.array([660.0, 700, 640, 690, 610])]
     variances = [100.0, 400.0, 9e4, 2500.0]
-    total, lam = 3300.0, 0.05
-    got = attribute_priors("shrunk", total, axes, values, variances, sizes, lam)
+    total = 3300.0
+    got = attribute_priors("shrunk", total, axes, values, variances, sizes)
     # by hand: each set's sums onto the attribute, weight 1 / (σ² D_S / n_a) per one-way cell
     sums = {0: [(values[0].reshape(4, 3).sum(1), 1 / (100.0 * 3)), (values[1].reshape(4, 5).sum(1), 1 / (400.0 * 5))],
             1: [(values[0].reshape(4, 3).sum(0), 1 / (100.0 * 4)), (values[2], 1 / 9e4)],
@@ -155,7 +155,7 @@ def test_shrunk_prior_against_its_closed_form():
         assert (p > 0).all() and p.sum() == pytest.approx(total, rel=1e-12)
     # the other priors are its ends: B = 0 everywhere (uniform) and B = 1 where measured (one-way)
     for prior, ends in (("uniform", [0, 0, 0, 0]), ("one-way", [1, 1, 1, 0])):
-        assert [b for _, b in attribute_priors(prior, total, axes, values, variances, sizes, lam)] == ends
+        assert [b for _, b in attribute_priors(prior, total, axes, values, variances, sizes)] == ends
 
 
 @pytest.mark.parametrize("steps", [3, 1])
@@ -167,7 +167,7 @@ def test_shrunk_prior_equals_dense_with_that_prior(case, steps):
     values = [np.asarray(m.values, float) for m in ms]
     variances = [float(m.variance) for m in ms]
     total = est.info["prior_total"]
-    parts = attribute_priors("shrunk", total, axes, values, variances, list(data.domain.sizes), est.info["lambda"])
+    parts = attribute_priors("shrunk", total, axes, values, variances, list(data.domain.sizes))
     assert [b for _, b in parts] == est.info["prior_weights"]
     dense = reconstruct(ms, ConstraintSet(data.domain, [NonNegativity()]), "smooth", steps=steps,
                         prior=_product_table([p for p, _ in parts], total))

@@ -31,13 +31,37 @@ gap must be below :data:`~dpopt.estimate.certificates.verify.CERTIFICATE_TOL`, a
 total's residual and the stationarity ``max_i |r_i − σ_i² ν_i| / σ_i`` (the gradient of
 ``Φ_k`` is ``Cᵀ(r/σ² − ν)`` on the model). Nothing uncertified is released (``success`` False).
 
-**Priors.** ``"uniform"`` (the dense default): ``N̂`` spread evenly. ``"one-way"``: the product
-of the estimated one-way marginals, ``p = N̂ Π_a m_a / N̂`` — post-processing of the noisy
-measurements only: ``m_a`` is the inverse-variance average of every measured set's marginal on
-``a`` (a set ``S`` gives variance ``σ_S² D_S / n_a`` per cell), projected onto
-``{m ≥ s_a, Σ m = N̂}`` with ``s_a`` that average's standard error per cell (a count within one
-s.d. of zero says only that; the same floor as the dense engine's prior total), or uniform
-when ``n_a s_a ≥ N̂``.
+**Priors.** Every prior is a product ``p = N̂ Π_a p_a / N̂`` of one factor per attribute (so it
+is Markov on the tree: a one-way factor on a clique holding ``a``), and each factor is
+``p_a = (1 − B_a) N̂/n_a + B_a m_a``: uniform (``B_a = 0``) or the estimated one-way ``m_a``
+(``B_a = 1``) or between. ``m_a`` is post-processing of the noisy measurements only: the
+inverse-variance average ``m̂_a`` of every measured set's marginal on ``a`` (a set ``S`` gives
+variance ``σ_S² D_S / n_a`` per cell; ``s_a²`` the average's variance per cell), projected onto
+``{m ≥ s_a, Σ m = N̂}`` (a count within one s.d. of zero says only that; the same floor as the
+dense engine's prior total), or uniform when ``n_a s_a ≥ N̂``.
+
+- ``"uniform"`` (the dense engine's default): ``B_a = 0``.
+- ``"one-way"``: ``B_a = 1`` on every measured attribute.
+- ``"shrunk"``: ``B_a`` by empirical Bayes (James and Stein 1961; Efron and Morris 1973):
+  the one-way shrunk towards uniform by its own noise. Model the true one-way as
+  ``N̂/n_a + δ`` with ``δ`` in the sum-zero subspace (dimension ``n_a − 1``), variance ``τ_a²`` per
+  coordinate, observed through ``m̂_a`` with independent noise of variance ``s_a²`` per cell (a
+  set's sums onto ``a`` add disjoint cells). The posterior mean is
+  ``N̂/n_a + B P(m̂_a − N̂/n_a)`` with ``B = τ²/(τ² + s²)`` (``P`` the centring projection), and
+  ``E ‖P m̂_a‖² = (n_a − 1)(τ_a² + s_a²)``, so the moment estimate of ``τ_a²`` (the same estimate
+  as equation (6) of :mod:`~dpopt.estimate.marginal_space.prior`) gives::
+
+      B_a  =  max(0,  1 − (n_a − 1) s_a² / ‖m̂_a − mean(m̂_a)‖²)                          (7)
+
+  The unbiased James–Stein constant would be ``n_a − 3`` in place of ``n_a − 1``, undefined
+  below three cells, and binary attributes are the common case. ``B_a`` reads only the noisy
+  answers and their variances. Why it matters (issue 27): each proximal step pulls a one-way
+  cell of count ``x`` towards the prior with weight about ``λ s_a² / (x + λ s_a²)`` (the data
+  term's curvature is ``1/s_a²``, the penalty's ``λ/x``). The uniform prior puts ``N̂/n_a`` in
+  every cell, so on a skewed many-valued attribute the near-empty cells are pulled up to about
+  ``λ s_a²`` and mass lands in empty cells. There ``‖P m̂_a‖²`` is far above its noise
+  and ``B_a ≈ 1``; on an attribute within noise of uniform, ``B_a = 0`` and the prior does not
+  take in the noise of ``m̂_a``. ``info["prior_weights"]`` lists ``B_a`` per attribute.
 
 **Scope.** Noisy marginals (and totals) only; public constraints other than non-negativity
 (which the estimate keeps on every cell: it is positive) and public totals are refused with a
@@ -141,8 +165,9 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
         total (at least its standard error), as the dense engine's ``total="estimate"``; ``"free"``
         lets each step decide it. A public count is refused (declare it as an invariant and use
         the least-squares estimate).
-    prior : {"uniform", "one-way"}
-        The first step's prior (module notes).
+    prior : {"uniform", "one-way", "shrunk"}
+        The first step's prior (module notes, *Priors*: each attribute's factor uniform, its
+        estimated one-way, or that one-way shrunk towards uniform by its own noise, equation (7)).
     steps : int
         ``K``, the proximal steps (default 3).
     smoothing : float, optional
@@ -165,7 +190,8 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
     -------
     MarginalEstimate
         ``objective == "smooth"``; ``fun`` the measurements' ``χ²``; ``info`` holds ``lambda``,
-        ``smoothing``, ``steps``, ``prior``, ``held_total``, ``prior_total``, ``newton_steps``,
+        ``smoothing``, ``steps``, ``prior``, ``prior_weights`` (``B_a`` per attribute, None for the
+        uniform prior), ``held_total``, ``prior_total``, ``newton_steps``,
         ``certificate`` (``gap``, ``stationarity``, ``total_residual``, ``primal``, ``dual``,
         ``ok``), ``polytope`` (``"junction tree"``), ``cliques``, ``clique_cells``,
         ``largest_clique_cells``, and ``read``: the workload sets no clique holds (``sets``), read
@@ -229,13 +255,13 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
         raise ParameterError(f"the smooth estimate needs a positive total, the measurements imply {n_hat:g}")
     prior_total = max(n_hat, n_se)
     c = default_smoothing(steps) if smoothing is None else float(smoothing)
-    lam = c * _inverse_rms_sigma(values, variances)
+    lam = c * float(np.sqrt(np.sum(rows_per / variances) / rows_per.sum()))
     held = total != "free"
 
     rows = _Rows(tree, axes, held)
     targets = np.concatenate([v.ravel() for v in values] + ([np.array([prior_total])] if held else []))
     var = np.concatenate([np.full(v.size, s) for v, s in zip(values, variances)] + ([np.zeros(1)] if held else []))
-    base, prior_weights = _prior_factors(tree, prior, prior_total, axes, values, variances, sizes, lam)
+    base, prior_weights = _prior_factors(tree, prior, prior_total, axes, values, variances, sizes)
 
     info = {"lambda": lam, "smoothing": c, "steps": int(steps), "prior": prior, "prior_weights": prior_weights,
             "held_total": prior_total if held else None, "prior_total": prior_total, "newton_steps": 0,
@@ -374,9 +400,7 @@ def _smooth_table(measurements, constraints, domain, work, axes, total, prior, s
         values = [np.asarray(m.values, dtype=np.float64) for m in measurements]
         variances = [float(m.variance) for m in measurements]
         n = prior_total(ConsistencyProblem(measurements, cs))
-        c = default_smoothing(steps) if smoothing is None else float(smoothing)
-        lam = c * _inverse_rms_sigma(values, variances)
-        factors = attribute_priors(prior, n, axes, values, variances, sizes, lam)
+        factors = attribute_priors(prior, n, axes, values, variances, sizes)
         weights = [b for _, b in factors]
         table_prior = np.full(1, n)
         for p, _ in factors:  # C order over the attributes: the table's layout
@@ -423,15 +447,8 @@ def _check_constraints(constraints: ConstraintSet, domain) -> None:
                              "structural zeros or inequalities; use objective 'l2'")
 
 
-def _inverse_rms_sigma(values, variances) -> float:
-    """``1 / σ̄``, ``σ̄² = m / Σ_i σ_i⁻²`` over the ``m`` measured cells (the dense engine's
-    :func:`~dpopt.estimate.engines.smooth.smooth_weight`)."""
-    rows_per = np.array([np.asarray(v).size for v in values], dtype=np.float64)
-    return float(np.sqrt(np.sum(rows_per / np.asarray(variances, dtype=np.float64)) / rows_per.sum()))
-
-
-def _prior_factors(tree: JunctionTree, prior: str, total: float, axes, values, variances, sizes,
-                   lam: float) -> tuple[list, list | None]:
+def _prior_factors(tree: JunctionTree, prior: str, total: float, axes, values, variances,
+                   sizes) -> tuple[list, list | None]:
     """The first prior's log factor on each clique: ``log N̂ − Σ_a log n_a`` on the root (uniform),
     or ``log N̂ + Σ_a log(p_a / N̂)`` with each attribute's factor :func:`attribute_priors` on a
     clique holding it (module notes)."""
@@ -441,33 +458,35 @@ def _prior_factors(tree: JunctionTree, prior: str, total: float, axes, values, v
         factors[root] += math.log(total) - sum(math.log(n) for n in sizes)
         return factors, None
     factors[root] += math.log(total)
-    parts = attribute_priors(prior, total, axes, values, variances, sizes, lam)
+    parts = attribute_priors(prior, total, axes, values, variances, sizes)
     for a, (p, _) in enumerate(parts):
         h = tree.holder((a,))
         factors[h] = factors[h] + np.log(p / total).reshape(tree.broadcast_shape(h, (a,)))
     return factors, [b for _, b in parts]
 
 
-def attribute_priors(prior: str, total: float, axes, values, variances, sizes,
-                     lam: float) -> list[tuple[np.ndarray, float]]:
+def attribute_priors(prior: str, total: float, axes, values, variances, sizes) -> list[tuple[np.ndarray, float]]:
     """Each attribute's factor ``p_a`` of a product prior ``N̂ Π_a p_a / N̂``, and its weight ``B_a``
     on the estimated one-way: ``p_a = (1 − B_a) N̂/n_a + B_a m_a`` (module notes, *Priors*).
 
-    Reads the noisy answers, their variances, the measured sets and the domain's sizes only
-    (and ``λ``, which depends on the variances alone): post-processing.
+    Reads the noisy answers, their variances, the measured sets and the domain's sizes only:
+    post-processing.
 
     Parameters
     ----------
-    prior : {"uniform", "one-way", "shrunk", "switch"}
-        ``B_a`` = 0, 1, the empirical-Bayes weight (equation (7) of the module notes), or 1
-        exactly when ``λ s_a² ≥ N̂ / n_a``.
+    prior : {"uniform", "one-way", "shrunk"}
+        ``B_a`` = 0, 1 (where a measured set holds ``a``), or the empirical-Bayes weight of
+        equation (7) of the module notes.
     total : float
         ``N̂``, the prior's total.
     axes, values, variances, sizes
         The measured sets (attribute positions), their noisy answers and noise variances, and
         the domain's sizes.
-    lam : float
-        The smoothing weight ``λ``.
+
+    Returns
+    -------
+    list of (ndarray, float)
+        Per attribute, ``p_a`` (positive, summing to ``total``) and ``B_a``.
     """
     out = []
     for a, n in enumerate(sizes):
