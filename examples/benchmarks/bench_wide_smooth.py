@@ -54,9 +54,10 @@ from _common import peak_memory_mb
 
 ESTIMATORS = {"ls": {"objective": "l2"}, "smooth": {"objective": "smooth", "smooth": {"prior": "uniform"}},
               "smooth-1way": {"objective": "smooth", "smooth": {"prior": "one-way"}},
-              # issue 27 (s27p): each attribute's factor of the prior is its one-way shrunk towards
-              # uniform by the one-way's own noise (empirical Bayes)
-              "smooth-shrunk": {"objective": "smooth", "smooth": {"prior": "shrunk"}},
+              # issue 27 (s27p): each attribute's factor of the prior moves from uniform towards its
+              # one-way where the uniform prior's K steps would shrink it more than empirical Bayes asks
+              "smooth-adaptive": {"objective": "smooth", "smooth": {"prior": "adaptive"}},
+              "smooth-cutoff": {"objective": "smooth", "smooth": {"prior": "cutoff"}},
               # issue 27 (s27x): λ = c / σ_max, the noisiest measurement's s.d., instead of c / σ̄ (a
               # candidate rule, public quantities only: passed as smoothing = c σ̄ / σ_max)
               "smooth-noisiest": {"objective": "smooth", "smooth": {"prior": "uniform"}, "noisiest": True}}

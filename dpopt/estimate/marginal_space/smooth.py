@@ -91,7 +91,7 @@ __all__ = ["estimate_smooth", "SMOOTH_PRIORS", "read_cells", "tree_cells", "tree
 #: Newton residuals within this fraction of the largest target are rounding (about 500 ulp).
 ROUNDING_FLOOR = 1e-13
 #: Priors of the marginal-space smooth estimate (module notes).
-SMOOTH_PRIORS = ("uniform", "one-way", "shrunk")
+SMOOTH_PRIORS = ("uniform", "one-way", "adaptive", "cutoff")
 
 
 class _Rows:
@@ -261,7 +261,7 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
     rows = _Rows(tree, axes, held)
     targets = np.concatenate([v.ravel() for v in values] + ([np.array([prior_total])] if held else []))
     var = np.concatenate([np.full(v.size, s) for v, s in zip(values, variances)] + ([np.zeros(1)] if held else []))
-    base, prior_weights = _prior_factors(tree, prior, prior_total, axes, values, variances, sizes)
+    base, prior_weights = _prior_factors(tree, prior, prior_total, axes, values, variances, sizes, lam, steps)
 
     info = {"lambda": lam, "smoothing": c, "steps": int(steps), "prior": prior, "prior_weights": prior_weights,
             "held_total": prior_total if held else None, "prior_total": prior_total, "newton_steps": 0,
@@ -400,7 +400,10 @@ def _smooth_table(measurements, constraints, domain, work, axes, total, prior, s
         values = [np.asarray(m.values, dtype=np.float64) for m in measurements]
         variances = [float(m.variance) for m in measurements]
         n = prior_total(ConsistencyProblem(measurements, cs))
-        factors = attribute_priors(prior, n, axes, values, variances, sizes)
+        c = default_smoothing(steps) if smoothing is None else float(smoothing)
+        rows = np.array([v.size for v in values], dtype=np.float64)
+        lam = c * float(np.sqrt(np.sum(rows / np.array(variances)) / rows.sum()))  # smooth_weight's λ
+        factors = attribute_priors(prior, n, axes, values, variances, sizes, lam, steps)
         weights = [b for _, b in factors]
         table_prior = np.full(1, n)
         for p, _ in factors:  # C order over the attributes: the table's layout
@@ -447,8 +450,8 @@ def _check_constraints(constraints: ConstraintSet, domain) -> None:
                              "structural zeros or inequalities; use objective 'l2'")
 
 
-def _prior_factors(tree: JunctionTree, prior: str, total: float, axes, values, variances,
-                   sizes) -> tuple[list, list | None]:
+def _prior_factors(tree: JunctionTree, prior: str, total: float, axes, values, variances, sizes, lam: float,
+                   steps: int) -> tuple[list, list | None]:
     """The first prior's log factor on each clique: ``log N̂ − Σ_a log n_a`` on the root (uniform),
     or ``log N̂ + Σ_a log(p_a / N̂)`` with each attribute's factor :func:`attribute_priors` on a
     clique holding it (module notes)."""
@@ -458,14 +461,15 @@ def _prior_factors(tree: JunctionTree, prior: str, total: float, axes, values, v
         factors[root] += math.log(total) - sum(math.log(n) for n in sizes)
         return factors, None
     factors[root] += math.log(total)
-    parts = attribute_priors(prior, total, axes, values, variances, sizes)
+    parts = attribute_priors(prior, total, axes, values, variances, sizes, lam, steps)
     for a, (p, _) in enumerate(parts):
         h = tree.holder((a,))
         factors[h] = factors[h] + np.log(p / total).reshape(tree.broadcast_shape(h, (a,)))
     return factors, [b for _, b in parts]
 
 
-def attribute_priors(prior: str, total: float, axes, values, variances, sizes) -> list[tuple[np.ndarray, float]]:
+def attribute_priors(prior: str, total: float, axes, values, variances, sizes, lam: float,
+                     steps: int) -> list[tuple[np.ndarray, float]]:
     """Each attribute's factor ``p_a`` of a product prior ``N̂ Π_a p_a / N̂``, and its weight ``B_a``
     on the estimated one-way: ``p_a = (1 − B_a) N̂/n_a + B_a m_a`` (module notes, *Priors*).
 
@@ -495,16 +499,19 @@ def attribute_priors(prior: str, total: float, axes, values, variances, sizes) -
         if prior == "uniform" or weight == 0 or n == 1:
             out.append((uniform, 0.0))
             continue
-        if prior == "one-way":
-            b = 1.0
-        else:  # "shrunk": positive-part James-Stein towards uniform, by the one-way's own noise
-            spread = float(np.sum((mean - mean.mean()) ** 2))
-            b = max(0.0, 1.0 - (n - 1) / (weight * spread)) if spread > 0 else 0.0
-        if b == 0.0:
-            out.append((uniform, 0.0))
-            continue
         m = _one_way(a, n, total, axes, values, variances, sizes)
-        out.append((uniform + b * (m - uniform) if b < 1.0 else m, b))
+        if prior == "one-way":
+            out.append((m, 1.0))
+            continue
+        scale = lam / weight  # λ s_a²
+        kept = (scale / (m + scale)) ** steps
+        if prior == "adaptive":
+            b = kept
+        else:  # "cutoff"
+            b = (kept > 0.5).astype(float)
+        departure = np.abs(m - uniform)
+        p = uniform + b * (m - uniform)
+        out.append((p * (total / p.sum()), float(b @ departure / departure.sum()) if departure.sum() > 0 else 0.0))
     return out
 
 
