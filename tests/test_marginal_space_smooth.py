@@ -122,52 +122,54 @@ def _product_table(parts, total):
     return p
 
 
-def test_shrunk_prior_against_its_closed_form():
-    # attribute 0: skewed far beyond its noise (B near 1); attribute 1: within noise of uniform
-    # (B = 0); attribute 2: in between; attribute 3: in no measured set (uniform, B = 0)
+@pytest.mark.parametrize("prior", ["adaptive", "cutoff"])
+def test_cell_prior_against_its_closed_form(prior):
+    # attribute 0: skewed, with near-empty cells far below λ s_a² and full ones far above;
+    # attribute 1: every cell far above λ s_a²; attribute 3: in no measured set (uniform)
     sizes = [4, 3, 5, 2]
     axes = [(0, 1), (0, 2), (1,), (2,)]
     values = [np.array([900.0, 880, 910, 150, 160, 140, 20, 30, 10, 5, -8, 3]),
               np.array([400.0, 700, 500, 600, 520, 100, 90, 110, 95, 85, 10, 20, 5, 15, 10, 0, 3, -4, 5, 2]),
               np.array([1100.0, 1210, 1040]), np.array([660.0, 700, 640, 690, 610])]
     variances = [100.0, 400.0, 9e4, 2500.0]
-    total = 3300.0
-    got = attribute_priors("shrunk", total, axes, values, variances, sizes)
-    # by hand: each set's sums onto the attribute, weight 1 / (σ² D_S / n_a) per one-way cell
-    sums = {0: [(values[0].reshape(4, 3).sum(1), 1 / (100.0 * 3)), (values[1].reshape(4, 5).sum(1), 1 / (400.0 * 5))],
-            1: [(values[0].reshape(4, 3).sum(0), 1 / (100.0 * 4)), (values[2], 1 / 9e4)],
-            2: [(values[1].reshape(4, 5).sum(0), 1 / (400.0 * 4)), (values[3], 1 / 2500.0)]}
-    weights = []
-    for a, parts in sums.items():
-        w = sum(wi for _, wi in parts)
-        mean = sum(wi * yi for yi, wi in parts) / w
-        spread = float(np.sum((mean - mean.mean()) ** 2))  # ‖P(m̂ − u)‖², P the centring
-        b = max(0.0, 1.0 - (sizes[a] - 1) / (w * spread))  # equation (7): (n_a − 1) s_a² / ‖·‖², s_a² = 1/w
+    total, lam, steps = 2800.0, 2.0, 3
+    got = attribute_priors(prior, total, axes, values, variances, sizes, lam, steps)
+    # by hand: each set's sums onto the attribute have variance σ² D_S / n_a per one-way cell
+    precision = {0: 1 / (100.0 * 3) + 1 / (400.0 * 5), 1: 1 / (100.0 * 4) + 1 / 9e4, 2: 1 / (400.0 * 4) + 1 / 2500.0}
+    for a, w in precision.items():
+        m = _one_way(a, sizes[a], total, axes, values, variances, sizes)
+        kept = (lam / w / (m + lam / w)) ** steps  # κ_j^K, κ_j = λ s_a² / (m_j + λ s_a²), s_a² = 1/w
+        b = kept if prior == "adaptive" else (kept > 0.5).astype(float)
         uniform = np.full(sizes[a], total / sizes[a])
-        want = uniform + b * (_one_way(a, sizes[a], total, axes, values, variances, sizes) - uniform)
-        np.testing.assert_allclose(got[a][0], want, rtol=1e-12)
-        assert got[a][1] == pytest.approx(b, rel=1e-12, abs=1e-15)
-        weights.append(b)
-    assert weights[0] > 0.99 and weights[1] == 0.0 and 0.2 < weights[2] < 0.9
+        want = uniform + b * (m - uniform)
+        np.testing.assert_allclose(got[a][0], want * total / want.sum(), rtol=1e-12)
+        departure = np.abs(m - uniform)
+        assert got[a][1] == pytest.approx(float(b @ departure / departure.sum()), rel=1e-12, abs=1e-15)
+    if prior == "cutoff":  # the near-empty cells of attribute 0 take the one-way, the rest of it and attribute 1 not
+        m0 = _one_way(0, 4, total, axes, values, variances, sizes)
+        assert 0 < got[0][1] < 1 and got[1][1] == 0.0
+        # the two small cells, below λ s_a² (2^{1/K} − 1) ≈ 136, are in the one-way's proportions
+        assert (m0 < lam / precision[0] * (2 ** (1 / steps) - 1)).tolist() == [False, False, True, True]
+        assert got[0][0][2] / got[0][0][3] == pytest.approx(m0[2] / m0[3], rel=1e-12)
+        assert got[0][0][0] == pytest.approx(got[0][0][1], rel=1e-12)
     np.testing.assert_array_equal(got[3][0], np.full(2, total / 2))
-    assert got[3][1] == 0.0
     for p, _ in got:  # every factor positive, with the prior's total
         assert (p > 0).all() and p.sum() == pytest.approx(total, rel=1e-12)
-    # the other priors are its ends: B = 0 everywhere (uniform) and B = 1 where measured (one-way)
-    for prior, ends in (("uniform", [0, 0, 0, 0]), ("one-way", [1, 1, 1, 0])):
-        assert [b for _, b in attribute_priors(prior, total, axes, values, variances, sizes)] == ends
+    # the other priors: B = 0 everywhere (uniform), B = 1 where measured (one-way)
+    for other, ends in (("uniform", [0, 0, 0, 0]), ("one-way", [1, 1, 1, 0])):
+        assert [b for _, b in attribute_priors(other, total, axes, values, variances, sizes, lam, steps)] == ends
 
 
-@pytest.mark.parametrize("steps", [3, 1])
-def test_shrunk_prior_equals_dense_with_that_prior(case, steps):
+@pytest.mark.parametrize("prior,steps", [("adaptive", 3), ("cutoff", 3), ("cutoff", 1)])
+def test_cell_prior_equals_dense_with_that_prior(case, prior, steps):
     data, sets, ms = case
-    est = estimate_smooth(ms, prior="shrunk", steps=steps)
+    est = estimate_smooth(ms, prior=prior, steps=steps)
     assert est.success, est.message
     axes = [tuple(sorted(data.domain.axes(m.query.attrs))) for m in ms]
     values = [np.asarray(m.values, float) for m in ms]
     variances = [float(m.variance) for m in ms]
     total = est.info["prior_total"]
-    parts = attribute_priors("shrunk", total, axes, values, variances, list(data.domain.sizes))
+    parts = attribute_priors(prior, total, axes, values, variances, list(data.domain.sizes), est.info["lambda"], steps)
     assert [b for _, b in parts] == est.info["prior_weights"]
     dense = reconstruct(ms, ConstraintSet(data.domain, [NonNegativity()]), "smooth", steps=steps,
                         prior=_product_table([p for p, _ in parts], total))
@@ -177,27 +179,31 @@ def test_shrunk_prior_equals_dense_with_that_prior(case, steps):
     assert est.info["certificate"]["primal"] == pytest.approx(dense.fun, rel=1e-8)
 
 
-def test_the_prior_rule_reads_the_noisy_answers_only(case, monkeypatch):
+@pytest.mark.parametrize("prior", ["adaptive", "cutoff"])
+def test_the_prior_rule_reads_the_noisy_answers_only(case, monkeypatch, prior):
     # The rule is post-processing: with every way of reading records disabled, measurements
     # rebuilt from the queries, noise and answers alone give the same prior and estimate; moving
     # one noisy answer moves the prior.
     from dpopt.model.data import Dataset
 
     data, sets, ms = case
-    before = estimate_smooth(ms, prior="shrunk")
+    before = estimate_smooth(ms, prior=prior)
     for name in ("marginal", "histogram", "binary_marginal_counts", "marginal_frame", "to_frame", "_bincount"):
         monkeypatch.setattr(Dataset, name, lambda *a, **k: pytest.fail("the prior read the data"))
     rebuilt = [Measurement(m.query, np.array(m.values, dtype=float), m.noise, m.scale, m.variance,
                            label=m.label) for m in ms]
-    again = estimate_smooth(rebuilt, prior="shrunk")
+    again = estimate_smooth(rebuilt, prior=prior)
     assert again.info["prior_weights"] == before.info["prior_weights"]
     for s, m in before.marginals(sets).items():
         np.testing.assert_array_equal(again.marginals(sets)[s], m)
+    if prior == "cutoff":  # every cell of this binary case is resolved: B = 0, whatever the answers
+        assert before.info["prior_weights"] == [0.0] * len(data.domain)
+        return
     moved = list(rebuilt)
     y = np.array(ms[2].values, dtype=float)
     y[0] += 5 * math.sqrt(ms[2].variance)
     moved[2] = Measurement(ms[2].query, y, ms[2].noise, ms[2].scale, ms[2].variance, label=ms[2].label)
-    assert estimate_smooth(moved, prior="shrunk").info["prior_weights"] != before.info["prior_weights"]
+    assert estimate_smooth(moved, prior="cutoff").info["prior_weights"] != before.info["prior_weights"]
 
 
 def _full_log_table(tree, factors):
@@ -419,7 +425,7 @@ def test_unmeasured_workload_sets_off_the_tree(case, measured):
         np.testing.assert_allclose(got[s], want, rtol=1e-8, atol=1e-8 * dense.x.sum())
 
 
-@pytest.mark.parametrize("prior", ["uniform", "one-way", "shrunk"])
+@pytest.mark.parametrize("prior", ["uniform", "one-way", "adaptive", "cutoff"])
 def test_small_domains_are_solved_as_a_table_with_the_same_estimate(case, prior):
     data, sets, ms = case
     table = estimate_marginals(ms, objective="smooth", smooth={"prior": prior})
