@@ -142,7 +142,7 @@ def main() -> None:
                     for other in others:
                         if "smooth" in per_set and other in per_set:
                             delta = per_set[other] - per_set["smooth"]
-                            diff += f"  {delta.mean():+.5f} ({delta.std(ddof=1) / np.sqrt(delta.size):.5f})"
+                            diff += f"  {delta.mean():+.6f} ({delta.std(ddof=1) / np.sqrt(delta.size):.6f})"
                         else:
                             diff += "  -"
                     if args.pgm:

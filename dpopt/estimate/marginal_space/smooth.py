@@ -32,36 +32,41 @@ total's residual and the stationarity ``max_i |r_i − σ_i² ν_i| / σ_i`` (th
 ``Φ_k`` is ``Cᵀ(r/σ² − ν)`` on the model). Nothing uncertified is released (``success`` False).
 
 **Priors.** Every prior is a product ``p = N̂ Π_a p_a / N̂`` of one factor per attribute (so it
-is Markov on the tree: a one-way factor on a clique holding ``a``), and each factor is
-``p_a = (1 − B_a) N̂/n_a + B_a m_a``: uniform (``B_a = 0``) or the estimated one-way ``m_a``
-(``B_a = 1``) or between. ``m_a`` is post-processing of the noisy measurements only: the
-inverse-variance average ``m̂_a`` of every measured set's marginal on ``a`` (a set ``S`` gives
-variance ``σ_S² D_S / n_a`` per cell; ``s_a²`` the average's variance per cell), projected onto
+is Markov on the tree: a one-way factor on a clique holding ``a``), and each factor moves cell by
+cell from uniform towards ``m_a``, the estimated one-way: ``p_a ∝ N̂/n_a + B (m_a − N̂/n_a)`` with
+weights ``B`` in ``[0, 1]``. ``m_a`` is post-processing of the noisy measurements only: the
+inverse-variance average of every measured set's marginal on ``a`` (a set ``S`` gives variance
+``σ_S² D_S / n_a`` per cell; ``s_a²`` the average's variance per cell), projected onto
 ``{m ≥ s_a, Σ m = N̂}`` (a count within one s.d. of zero says only that; the same floor as the
 dense engine's prior total), or uniform when ``n_a s_a ≥ N̂``.
 
-- ``"uniform"`` (the dense engine's default): ``B_a = 0``.
-- ``"one-way"``: ``B_a = 1`` on every measured attribute.
-- ``"shrunk"``: ``B_a`` by empirical Bayes (James and Stein 1961; Efron and Morris 1973):
-  the one-way shrunk towards uniform by its own noise. Model the true one-way as
-  ``N̂/n_a + δ`` with ``δ`` in the sum-zero subspace (dimension ``n_a − 1``), variance ``τ_a²`` per
-  coordinate, observed through ``m̂_a`` with independent noise of variance ``s_a²`` per cell (a
-  set's sums onto ``a`` add disjoint cells). The posterior mean is
-  ``N̂/n_a + B P(m̂_a − N̂/n_a)`` with ``B = τ²/(τ² + s²)`` (``P`` the centring projection), and
-  ``E ‖P m̂_a‖² = (n_a − 1)(τ_a² + s_a²)``, so the moment estimate of ``τ_a²`` (the same estimate
-  as equation (6) of :mod:`~dpopt.estimate.marginal_space.prior`) gives::
+- ``"uniform"`` (the dense engine's default): ``B = 0``.
+- ``"one-way"``: ``B = 1`` on every attribute a measured set holds.
+- ``"adaptive"``: ``B_j = κ_j^K`` per cell, then ``p_a`` rescaled to ``N̂``, with
 
-      B_a  =  max(0,  1 − (n_a − 1) s_a² / ‖m̂_a − mean(m̂_a)‖²)                          (7)
+      κ_j  =  λ s_a² / (m_j + λ s_a²)                                                     (7)
 
-  The unbiased James–Stein constant would be ``n_a − 3`` in place of ``n_a − 1``, undefined
-  below three cells, and binary attributes are the common case. ``B_a`` reads only the noisy
-  answers and their variances. Why it matters (issue 27): each proximal step pulls a one-way
-  cell of count ``x`` towards the prior with weight about ``λ s_a² / (x + λ s_a²)`` (the data
-  term's curvature is ``1/s_a²``, the penalty's ``λ/x``). The uniform prior puts ``N̂/n_a`` in
-  every cell, so on a skewed many-valued attribute the near-empty cells are pulled up to about
-  ``λ s_a²`` and mass lands in empty cells. There ``‖P m̂_a‖²`` is far above its noise
-  and ``B_a ≈ 1``; on an attribute within noise of uniform, ``B_a = 0`` and the prior does not
-  take in the noise of ``m̂_a``. ``info["prior_weights"]`` lists ``B_a`` per attribute.
+  **Why.** The dense engine's notes give the linearised filter of ``K`` proximal steps: a
+  direction with data curvature ``f`` and penalty curvature ``κ'`` keeps the fraction
+  ``1 − (κ'/(f + κ'))^K`` of its least-squares fit, the rest staying at the prior. For one cell
+  of the one-way marginal on ``a``, the data curvature is ``1/s_a²`` (the precision of the
+  one-way average) and the penalty's, ``λ D(x ‖ p)``, is ``λ/x_j``: the cell keeps
+  ``1 − κ_j^K`` of its fit and ``κ_j^K`` stays at the prior. A cell the steps resolve
+  (``κ_j^K ≈ 0``: a count far above ``λ s_a²``) does not need its prior; a cell they cannot
+  (``κ_j^K ≈ 1``: a count far below ``λ s_a²``) *is* its prior. The uniform prior puts ``N̂/n_a``
+  there, so on a skewed many-valued attribute at small ``ε`` the near-empty cells are lifted
+  towards ``N̂/n_a`` and mass lands in empty cells (issue 27). ``"adaptive"`` gives each cell the
+  estimate ``m_j`` in the proportion the steps would leave to the prior, and the uniform share
+  in the proportion they fit themselves, so it is uniform where every cell is resolved (binary
+  attributes of large counts, where the uniform prior's mild shrinkage of the one-ways was
+  better than the one-way prior's none) and nearly the one-way where the cells are not. ``m_j``
+  (at least ``s_a``) stands for ``x_j``. ``κ_j`` reads the noisy answers (through ``m_j``), their
+  variances and ``λ``, which depends on the variances alone: post-processing.
+  ``info["prior_weights"]`` gives per attribute ``Σ_j B_j |m_j − N̂/n_a| / Σ_j |m_j − N̂/n_a|``,
+  the share of the one-way's departure from uniform that the prior takes.
+- ``"cutoff"``: ``B_j = 1`` where ``κ_j^K > 1/2`` (``m_j < λ s_a² (2^{1/K} − 1)``: the cells the
+  steps would leave more than half at the prior; the default ``c`` puts the filter's half-way
+  point at the same place), else 0, then rescaled to ``N̂``.
 
 **Scope.** Noisy marginals (and totals) only; public constraints other than non-negativity
 (which the estimate keeps on every cell: it is positive) and public totals are refused with a
@@ -165,9 +170,10 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
         total (at least its standard error), as the dense engine's ``total="estimate"``; ``"free"``
         lets each step decide it. A public count is refused (declare it as an invariant and use
         the least-squares estimate).
-    prior : {"uniform", "one-way", "shrunk"}
+    prior : {"uniform", "one-way", "adaptive", "cutoff"}
         The first step's prior (module notes, *Priors*: each attribute's factor uniform, its
-        estimated one-way, or that one-way shrunk towards uniform by its own noise, equation (7)).
+        estimated one-way, or each cell between the two by the share the steps would leave to
+        the prior, equation (7)).
     steps : int
         ``K``, the proximal steps (default 3).
     smoothing : float, optional
@@ -470,27 +476,32 @@ def _prior_factors(tree: JunctionTree, prior: str, total: float, axes, values, v
 
 def attribute_priors(prior: str, total: float, axes, values, variances, sizes, lam: float,
                      steps: int) -> list[tuple[np.ndarray, float]]:
-    """Each attribute's factor ``p_a`` of a product prior ``N̂ Π_a p_a / N̂``, and its weight ``B_a``
-    on the estimated one-way: ``p_a = (1 − B_a) N̂/n_a + B_a m_a`` (module notes, *Priors*).
+    """Each attribute's factor ``p_a`` of a product prior ``N̂ Π_a p_a / N̂`` (module notes, *Priors*).
 
-    Reads the noisy answers, their variances, the measured sets and the domain's sizes only:
-    post-processing.
+    Reads the noisy answers, their variances, the measured sets, the domain's sizes and ``λ``
+    (a function of the variances) only: post-processing.
 
     Parameters
     ----------
-    prior : {"uniform", "one-way", "shrunk"}
-        ``B_a`` = 0, 1 (where a measured set holds ``a``), or the empirical-Bayes weight of
-        equation (7) of the module notes.
+    prior : {"uniform", "one-way", "adaptive", "cutoff"}
+        Per cell, the weight ``B_j`` of the estimated one-way against the uniform share: 0, 1
+        (where a measured set holds ``a``), ``κ_j^K`` (equation (7) of the module notes), or
+        ``κ_j^K > 1/2``.
     total : float
         ``N̂``, the prior's total.
     axes, values, variances, sizes
         The measured sets (attribute positions), their noisy answers and noise variances, and
         the domain's sizes.
+    lam : float
+        ``λ``, the smoothing weight.
+    steps : int
+        ``K``, the proximal steps.
 
     Returns
     -------
     list of (ndarray, float)
-        Per attribute, ``p_a`` (positive, summing to ``total``) and ``B_a``.
+        Per attribute, ``p_a`` (positive, summing to ``total``) and the share of the one-way's
+        departure from uniform that it takes (0 uniform, 1 the one-way).
     """
     out = []
     for a, n in enumerate(sizes):
