@@ -52,13 +52,34 @@ def _dense_marginals(domain, x, sets):
     return {tuple(s): Marginal(domain, s).matvec(x) for s in sets}
 
 
+def _product_table(parts, total):
+    p = np.full(1, total)
+    for part in parts:  # C order over the attributes: the table's layout
+        p = np.multiply.outer(p, part / total).ravel()
+    return p
+
+
+def _dense_like(est, ms, domain, **options):
+    """The dense engine with the prior the marginal-space estimate used (its default included):
+    the product table of :func:`attribute_priors`, or the engine's own uniform prior."""
+    prior = None
+    if est.info["prior"] != "uniform":
+        axes = [tuple(sorted(domain.axes(m.query.attrs))) for m in ms]
+        values = [np.asarray(m.values, float) for m in ms]
+        variances = [float(m.variance) for m in ms]
+        total = est.info["prior_total"]
+        parts = attribute_priors(est.info["prior"], total, axes, values, variances, list(domain.sizes),
+                                 est.info["lambda"], est.info["steps"])
+        prior = _product_table([p for p, _ in parts], total)
+    return reconstruct(ms, ConstraintSet(domain, [NonNegativity()]), "smooth", prior=prior, **options)
+
+
 @pytest.mark.parametrize("steps,total", [(3, "auto"), (1, "auto"), (3, "free"), (2, "free")])
 def test_equals_dense_smooth(case, steps, total):
     data, sets, ms = case
     est = estimate_marginals(ms, objective="smooth", total=total, smooth={"steps": steps}, exact_cells=0)
     assert est.status is Status.OPTIMAL, est.message
-    dense = reconstruct(ms, ConstraintSet(data.domain, [NonNegativity()]), "smooth", steps=steps,
-                        total="estimate" if total == "auto" else "free")
+    dense = _dense_like(est, ms, data.domain, steps=steps, total="estimate" if total == "auto" else "free")
     assert dense.status is Status.OPTIMAL, dense.message
     assert est.info["lambda"] == pytest.approx(dense.info["lambda"], rel=1e-14)
     got = est.marginals(sets)
@@ -113,13 +134,6 @@ def test_one_way_estimate_is_the_projected_inverse_variance_average():
     tau = float(np.mean(mean[free] - m[free]))
     np.testing.assert_allclose(m[free] - mean[free], -tau, atol=1e-10)
     assert (mean[~free] - floor <= tau + 1e-10).all()
-
-
-def _product_table(parts, total):
-    p = np.full(1, total)
-    for part in parts:  # C order over the attributes: the table's layout
-        p = np.multiply.outer(p, part / total).ravel()
-    return p
 
 
 @pytest.mark.parametrize("prior", ["adaptive", "cutoff"])
@@ -419,7 +433,7 @@ def test_unmeasured_workload_sets_off_the_tree(case, measured):
     extra = [(names[1], names[5]), (names[0], names[4], names[7]), (names[2], names[6]), (names[7],)]
     est = estimate_marginals(ms[:measured], sets[:measured] + extra, objective="smooth", exact_cells=0)
     assert est.success, est.message
-    dense = reconstruct(ms[:measured], ConstraintSet(data.domain, [NonNegativity()]), "smooth")
+    dense = _dense_like(est, ms[:measured], data.domain)
     got = est.marginals(extra + [(names[0], names[4])])
     for s, want in _dense_marginals(data.domain, dense.x, extra + [(names[0], names[4])]).items():
         np.testing.assert_allclose(got[s], want, rtol=1e-8, atol=1e-8 * dense.x.sum())
@@ -468,6 +482,6 @@ def test_near_exact_noise_certifies_and_equals_dense():
     ms = _measure(data, sets, [0.1] * 10, 2)
     est = estimate_marginals(ms, objective="smooth", exact_cells=0)
     assert est.status is Status.OPTIMAL, est.message
-    dense = reconstruct(ms, ConstraintSet(data.domain, [NonNegativity()]), "smooth")
+    dense = _dense_like(est, ms, data.domain)
     for s, want in _dense_marginals(data.domain, dense.x, sets).items():
         np.testing.assert_allclose(est.marginals(sets)[s], want, rtol=1e-7, atol=1e-7 * dense.x.sum())
