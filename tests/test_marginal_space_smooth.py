@@ -136,48 +136,49 @@ def test_one_way_estimate_is_the_projected_inverse_variance_average():
     assert (mean[~free] - floor <= tau + 1e-10).all()
 
 
-@pytest.mark.parametrize("prior", ["adaptive", "cutoff"])
-def test_cell_prior_against_its_closed_form(prior):
-    # attribute 0: skewed, with near-empty cells far below λ s_a² and full ones far above;
-    # attribute 1: every cell far above λ s_a²; attribute 3: in no measured set (uniform)
+@pytest.mark.parametrize("steps", [3, 1])
+def test_per_attribute_prior_against_its_closed_form(steps):
+    # attribute 0: skewed, a near-empty cell below λ s_a² (2^{1/K} − 1): its one-way; attribute 1:
+    # every cell far above it: uniform; attribute 2: near the bound (decided by the bound at
+    # each K); attribute 3: in no measured set (uniform)
     sizes = [4, 3, 5, 2]
     axes = [(0, 1), (0, 2), (1,), (2,)]
     values = [np.array([900.0, 880, 910, 150, 160, 140, 20, 30, 10, 5, -8, 3]),
               np.array([400.0, 700, 500, 600, 520, 100, 90, 110, 95, 85, 10, 20, 5, 15, 10, 0, 3, -4, 5, 2]),
               np.array([1100.0, 1210, 1040]), np.array([660.0, 700, 640, 690, 610])]
     variances = [100.0, 400.0, 9e4, 2500.0]
-    total, lam, steps = 2800.0, 2.0, 3
-    got = attribute_priors(prior, total, axes, values, variances, sizes, lam, steps)
+    total, lam = 2800.0, 2.0
+    got = attribute_priors("per-attribute", total, axes, values, variances, sizes, lam, steps)
     # by hand: each set's sums onto the attribute have variance σ² D_S / n_a per one-way cell
     precision = {0: 1 / (100.0 * 3) + 1 / (400.0 * 5), 1: 1 / (100.0 * 4) + 1 / 9e4, 2: 1 / (400.0 * 4) + 1 / 2500.0}
+    chosen = []
     for a, w in precision.items():
         m = _one_way(a, sizes[a], total, axes, values, variances, sizes)
-        kept = (lam / w / (m + lam / w)) ** steps  # κ_j^K, κ_j = λ s_a² / (m_j + λ s_a²), s_a² = 1/w
-        b = kept if prior == "adaptive" else (kept > 0.5).astype(float)
-        uniform = np.full(sizes[a], total / sizes[a])
-        want = uniform + b * (m - uniform)
-        np.testing.assert_allclose(got[a][0], want * total / want.sum(), rtol=1e-12)
-        departure = np.abs(m - uniform)
-        assert got[a][1] == pytest.approx(float(b @ departure / departure.sum()), rel=1e-12, abs=1e-15)
-    if prior == "cutoff":  # the near-empty cells of attribute 0 take the one-way, the rest of it and attribute 1 not
-        m0 = _one_way(0, 4, total, axes, values, variances, sizes)
-        assert 0 < got[0][1] < 1 and got[1][1] == 0.0
-        # the two small cells, below λ s_a² (2^{1/K} − 1) ≈ 136, are in the one-way's proportions
-        assert (m0 < lam / precision[0] * (2 ** (1 / steps) - 1)).tolist() == [False, False, True, True]
-        assert got[0][0][2] / got[0][0][3] == pytest.approx(m0[2] / m0[3], rel=1e-12)
-        assert got[0][0][0] == pytest.approx(got[0][0][1], rel=1e-12)
+        kept = (lam / w / (m + lam / w)) ** steps  # κ_j^K, equation (7), s_a² = 1/w
+        one_way = bool((kept > 0.5).any())
+        np.testing.assert_allclose(got[a][0], m if one_way else np.full(sizes[a], total / sizes[a]), rtol=1e-12)
+        assert got[a][1] == (1.0 if one_way else 0.0)
+        chosen.append(one_way)
+    assert chosen[0] and not chosen[1]
     np.testing.assert_array_equal(got[3][0], np.full(2, total / 2))
+    assert got[3][1] == 0.0
     for p, _ in got:  # every factor positive, with the prior's total
         assert (p > 0).all() and p.sum() == pytest.approx(total, rel=1e-12)
-    # the other priors: B = 0 everywhere (uniform), B = 1 where measured (one-way)
+    # the other priors: every factor uniform, or every measured attribute's its one-way
     for other, ends in (("uniform", [0, 0, 0, 0]), ("one-way", [1, 1, 1, 0])):
         assert [b for _, b in attribute_priors(other, total, axes, values, variances, sizes, lam, steps)] == ends
 
 
-@pytest.mark.parametrize("prior,steps", [("adaptive", 3), ("cutoff", 3), ("cutoff", 1)])
-def test_cell_prior_equals_dense_with_that_prior(case, prior, steps):
+@pytest.mark.parametrize("steps", [3, 1])
+def test_per_attribute_prior_equals_dense_with_that_prior(case, steps):
+    # five triples of the case, and x7 alone by a one-way at σ = 200: λ s_7² is far above its
+    # counts, so x7 takes its one-way while the well-measured attributes stay uniform
     data, sets, ms = case
+    x7 = data.domain.attrs[7]
+    ms, sets = ms[:5] + _measure(data, [(x7,)], [200.0], 9), sets[:5] + [(x7,)]
+    prior = "per-attribute"
     est = estimate_smooth(ms, prior=prior, steps=steps)
+    assert est.info["prior_weights"][7] == 1.0 and sum(est.info["prior_weights"]) < len(data.domain) - 2
     assert est.success, est.message
     axes = [tuple(sorted(data.domain.axes(m.query.attrs))) for m in ms]
     values = [np.asarray(m.values, float) for m in ms]
@@ -193,31 +194,34 @@ def test_cell_prior_equals_dense_with_that_prior(case, prior, steps):
     assert est.info["certificate"]["primal"] == pytest.approx(dense.fun, rel=1e-8)
 
 
-@pytest.mark.parametrize("prior", ["adaptive", "cutoff"])
-def test_the_prior_rule_reads_the_noisy_answers_only(case, monkeypatch, prior):
+def test_the_prior_rule_reads_the_noisy_answers_only(case, monkeypatch):
     # The rule is post-processing: with every way of reading records disabled, measurements
     # rebuilt from the queries, noise and answers alone give the same prior and estimate; moving
-    # one noisy answer moves the prior.
+    # noisy answers moves the prior.
     from dpopt.model.data import Dataset
 
     data, sets, ms = case
-    before = estimate_smooth(ms, prior=prior)
+    before = estimate_smooth(ms, prior="per-attribute")
     for name in ("marginal", "histogram", "binary_marginal_counts", "marginal_frame", "to_frame", "_bincount"):
         monkeypatch.setattr(Dataset, name, lambda *a, **k: pytest.fail("the prior read the data"))
     rebuilt = [Measurement(m.query, np.array(m.values, dtype=float), m.noise, m.scale, m.variance,
                            label=m.label) for m in ms]
-    again = estimate_smooth(rebuilt, prior=prior)
+    again = estimate_smooth(rebuilt, prior="per-attribute")
     assert again.info["prior_weights"] == before.info["prior_weights"]
     for s, m in before.marginals(sets).items():
         np.testing.assert_array_equal(again.marginals(sets)[s], m)
-    if prior == "cutoff":  # every cell of this binary case is resolved: B = 0, whatever the answers
-        assert before.info["prior_weights"] == [0.0] * len(data.domain)
-        return
-    moved = list(rebuilt)
-    y = np.array(ms[2].values, dtype=float)
-    y[0] += 5 * math.sqrt(ms[2].variance)
-    moved[2] = Measurement(ms[2].query, y, ms[2].noise, ms[2].scale, ms[2].variance, label=ms[2].label)
-    assert estimate_smooth(moved, prior="cutoff").info["prior_weights"] != before.info["prior_weights"]
+    # x7 measured alone at σ = 30 (besides five triples): an even split is resolved (uniform
+    # factor), a near-empty cell is not (its one-way): the answers decide, through m_7
+    x7 = data.domain.attrs[7]
+    one_way = Marginal(data.domain, (x7,))
+    weights = []
+    for y in ([750.0, 750.0], [1499.0, 1.0]):
+        extra = Measurement(one_way, np.array(y), "gaussian", 30.0, 900.0, label=x7)
+        est = estimate_smooth(rebuilt[:5] + [extra], prior="per-attribute")
+        weights.append(est.info["prior_weights"][7])
+        bound = 900.0 * est.info["lambda"] * (2 ** (1 / 3) - 1)  # λ s_7² (2^{1/K} − 1): s_7 = 30
+        assert 30.0 < bound < 700.0  # between the floor s_7 and the even split's cells
+    assert weights == [0.0, 1.0]
 
 
 def _full_log_table(tree, factors):
@@ -439,7 +443,7 @@ def test_unmeasured_workload_sets_off_the_tree(case, measured):
         np.testing.assert_allclose(got[s], want, rtol=1e-8, atol=1e-8 * dense.x.sum())
 
 
-@pytest.mark.parametrize("prior", ["uniform", "one-way", "adaptive", "cutoff"])
+@pytest.mark.parametrize("prior", ["uniform", "one-way", "per-attribute"])
 def test_small_domains_are_solved_as_a_table_with_the_same_estimate(case, prior):
     data, sets, ms = case
     table = estimate_marginals(ms, objective="smooth", smooth={"prior": prior})

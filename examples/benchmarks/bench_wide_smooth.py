@@ -58,6 +58,7 @@ ESTIMATORS = {"ls": {"objective": "l2"}, "smooth": {"objective": "smooth", "smoo
               # one-way where the uniform prior's K steps would shrink it more than empirical Bayes asks
               "smooth-adaptive": {"objective": "smooth", "smooth": {"prior": "adaptive"}},
               "smooth-cutoff": {"objective": "smooth", "smooth": {"prior": "cutoff"}},
+              "smooth-attribute": {"objective": "smooth", "smooth": {"prior": "per-attribute"}},
               # issue 27 (s27x): λ = c / σ_max, the noisiest measurement's s.d., instead of c / σ̄ (a
               # candidate rule, public quantities only: passed as smoothing = c σ̄ / σ_max)
               "smooth-noisiest": {"objective": "smooth", "smooth": {"prior": "uniform"}, "noisiest": True}}

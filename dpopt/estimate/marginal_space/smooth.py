@@ -32,41 +32,43 @@ total's residual and the stationarity ``max_i |r_i − σ_i² ν_i| / σ_i`` (th
 ``Φ_k`` is ``Cᵀ(r/σ² − ν)`` on the model). Nothing uncertified is released (``success`` False).
 
 **Priors.** Every prior is a product ``p = N̂ Π_a p_a / N̂`` of one factor per attribute (so it
-is Markov on the tree: a one-way factor on a clique holding ``a``), and each factor moves cell by
-cell from uniform towards ``m_a``, the estimated one-way: ``p_a ∝ N̂/n_a + B (m_a − N̂/n_a)`` with
-weights ``B`` in ``[0, 1]``. ``m_a`` is post-processing of the noisy measurements only: the
-inverse-variance average of every measured set's marginal on ``a`` (a set ``S`` gives variance
-``σ_S² D_S / n_a`` per cell; ``s_a²`` the average's variance per cell), projected onto
-``{m ≥ s_a, Σ m = N̂}`` (a count within one s.d. of zero says only that; the same floor as the
-dense engine's prior total), or uniform when ``n_a s_a ≥ N̂``.
+is Markov on the tree: a one-way factor on a clique holding ``a``), each factor either uniform,
+``N̂/n_a``, or ``m_a``, the estimated one-way. ``m_a`` is post-processing of the noisy
+measurements only: the inverse-variance average of every measured set's marginal on ``a`` (a set
+``S`` gives variance ``σ_S² D_S / n_a`` per cell; ``s_a²`` the average's variance per cell),
+projected onto ``{m ≥ s_a, Σ m = N̂}`` (a count within one s.d. of zero says only that; the same
+floor as the dense engine's prior total), or uniform when ``n_a s_a ≥ N̂``.
 
-- ``"uniform"`` (the dense engine's default): ``B = 0``.
-- ``"one-way"``: ``B = 1`` on every attribute a measured set holds.
-- ``"adaptive"``: ``B_j = κ_j^K`` per cell, then ``p_a`` rescaled to ``N̂``, with
+- ``"uniform"`` (the dense engine's default): every factor uniform.
+- ``"one-way"``: every factor ``m_a`` (where a measured set holds ``a``).
+- ``"per-attribute"``: ``m_a`` for the attributes whose cells the steps cannot all resolve,
+  uniform for the others (issue 27).
 
-      κ_j  =  λ s_a² / (m_j + λ s_a²)                                                     (7)
+**The per-attribute rule.** The dense engine's notes give the linearised filter of ``K``
+proximal steps: a direction with data curvature ``f`` and penalty curvature ``κ'`` keeps the
+fraction ``1 − (κ'/(f + κ'))^K`` of its least-squares fit, the rest staying at the prior. For a
+cell of the one-way marginal on ``a`` with count ``x_j``, the data curvature is ``1/s_a²`` (the
+precision of the one-way average) and the penalty's, ``λ D(x ‖ p)``, is ``λ/x_j``, so ``K`` steps
+leave the fraction ``κ_j^K`` of the cell at its prior, with::
 
-  **Why.** The dense engine's notes give the linearised filter of ``K`` proximal steps: a
-  direction with data curvature ``f`` and penalty curvature ``κ'`` keeps the fraction
-  ``1 − (κ'/(f + κ'))^K`` of its least-squares fit, the rest staying at the prior. For one cell
-  of the one-way marginal on ``a``, the data curvature is ``1/s_a²`` (the precision of the
-  one-way average) and the penalty's, ``λ D(x ‖ p)``, is ``λ/x_j``: the cell keeps
-  ``1 − κ_j^K`` of its fit and ``κ_j^K`` stays at the prior. A cell the steps resolve
-  (``κ_j^K ≈ 0``: a count far above ``λ s_a²``) does not need its prior; a cell they cannot
-  (``κ_j^K ≈ 1``: a count far below ``λ s_a²``) *is* its prior. The uniform prior puts ``N̂/n_a``
-  there, so on a skewed many-valued attribute at small ``ε`` the near-empty cells are lifted
-  towards ``N̂/n_a`` and mass lands in empty cells (issue 27). ``"adaptive"`` gives each cell the
-  estimate ``m_j`` in the proportion the steps would leave to the prior, and the uniform share
-  in the proportion they fit themselves, so it is uniform where every cell is resolved (binary
-  attributes of large counts, where the uniform prior's mild shrinkage of the one-ways was
-  better than the one-way prior's none) and nearly the one-way where the cells are not. ``m_j``
-  (at least ``s_a``) stands for ``x_j``. ``κ_j`` reads the noisy answers (through ``m_j``), their
-  variances and ``λ``, which depends on the variances alone: post-processing.
-  ``info["prior_weights"]`` gives per attribute ``Σ_j B_j |m_j − N̂/n_a| / Σ_j |m_j − N̂/n_a|``,
-  the share of the one-way's departure from uniform that the prior takes.
-- ``"cutoff"``: ``B_j = 1`` where ``κ_j^K > 1/2`` (``m_j < λ s_a² (2^{1/K} − 1)``: the cells the
-  steps would leave more than half at the prior; the default ``c`` puts the filter's half-way
-  point at the same place), else 0, then rescaled to ``N̂``.
+    κ_j  =  λ s_a² / (x_j + λ s_a²)                                                       (7)
+
+A cell with ``κ_j^K > 1/2`` is *unresolved*: the prior decides more of it than the data do (the
+default ``c`` puts the filter's half-way point at signal-to-noise ratio 1, the same place). With
+``m_j`` (at least ``s_a``) for ``x_j``, attribute ``a`` takes the factor ``m_a`` when::
+
+    min_j m_j  <  λ s_a² (2^{1/K} − 1)                                                    (8)
+
+and the uniform factor otherwise. Why: the uniform prior puts ``N̂/n_a`` in an unresolved cell,
+so on a skewed many-valued attribute at small ``ε`` its near-empty cells are lifted towards
+``N̂/n_a`` and mass lands in empty cells (the loss to Private-PGM found in issue 27); when every
+cell is resolved, the prior hardly moves the one-way, and on binary attributes of large counts
+the uniform prior's mild shrinkage did better than none (the one-way prior lost on binary
+networks at pure ``ε`` 0.1). Whole factors, not cells: a rule that took ``m_j`` only in the
+unresolved cells lost on a 32-value domain where the whole one-way won (docs, marginal space).
+The rule reads the noisy answers (through ``m_a``), their variances and ``λ`` (a function of the
+variances), never the data; 1/2 is the filter's half-way point, not a fitted constant.
+``info["prior_weights"]`` lists per attribute 1.0 (one-way) or 0.0 (uniform).
 
 **Scope.** Noisy marginals (and totals) only; public constraints other than non-negativity
 (which the estimate keeps on every cell: it is positive) and public totals are refused with a
@@ -96,7 +98,7 @@ __all__ = ["estimate_smooth", "SMOOTH_PRIORS", "read_cells", "tree_cells", "tree
 #: Newton residuals within this fraction of the largest target are rounding (about 500 ulp).
 ROUNDING_FLOOR = 1e-13
 #: Priors of the marginal-space smooth estimate (module notes).
-SMOOTH_PRIORS = ("uniform", "one-way", "adaptive", "cutoff")
+SMOOTH_PRIORS = ("uniform", "one-way", "per-attribute")
 
 
 class _Rows:
@@ -170,10 +172,10 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
         total (at least its standard error), as the dense engine's ``total="estimate"``; ``"free"``
         lets each step decide it. A public count is refused (declare it as an invariant and use
         the least-squares estimate).
-    prior : {"uniform", "one-way", "adaptive", "cutoff"}
-        The first step's prior (module notes, *Priors*: each attribute's factor uniform, its
-        estimated one-way, or each cell between the two by the share the steps would leave to
-        the prior, equation (7)).
+    prior : {"uniform", "one-way", "per-attribute"}
+        The first step's prior (module notes, *Priors*: every factor uniform, every factor the
+        estimated one-way, or the one-way exactly for the attributes with a cell the steps
+        cannot resolve, equation (8)).
     steps : int
         ``K``, the proximal steps (default 3).
     smoothing : float, optional
@@ -196,8 +198,8 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
     -------
     MarginalEstimate
         ``objective == "smooth"``; ``fun`` the measurements' ``χ²``; ``info`` holds ``lambda``,
-        ``smoothing``, ``steps``, ``prior``, ``prior_weights`` (``B_a`` per attribute, None for the
-        uniform prior), ``held_total``, ``prior_total``, ``newton_steps``,
+        ``smoothing``, ``steps``, ``prior``, ``prior_weights`` (per attribute 1.0 for the one-way
+        factor, 0.0 for the uniform one; None for the uniform prior), ``held_total``, ``prior_total``, ``newton_steps``,
         ``certificate`` (``gap``, ``stationarity``, ``total_residual``, ``primal``, ``dual``,
         ``ok``), ``polytope`` (``"junction tree"``), ``cliques``, ``clique_cells``,
         ``largest_clique_cells``, and ``read``: the workload sets no clique holds (``sets``), read
@@ -483,10 +485,10 @@ def attribute_priors(prior: str, total: float, axes, values, variances, sizes, l
 
     Parameters
     ----------
-    prior : {"uniform", "one-way", "adaptive", "cutoff"}
-        Per cell, the weight ``B_j`` of the estimated one-way against the uniform share: 0, 1
-        (where a measured set holds ``a``), ``κ_j^K`` (equation (7) of the module notes), or
-        ``κ_j^K > 1/2``.
+    prior : {"uniform", "one-way", "per-attribute"}
+        Each factor uniform; the estimated one-way ``m_a`` (where a measured set holds ``a``); or
+        ``m_a`` exactly when some cell has ``m_j < λ s_a² (2^{1/K} − 1)`` (equation (8) of the
+        module notes), else uniform.
     total : float
         ``N̂``, the prior's total.
     axes, values, variances, sizes
@@ -500,13 +502,13 @@ def attribute_priors(prior: str, total: float, axes, values, variances, sizes, l
     Returns
     -------
     list of (ndarray, float)
-        Per attribute, ``p_a`` (positive, summing to ``total``) and the share of the one-way's
-        departure from uniform that it takes (0 uniform, 1 the one-way).
+        Per attribute, ``p_a`` (positive, summing to ``total``) and 1.0 when it is the one-way,
+        0.0 when uniform.
     """
     out = []
     for a, n in enumerate(sizes):
         uniform = np.full(n, total / n)
-        mean, weight = _one_way_average(a, n, axes, values, variances, sizes)
+        _, weight = _one_way_average(a, n, axes, values, variances, sizes)
         if prior == "uniform" or weight == 0 or n == 1:
             out.append((uniform, 0.0))
             continue
@@ -514,15 +516,10 @@ def attribute_priors(prior: str, total: float, axes, values, variances, sizes, l
         if prior == "one-way":
             out.append((m, 1.0))
             continue
-        scale = lam / weight  # λ s_a²
-        kept = (scale / (m + scale)) ** steps
-        if prior == "adaptive":
-            b = kept
-        else:  # "cutoff"
-            b = (kept > 0.5).astype(float)
-        departure = np.abs(m - uniform)
-        p = uniform + b * (m - uniform)
-        out.append((p * (total / p.sum()), float(b @ departure / departure.sum()) if departure.sum() > 0 else 0.0))
+        # "per-attribute", equation (8): the one-way where the uniform prior's K steps would leave
+        # some cell more than half at the prior (κ_j^K > 1/2), uniform where they resolve every cell
+        unresolved = float(m.min()) < lam / weight * (2.0 ** (1.0 / steps) - 1.0)
+        out.append((m, 1.0) if unresolved else (uniform, 0.0))
     return out
 
 
