@@ -41,8 +41,9 @@ floor as the dense engine's prior total), or uniform when ``n_a s_a ≥ N̂``.
 
 - ``"uniform"`` (the dense engine's default): every factor uniform.
 - ``"one-way"``: every factor ``m_a`` (where a measured set holds ``a``).
-- ``"per-attribute"``: ``m_a`` for the attributes whose cells the steps cannot all resolve,
-  uniform for the others (issue 27).
+- ``"per-attribute"`` (the default here): ``m_a`` for the attributes whose cells the steps
+  cannot all resolve, uniform for the others (issue 27). Where every attribute is resolved it
+  is the uniform prior, i.e. the dense engine's default.
 
 **The per-attribute rule.** The dense engine's notes give the linearised filter of ``K``
 proximal steps: a direction with data curvature ``f`` and penalty curvature ``κ'`` keeps the
@@ -98,7 +99,7 @@ __all__ = ["estimate_smooth", "SMOOTH_PRIORS", "read_cells", "tree_cells", "tree
 #: Newton residuals within this fraction of the largest target are rounding (about 500 ulp).
 ROUNDING_FLOOR = 1e-13
 #: Priors of the marginal-space smooth estimate (module notes).
-SMOOTH_PRIORS = ("uniform", "one-way", "per-attribute")
+SMOOTH_PRIORS = ("per-attribute", "uniform", "one-way")
 
 
 class _Rows:
@@ -152,7 +153,7 @@ class _Rows:
 
 def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | None = None,
                     constraints: ConstraintSet | None = None, *, total: float | str = "auto",
-                    prior: str = "uniform", steps: int = STEPS, smoothing: float | None = None,
+                    prior: str = "per-attribute", steps: int = STEPS, smoothing: float | None = None,
                     tol: float = 1e-10, max_newton: int = 100, time_limit: float | None = None,
                     max_cells: int = 2**27, exact_cells: int = 0) -> MarginalEstimate:
     """The dense smooth estimate's workload marginals, computed on a junction tree (module notes).
@@ -172,10 +173,10 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
         total (at least its standard error), as the dense engine's ``total="estimate"``; ``"free"``
         lets each step decide it. A public count is refused (declare it as an invariant and use
         the least-squares estimate).
-    prior : {"uniform", "one-way", "per-attribute"}
-        The first step's prior (module notes, *Priors*: every factor uniform, every factor the
-        estimated one-way, or the one-way exactly for the attributes with a cell the steps
-        cannot resolve, equation (8)).
+    prior : {"per-attribute", "uniform", "one-way"}
+        The first step's prior (module notes, *Priors*): by default the estimated one-way for
+        the attributes with a cell the steps cannot resolve (equation (8)) and uniform for the
+        others; every factor uniform (the dense engine's default); or every factor the one-way.
     steps : int
         ``K``, the proximal steps (default 3).
     smoothing : float, optional
