@@ -394,7 +394,7 @@ def read_cells(sizes, measured_axes, work, limit: int | None = None) -> tuple[in
 
 def _smooth_table(measurements, constraints, domain, work, axes, total, prior, steps, smoothing, tol, max_newton,
                   time_limit, start) -> MarginalEstimate:
-    """The dense engine on the table (same options, the one-way prior as a product table), and
+    """The dense engine on the table (same options; a product prior as its table), and
     the workload's marginals read off it, as a :class:`MarginalEstimate`."""
     from dpopt.estimate import reconstruct
     from dpopt.estimate.engines.smooth import prior_total
@@ -429,7 +429,8 @@ def _smooth_table(measurements, constraints, domain, work, axes, total, prior, s
     dense = result.info
     held = dense.get("held_total")
     info = {"lambda": dense.get("lambda"), "smoothing": dense.get("smoothing"), "steps": int(steps), "prior": prior,
-            "prior_weights": weights, "held_total": held, "prior_total": dense.get("prior_total"), "newton_steps": result.nit,
+            "prior_weights": weights, "held_total": held, "prior_total": dense.get("prior_total"),
+            "newton_steps": result.nit,
             "polytope": "table", "cliques": len(held_sets), "clique_cells": int(family.size),
             "largest_clique_cells": int(domain.size), "chi2": dense.get("chi2"),
             "certificate": {"dense": True, "gap": dense.get("duality_gap"), "stationarity": dense.get("stationarity"),
