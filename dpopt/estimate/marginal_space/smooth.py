@@ -62,8 +62,8 @@ default ``c`` puts the filter's half-way point at signal-to-noise ratio 1, the s
 
 and the uniform factor otherwise. With the default ``c = 1/(2^{1/K} − 1)`` the bound is
 ``s_a²/σ̄``; since ``m_j ≥ s_a``, only an attribute whose one-way is noisier than ``σ̄`` per cell
-(``s_a > σ̄``: measured less precisely than the average row) can take its one-way. Why: the uniform prior puts ``N̂/n_a`` in an unresolved cell,
-so on a skewed many-valued attribute at small ``ε`` its near-empty cells are lifted towards
+(``s_a > σ̄``: measured less precisely than the average row) can take its one-way. Why: the
+uniform prior puts ``N̂/n_a`` in an unresolved cell, so on a skewed many-valued attribute at small ``ε`` its near-empty cells are lifted towards
 ``N̂/n_a`` and mass lands in empty cells (the loss to Private-PGM found in issue 27); when every
 cell is resolved, the prior hardly moves the one-way, and on binary attributes of large counts
 the uniform prior's mild shrinkage did better than none (the one-way prior lost on binary
@@ -96,7 +96,7 @@ from dpopt.estimate.marginal_space.result import MarginalEstimate
 from dpopt.estimate.status import Status
 from dpopt.model.constraints import ConstraintSet
 
-__all__ = ["estimate_smooth", "SMOOTH_PRIORS", "read_cells", "tree_cells", "tree_sets"]
+__all__ = ["estimate_smooth", "SMOOTH_PRIORS", "attribute_priors", "read_cells", "tree_cells", "tree_sets"]
 
 #: Newton residuals within this fraction of the largest target are rounding (about 500 ulp).
 ROUNDING_FLOOR = 1e-13
@@ -202,7 +202,8 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
     MarginalEstimate
         ``objective == "smooth"``; ``fun`` the measurements' ``χ²``; ``info`` holds ``lambda``,
         ``smoothing``, ``steps``, ``prior``, ``prior_weights`` (per attribute 1.0 for the one-way
-        factor, 0.0 for the uniform one; None for the uniform prior), ``held_total``, ``prior_total``, ``newton_steps``,
+        factor, 0.0 for the uniform one; None for the uniform prior), ``held_total``,
+        ``prior_total``, ``newton_steps``,
         ``certificate`` (``gap``, ``stationarity``, ``total_residual``, ``primal``, ``dual``,
         ``ok``), ``polytope`` (``"junction tree"``), ``cliques``, ``clique_cells``,
         ``largest_clique_cells``, and ``read``: the workload sets no clique holds (``sets``), read
