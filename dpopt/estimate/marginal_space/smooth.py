@@ -61,17 +61,18 @@ default ``c`` puts the filter's half-way point at signal-to-noise ratio 1, the s
     min_j m_j  <  λ s_a² (2^{1/K} − 1)                                                    (8)
 
 and the uniform factor otherwise. With the default ``c = 1/(2^{1/K} − 1)`` the bound is
-``s_a²/σ̄``; since ``m_j ≥ s_a``, only an attribute whose one-way is noisier than ``σ̄`` per cell
-(``s_a > σ̄``: measured less precisely than the average row) can take its one-way. Why: the
+``s_a²/σ̄``; since ``m_j ≥ s_a``, only an attribute whose one-way is noisier than ``σ̄`` per
+cell (``s_a > σ̄``: measured less precisely than the average row) can take its one-way. Why: the
 uniform prior puts ``N̂/n_a`` in an unresolved cell, so on a skewed many-valued attribute at
 small ``ε`` its near-empty cells are lifted towards ``N̂/n_a`` and mass lands in empty cells
-(the loss to Private-PGM found in issue 27); when every cell is resolved, the prior hardly
-moves the one-way, and on binary attributes of large counts the uniform prior's mild shrinkage
-did better than none (the one-way prior lost on binary networks at pure ``ε`` 0.1). Whole factors, not cells: a rule that took ``m_j`` only in the
-unresolved cells lost on a 32-value domain where the whole one-way won (docs, marginal space).
-The rule reads the noisy answers (through ``m_a``), their variances and ``λ`` (a function of the
-variances), never the data; 1/2 is the filter's half-way point, not a fitted constant.
-``info["prior_weights"]`` lists per attribute 1.0 (one-way) or 0.0 (uniform).
+(the loss to Private-PGM found in issue 27); when every cell is resolved, the prior hardly moves
+the one-way, and on binary attributes of large counts the uniform prior's mild shrinkage did
+better than none (the one-way prior lost on binary networks at pure ``ε`` 0.1). Whole factors,
+not cells: a rule that took ``m_j`` only in the unresolved cells lost on a 32-value domain where
+the whole one-way won (docs, marginal space). The rule reads the noisy answers (through
+``m_a``), their variances and ``λ`` (a function of the variances), never the data; 1/2 is the
+filter's half-way point, not a fitted constant. ``info["prior_weights"]`` lists per attribute
+1.0 (one-way) or 0.0 (uniform).
 
 **Scope.** Noisy marginals (and totals) only; public constraints other than non-negativity
 (which the estimate keeps on every cell: it is positive) and public totals are refused with a
