@@ -138,9 +138,10 @@ def test_one_way_estimate_is_the_projected_inverse_variance_average():
 
 @pytest.mark.parametrize("steps", [3, 1])
 def test_per_attribute_prior_against_its_closed_form(steps):
-    # attribute 0: skewed, a near-empty cell below λ s_a² (2^{1/K} − 1): its one-way; attribute 1:
-    # every cell far above it: uniform; attribute 2: near the bound (decided by the bound at
-    # each K); attribute 3: in no measured set (uniform)
+    # attribute 0: skewed, a near-empty cell (16) below λ s_a² (2^{1/K} − 1) (136 at K = 3): its
+    # one-way; attribute 1: every cell above it (929 against 207 / 796): uniform; attribute 2:
+    # its smallest cell (473) just below the bound at K = 3 (507): its one-way; attribute 3: in no
+    # measured set: uniform
     sizes = [4, 3, 5, 2]
     axes = [(0, 1), (0, 2), (1,), (2,)]
     values = [np.array([900.0, 880, 910, 150, 160, 140, 20, 30, 10, 5, -8, 3]),
@@ -159,7 +160,7 @@ def test_per_attribute_prior_against_its_closed_form(steps):
         np.testing.assert_allclose(got[a][0], m if one_way else np.full(sizes[a], total / sizes[a]), rtol=1e-12)
         assert got[a][1] == (1.0 if one_way else 0.0)
         chosen.append(one_way)
-    assert chosen[0] and not chosen[1]
+    assert chosen == [True, False, True]
     np.testing.assert_array_equal(got[3][0], np.full(2, total / 2))
     assert got[3][1] == 0.0
     for p, _ in got:  # every factor positive, with the prior's total
