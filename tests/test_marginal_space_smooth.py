@@ -20,7 +20,7 @@ from dpopt.errors import DomainError, ParameterError, SpecError
 from dpopt.estimate import reconstruct
 from dpopt.estimate.marginal_space import estimate_marginals
 from dpopt.estimate.marginal_space.junction_tree import JunctionTree, elimination_cliques
-from dpopt.estimate.marginal_space.smooth import _one_way, estimate_smooth
+from dpopt.estimate.marginal_space.smooth import _one_way, attribute_priors, estimate_smooth
 from dpopt.estimate.status import Status
 from dpopt.model.constraints import ConstraintSet, Invariant, NonNegativity
 from dpopt.model.measurement import Measurement
@@ -52,13 +52,34 @@ def _dense_marginals(domain, x, sets):
     return {tuple(s): Marginal(domain, s).matvec(x) for s in sets}
 
 
+def _product_table(parts, total):
+    p = np.full(1, total)
+    for part in parts:  # C order over the attributes: the table's layout
+        p = np.multiply.outer(p, part / total).ravel()
+    return p
+
+
+def _dense_like(est, ms, domain, **options):
+    """The dense engine with the prior the marginal-space estimate used (its default included):
+    the product table of :func:`attribute_priors`, or the engine's own uniform prior."""
+    prior = None
+    if est.info["prior"] != "uniform":
+        axes = [tuple(sorted(domain.axes(m.query.attrs))) for m in ms]
+        values = [np.asarray(m.values, float) for m in ms]
+        variances = [float(m.variance) for m in ms]
+        total = est.info["prior_total"]
+        parts = attribute_priors(est.info["prior"], total, axes, values, variances, list(domain.sizes),
+                                 est.info["lambda"], est.info["steps"])
+        prior = _product_table([p for p, _ in parts], total)
+    return reconstruct(ms, ConstraintSet(domain, [NonNegativity()]), "smooth", prior=prior, **options)
+
+
 @pytest.mark.parametrize("steps,total", [(3, "auto"), (1, "auto"), (3, "free"), (2, "free")])
 def test_equals_dense_smooth(case, steps, total):
     data, sets, ms = case
     est = estimate_marginals(ms, objective="smooth", total=total, smooth={"steps": steps}, exact_cells=0)
     assert est.status is Status.OPTIMAL, est.message
-    dense = reconstruct(ms, ConstraintSet(data.domain, [NonNegativity()]), "smooth", steps=steps,
-                        total="estimate" if total == "auto" else "free")
+    dense = _dense_like(est, ms, data.domain, steps=steps, total="estimate" if total == "auto" else "free")
     assert dense.status is Status.OPTIMAL, dense.message
     assert est.info["lambda"] == pytest.approx(dense.info["lambda"], rel=1e-14)
     got = est.marginals(sets)
@@ -113,6 +134,95 @@ def test_one_way_estimate_is_the_projected_inverse_variance_average():
     tau = float(np.mean(mean[free] - m[free]))
     np.testing.assert_allclose(m[free] - mean[free], -tau, atol=1e-10)
     assert (mean[~free] - floor <= tau + 1e-10).all()
+
+
+@pytest.mark.parametrize("steps", [3, 1])
+def test_per_attribute_prior_against_its_closed_form(steps):
+    # attribute 0: skewed, a near-empty cell (16) below λ s_a² (2^{1/K} − 1) (136 at K = 3): its
+    # one-way; attribute 1: every cell above it (929 against 207 / 796): uniform; attribute 2:
+    # its smallest cell (473) just below the bound at K = 3 (507): its one-way; attribute 3: in no
+    # measured set: uniform
+    sizes = [4, 3, 5, 2]
+    axes = [(0, 1), (0, 2), (1,), (2,)]
+    values = [np.array([900.0, 880, 910, 150, 160, 140, 20, 30, 10, 5, -8, 3]),
+              np.array([400.0, 700, 500, 600, 520, 100, 90, 110, 95, 85, 10, 20, 5, 15, 10, 0, 3, -4, 5, 2]),
+              np.array([1100.0, 1210, 1040]), np.array([660.0, 700, 640, 690, 610])]
+    variances = [100.0, 400.0, 9e4, 2500.0]
+    total, lam = 2800.0, 2.0
+    got = attribute_priors("per-attribute", total, axes, values, variances, sizes, lam, steps)
+    # by hand: each set's sums onto the attribute have variance σ² D_S / n_a per one-way cell
+    precision = {0: 1 / (100.0 * 3) + 1 / (400.0 * 5), 1: 1 / (100.0 * 4) + 1 / 9e4, 2: 1 / (400.0 * 4) + 1 / 2500.0}
+    chosen = []
+    for a, w in precision.items():
+        m = _one_way(a, sizes[a], total, axes, values, variances, sizes)
+        kept = (lam / w / (m + lam / w)) ** steps  # κ_j^K, equation (7), s_a² = 1/w
+        one_way = bool((kept > 0.5).any())
+        np.testing.assert_allclose(got[a][0], m if one_way else np.full(sizes[a], total / sizes[a]), rtol=1e-12)
+        assert got[a][1] == (1.0 if one_way else 0.0)
+        chosen.append(one_way)
+    assert chosen == [True, False, True]
+    np.testing.assert_array_equal(got[3][0], np.full(2, total / 2))
+    assert got[3][1] == 0.0
+    for p, _ in got:  # every factor positive, with the prior's total
+        assert (p > 0).all() and p.sum() == pytest.approx(total, rel=1e-12)
+    # the other priors: every factor uniform, or every measured attribute's its one-way
+    for other, ends in (("uniform", [0, 0, 0, 0]), ("one-way", [1, 1, 1, 0])):
+        assert [b for _, b in attribute_priors(other, total, axes, values, variances, sizes, lam, steps)] == ends
+
+
+@pytest.mark.parametrize("steps", [3, 1])
+def test_per_attribute_prior_equals_dense_with_that_prior(case, steps):
+    # five triples of the case, and x7 alone by a one-way at σ = 200: λ s_7² is far above its
+    # counts, so x7 takes its one-way while the well-measured attributes stay uniform
+    data, sets, ms = case
+    x7 = data.domain.attrs[7]
+    ms, sets = ms[:5] + _measure(data, [(x7,)], [200.0], 9), sets[:5] + [(x7,)]
+    prior = "per-attribute"
+    est = estimate_smooth(ms, prior=prior, steps=steps)
+    assert est.info["prior_weights"][7] == 1.0 and sum(est.info["prior_weights"]) < len(data.domain) - 2
+    assert est.success, est.message
+    axes = [tuple(sorted(data.domain.axes(m.query.attrs))) for m in ms]
+    values = [np.asarray(m.values, float) for m in ms]
+    variances = [float(m.variance) for m in ms]
+    total = est.info["prior_total"]
+    parts = attribute_priors(prior, total, axes, values, variances, list(data.domain.sizes), est.info["lambda"], steps)
+    assert [b for _, b in parts] == est.info["prior_weights"]
+    dense = reconstruct(ms, ConstraintSet(data.domain, [NonNegativity()]), "smooth", steps=steps,
+                        prior=_product_table([p for p, _ in parts], total))
+    assert dense.success and dense.info["lambda"] == pytest.approx(est.info["lambda"], rel=1e-14)
+    for s, want in _dense_marginals(data.domain, dense.x, sets).items():
+        np.testing.assert_allclose(est.marginals(sets)[s], want, rtol=1e-8, atol=1e-8 * dense.x.sum())
+    assert est.info["certificate"]["primal"] == pytest.approx(dense.fun, rel=1e-8)
+
+
+def test_the_prior_rule_reads_the_noisy_answers_only(case, monkeypatch):
+    # The rule is post-processing: with every way of reading records disabled, measurements
+    # rebuilt from the queries, noise and answers alone give the same prior and estimate; moving
+    # noisy answers moves the prior.
+    from dpopt.model.data import Dataset
+
+    data, sets, ms = case
+    before = estimate_smooth(ms, prior="per-attribute")
+    for name in ("marginal", "histogram", "binary_marginal_counts", "marginal_frame", "to_frame", "_bincount"):
+        monkeypatch.setattr(Dataset, name, lambda *a, **k: pytest.fail("the prior read the data"))
+    rebuilt = [Measurement(m.query, np.array(m.values, dtype=float), m.noise, m.scale, m.variance,
+                           label=m.label) for m in ms]
+    again = estimate_smooth(rebuilt, prior="per-attribute")
+    assert again.info["prior_weights"] == before.info["prior_weights"]
+    for s, m in before.marginals(sets).items():
+        np.testing.assert_array_equal(again.marginals(sets)[s], m)
+    # x7 measured alone at σ = 30 (besides five triples): an even split is resolved (uniform
+    # factor), a near-empty cell is not (its one-way): the answers decide, through m_7
+    x7 = data.domain.attrs[7]
+    one_way = Marginal(data.domain, (x7,))
+    weights = []
+    for y in ([750.0, 750.0], [1499.0, 1.0]):
+        extra = Measurement(one_way, np.array(y), "gaussian", 30.0, 900.0, label=x7)
+        est = estimate_smooth(rebuilt[:5] + [extra], prior="per-attribute")
+        weights.append(est.info["prior_weights"][7])
+        bound = 900.0 * est.info["lambda"] * (2 ** (1 / 3) - 1)  # λ s_7² (2^{1/K} − 1): s_7 = 30
+        assert 30.0 < bound < 700.0  # between the floor s_7 and the even split's cells
+    assert weights == [0.0, 1.0]
 
 
 def _full_log_table(tree, factors):
@@ -328,13 +438,13 @@ def test_unmeasured_workload_sets_off_the_tree(case, measured):
     extra = [(names[1], names[5]), (names[0], names[4], names[7]), (names[2], names[6]), (names[7],)]
     est = estimate_marginals(ms[:measured], sets[:measured] + extra, objective="smooth", exact_cells=0)
     assert est.success, est.message
-    dense = reconstruct(ms[:measured], ConstraintSet(data.domain, [NonNegativity()]), "smooth")
+    dense = _dense_like(est, ms[:measured], data.domain)
     got = est.marginals(extra + [(names[0], names[4])])
     for s, want in _dense_marginals(data.domain, dense.x, extra + [(names[0], names[4])]).items():
         np.testing.assert_allclose(got[s], want, rtol=1e-8, atol=1e-8 * dense.x.sum())
 
 
-@pytest.mark.parametrize("prior", ["uniform", "one-way"])
+@pytest.mark.parametrize("prior", ["uniform", "one-way", "per-attribute"])
 def test_small_domains_are_solved_as_a_table_with_the_same_estimate(case, prior):
     data, sets, ms = case
     table = estimate_marginals(ms, objective="smooth", smooth={"prior": prior})
@@ -377,6 +487,6 @@ def test_near_exact_noise_certifies_and_equals_dense():
     ms = _measure(data, sets, [0.1] * 10, 2)
     est = estimate_marginals(ms, objective="smooth", exact_cells=0)
     assert est.status is Status.OPTIMAL, est.message
-    dense = reconstruct(ms, ConstraintSet(data.domain, [NonNegativity()]), "smooth")
+    dense = _dense_like(est, ms, data.domain)
     for s, want in _dense_marginals(data.domain, dense.x, sets).items():
         np.testing.assert_allclose(est.marginals(sets)[s], want, rtol=1e-7, atol=1e-7 * dense.x.sum())

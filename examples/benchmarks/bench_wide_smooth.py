@@ -4,9 +4,11 @@ On binary data from ``random_sparse_network(d, seed=NET, window=W)`` (records se
 n = 50,000), ``auto``'s wide plan (:mod:`dpopt.strategy.wide_selection`: one-way marginals,
 then every workload marginal or ``d`` selected ones) measures; on the *same* measurements this
 compares the least-squares estimate (``ls``: ``objective="l2"``, ``total="auto"``) with the smooth
-estimate (``objective="smooth"``, uniform and one-way priors; ``--estimators`` picks them). With
-both priors, the last column is the one-way prior's mean difference in error over the workload's
-marginals, and its standard error (the evidence that kept the uniform prior). The smooth estimate needs the
+estimate (``objective="smooth"``) under the uniform prior (``smooth``, the default before issue
+27), the one-way prior (``smooth-1way``) and the per-attribute prior (``smooth-attribute``, the
+default since: marginal_space/smooth.py, equation (8)); ``--estimators`` picks them. Each other
+smooth estimate gets a last column: its mean difference in error from ``smooth`` over the
+scored marginals, and its standard error (paired: the same measurements). The smooth estimate needs the
 junction tree of the *measured* sets to fit (``--max-cells``); where it does not (every pair
 measured, say), the row says so: there only ``ls`` applies. bench_wide.py's figures use
 network seed 1 and measurement seed 7; the figures here use other seeds.
@@ -38,7 +40,7 @@ Run::
         --seeds 1 --estimators smooth                       # the read on 4,950 pairs
     OPENBLAS_NUM_THREADS=1 nice -n 10 python examples/benchmarks/bench_wide_smooth.py --d 45 --k 3 \\
         --groups 1,7,3,1,7,4,1,2,6,1,7,3,1,1 --net 3 4 5 --seeds 1 2 --accounting zcdp --eps 0.1 1 \\
-        --estimators smooth smooth-1way [--pgm]              # attributes of up to 128 values
+        --estimators smooth smooth-1way smooth-attribute [--pgm]   # up to 128 values
     DPOPT_SHARED_DATA=/work/shared/data OPENBLAS_NUM_THREADS=1 nice -n 10 \\
         python examples/benchmarks/bench_wide_smooth.py --adult --accounting zcdp --eps 1 --seeds 7
 """
@@ -54,6 +56,9 @@ from _common import peak_memory_mb
 
 ESTIMATORS = {"ls": {"objective": "l2"}, "smooth": {"objective": "smooth", "smooth": {"prior": "uniform"}},
               "smooth-1way": {"objective": "smooth", "smooth": {"prior": "one-way"}},
+              # issue 27 (s27p): the default since then: the one-way factor for the attributes with a
+              # cell the K steps cannot resolve, uniform for the others
+              "smooth-attribute": {"objective": "smooth", "smooth": {"prior": "per-attribute"}},
               # issue 27 (s27x): λ = c / σ_max, the noisiest measurement's s.d., instead of c / σ̄ (a
               # candidate rule, public quantities only: passed as smoothing = c σ̄ / σ_max)
               "smooth-noisiest": {"objective": "smooth", "smooth": {"prior": "uniform"}, "noisiest": True}}
@@ -100,11 +105,10 @@ def main() -> None:
         adult(args)
         return
     estimators = {name: ESTIMATORS[name] for name in args.estimators or ESTIMATORS}
-    other = next((o for o in ("smooth-1way", "smooth-noisiest") if o in estimators), None)
-    paired = "smooth" in estimators and other is not None
+    others = [o for o in estimators if o.startswith("smooth-")] if "smooth" in estimators else []
     print(f"{'net':>3} {'acc':>4} {'eps':>4} {'seed':>4} {'mode':>6} {'tree cells':>10} {'noise/count':>11} "
           + " ".join(f"{name:>18}" for name in estimators)
-          + (f"  {other}-smooth (s.e.)" if paired else ""), flush=True)
+          + "".join(f"  {other}-smooth (s.e.)" for other in others), flush=True)
     for net_seed in args.net:
         _, data, sets, _, truths, n = network_workload(args.d, args.k, net_seed, args.window)
         workload = sets
@@ -136,9 +140,12 @@ def main() -> None:
                     # the prior's effect: the mean over the workload of the per-marginal difference, and its
                     # standard error over the workload's marginals
                     diff = ""
-                    if paired and "smooth" in per_set and other in per_set:
-                        delta = per_set[other] - per_set["smooth"]
-                        diff = f"  {delta.mean():+.5f} ({delta.std(ddof=1) / np.sqrt(delta.size):.5f})"
+                    for other in others:
+                        if "smooth" in per_set and other in per_set:
+                            delta = per_set[other] - per_set["smooth"]
+                            diff += f"  {delta.mean():+.6f} ({delta.std(ddof=1) / np.sqrt(delta.size):.6f})"
+                        else:
+                            diff += "  -"
                     if args.pgm:
                         from bench_wide import pgm_row
 

@@ -31,13 +31,48 @@ gap must be below :data:`~dpopt.estimate.certificates.verify.CERTIFICATE_TOL`, a
 total's residual and the stationarity ``max_i |r_i − σ_i² ν_i| / σ_i`` (the gradient of
 ``Φ_k`` is ``Cᵀ(r/σ² − ν)`` on the model). Nothing uncertified is released (``success`` False).
 
-**Priors.** ``"uniform"`` (the dense default): ``N̂`` spread evenly. ``"one-way"``: the product
-of the estimated one-way marginals, ``p = N̂ Π_a m_a / N̂`` — post-processing of the noisy
-measurements only: ``m_a`` is the inverse-variance average of every measured set's marginal on
-``a`` (a set ``S`` gives variance ``σ_S² D_S / n_a`` per cell), projected onto
-``{m ≥ s_a, Σ m = N̂}`` with ``s_a`` that average's standard error per cell (a count within one
-s.d. of zero says only that; the same floor as the dense engine's prior total), or uniform
-when ``n_a s_a ≥ N̂``.
+**Priors.** Every prior is a product ``p = N̂ Π_a p_a / N̂`` of one factor per attribute (so it
+is Markov on the tree: a one-way factor on a clique holding ``a``), each factor either uniform,
+``N̂/n_a``, or ``m_a``, the estimated one-way. ``m_a`` is post-processing of the noisy
+measurements only: the inverse-variance average of every measured set's marginal on ``a`` (a set
+``S`` gives variance ``σ_S² D_S / n_a`` per cell; ``s_a²`` the average's variance per cell),
+projected onto ``{m ≥ s_a, Σ m = N̂}`` (a count within one s.d. of zero says only that; the same
+floor as the dense engine's prior total), or uniform when ``n_a s_a ≥ N̂``.
+
+- ``"uniform"`` (the dense engine's default): every factor uniform.
+- ``"one-way"``: every factor ``m_a`` (where a measured set holds ``a``).
+- ``"per-attribute"`` (the default here): ``m_a`` for the attributes whose cells the steps
+  cannot all resolve, uniform for the others (issue 27). Where every attribute is resolved it
+  is the uniform prior, i.e. the dense engine's default.
+
+**The per-attribute rule.** The dense engine's notes give the linearised filter of ``K``
+proximal steps: a direction with data curvature ``f`` and penalty curvature ``κ'`` keeps the
+fraction ``1 − (κ'/(f + κ'))^K`` of its least-squares fit, the rest staying at the prior. For a
+cell of the one-way marginal on ``a`` with count ``x_j``, the data curvature is ``1/s_a²`` (the
+precision of the one-way average) and the penalty's, ``λ D(x ‖ p)``, is ``λ/x_j``, so ``K`` steps
+leave the fraction ``κ_j^K`` of the cell at its prior, with::
+
+    κ_j  =  λ s_a² / (x_j + λ s_a²)                                                       (7)
+
+A cell with ``κ_j^K > 1/2`` is *unresolved*: the prior decides more of it than the data do (the
+default ``c`` puts the filter's half-way point at signal-to-noise ratio 1, the same place). With
+``m_j`` (at least ``s_a``) for ``x_j``, attribute ``a`` takes the factor ``m_a`` when::
+
+    min_j m_j  <  λ s_a² (2^{1/K} − 1)                                                    (8)
+
+and the uniform factor otherwise. With the default ``c = 1/(2^{1/K} − 1)`` the bound is
+``s_a²/σ̄``; since ``m_j ≥ s_a``, only an attribute whose one-way is noisier than ``σ̄`` per
+cell (``s_a > σ̄``: measured less precisely than the average row) can take its one-way. Why: the
+uniform prior puts ``N̂/n_a`` in an unresolved cell, so on a skewed many-valued attribute at
+small ``ε`` its near-empty cells are lifted towards ``N̂/n_a`` and mass lands in empty cells
+(the loss to Private-PGM found in issue 27); when every cell is resolved, the prior hardly moves
+the one-way, and on binary attributes of large counts the uniform prior's mild shrinkage did
+better than none (the one-way prior lost on binary networks at pure ``ε`` 0.1). Whole factors,
+not cells: a rule that took ``m_j`` only in the unresolved cells lost on a 32-value domain where
+the whole one-way won (docs, marginal space). The rule reads the noisy answers (through
+``m_a``), their variances and ``λ`` (a function of the variances), never the data; 1/2 is the
+filter's half-way point, not a fitted constant. ``info["prior_weights"]`` lists per attribute
+1.0 (one-way) or 0.0 (uniform).
 
 **Scope.** Noisy marginals (and totals) only; public constraints other than non-negativity
 (which the estimate keeps on every cell: it is positive) and public totals are refused with a
@@ -62,12 +97,12 @@ from dpopt.estimate.marginal_space.result import MarginalEstimate
 from dpopt.estimate.status import Status
 from dpopt.model.constraints import ConstraintSet
 
-__all__ = ["estimate_smooth", "SMOOTH_PRIORS", "read_cells", "tree_cells", "tree_sets"]
+__all__ = ["estimate_smooth", "SMOOTH_PRIORS", "attribute_priors", "read_cells", "tree_cells", "tree_sets"]
 
 #: Newton residuals within this fraction of the largest target are rounding (about 500 ulp).
 ROUNDING_FLOOR = 1e-13
 #: Priors of the marginal-space smooth estimate (module notes).
-SMOOTH_PRIORS = ("uniform", "one-way")
+SMOOTH_PRIORS = ("per-attribute", "uniform", "one-way")
 
 
 class _Rows:
@@ -121,7 +156,7 @@ class _Rows:
 
 def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | None = None,
                     constraints: ConstraintSet | None = None, *, total: float | str = "auto",
-                    prior: str = "uniform", steps: int = STEPS, smoothing: float | None = None,
+                    prior: str = "per-attribute", steps: int = STEPS, smoothing: float | None = None,
                     tol: float = 1e-10, max_newton: int = 100, time_limit: float | None = None,
                     max_cells: int = 2**27, exact_cells: int = 0) -> MarginalEstimate:
     """The dense smooth estimate's workload marginals, computed on a junction tree (module notes).
@@ -141,8 +176,10 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
         total (at least its standard error), as the dense engine's ``total="estimate"``; ``"free"``
         lets each step decide it. A public count is refused (declare it as an invariant and use
         the least-squares estimate).
-    prior : {"uniform", "one-way"}
-        The first step's prior (module notes).
+    prior : {"per-attribute", "uniform", "one-way"}
+        The first step's prior (module notes, *Priors*): by default the estimated one-way for
+        the attributes with a cell the steps cannot resolve (equation (8)) and uniform for the
+        others; every factor uniform (the dense engine's default); or every factor the one-way.
     steps : int
         ``K``, the proximal steps (default 3).
     smoothing : float, optional
@@ -165,7 +202,9 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
     -------
     MarginalEstimate
         ``objective == "smooth"``; ``fun`` the measurements' ``χ²``; ``info`` holds ``lambda``,
-        ``smoothing``, ``steps``, ``prior``, ``held_total``, ``prior_total``, ``newton_steps``,
+        ``smoothing``, ``steps``, ``prior``, ``prior_weights`` (per attribute 1.0 for the one-way
+        factor, 0.0 for the uniform one; None for the uniform prior), ``held_total``,
+        ``prior_total``, ``newton_steps``,
         ``certificate`` (``gap``, ``stationarity``, ``total_residual``, ``primal``, ``dual``,
         ``ok``), ``polytope`` (``"junction tree"``), ``cliques``, ``clique_cells``,
         ``largest_clique_cells``, and ``read``: the workload sets no clique holds (``sets``), read
@@ -235,9 +274,9 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
     rows = _Rows(tree, axes, held)
     targets = np.concatenate([v.ravel() for v in values] + ([np.array([prior_total])] if held else []))
     var = np.concatenate([np.full(v.size, s) for v, s in zip(values, variances)] + ([np.zeros(1)] if held else []))
-    base = _prior_factors(tree, prior, prior_total, axes, values, variances, sizes)
+    base, prior_weights = _prior_factors(tree, prior, prior_total, axes, values, variances, sizes, lam, steps)
 
-    info = {"lambda": lam, "smoothing": c, "steps": int(steps), "prior": prior,
+    info = {"lambda": lam, "smoothing": c, "steps": int(steps), "prior": prior, "prior_weights": prior_weights,
             "held_total": prior_total if held else None, "prior_total": prior_total, "newton_steps": 0,
             "polytope": "junction tree", "cliques": len(tree.cliques), "clique_cells": tree.cells,
             "largest_clique_cells": max(math.prod(s) for s in tree.shapes),
@@ -359,7 +398,7 @@ def read_cells(sizes, measured_axes, work, limit: int | None = None) -> tuple[in
 
 def _smooth_table(measurements, constraints, domain, work, axes, total, prior, steps, smoothing, tol, max_newton,
                   time_limit, start) -> MarginalEstimate:
-    """The dense engine on the table (same options, the one-way prior as a product table), and
+    """The dense engine on the table (same options; a product prior as its table), and
     the workload's marginals read off it, as a :class:`MarginalEstimate`."""
     from dpopt.estimate import reconstruct
     from dpopt.estimate.engines.smooth import prior_total
@@ -368,16 +407,20 @@ def _smooth_table(measurements, constraints, domain, work, axes, total, prior, s
     from dpopt.model.queries.marginal import Marginal
 
     cs = ConstraintSet(domain, [NonNegativity()])
-    table_prior = None
-    if prior == "one-way":
+    table_prior, weights = None, None
+    if prior != "uniform":
         sizes = [int(s) for s in domain.sizes]
         values = [np.asarray(m.values, dtype=np.float64) for m in measurements]
         variances = [float(m.variance) for m in measurements]
         n = prior_total(ConsistencyProblem(measurements, cs))
+        c = default_smoothing(steps) if smoothing is None else float(smoothing)
+        rows = np.array([v.size for v in values], dtype=np.float64)
+        lam = c * float(np.sqrt(np.sum(rows / np.array(variances)) / rows.sum()))  # smooth_weight's λ
+        factors = attribute_priors(prior, n, axes, values, variances, sizes, lam, steps)
+        weights = [b for _, b in factors]
         table_prior = np.full(1, n)
-        for a, size in enumerate(sizes):  # C order over the attributes: the table's layout
-            table_prior = np.multiply.outer(table_prior, _one_way(a, size, n, axes, values, variances, sizes) / n
-                                            ).ravel()
+        for p, _ in factors:  # C order over the attributes: the table's layout
+            table_prior = np.multiply.outer(table_prior, p / n).ravel()
     result = reconstruct(measurements, cs, "smooth", steps=steps, smoothing=smoothing, prior=table_prior,
                          total="free" if total == "free" else "estimate", tol=tol, max_steps=max_newton,
                          time_limit=time_limit, integer=False)
@@ -390,7 +433,8 @@ def _smooth_table(measurements, constraints, domain, work, axes, total, prior, s
     dense = result.info
     held = dense.get("held_total")
     info = {"lambda": dense.get("lambda"), "smoothing": dense.get("smoothing"), "steps": int(steps), "prior": prior,
-            "held_total": held, "prior_total": dense.get("prior_total"), "newton_steps": result.nit,
+            "prior_weights": weights, "held_total": held, "prior_total": dense.get("prior_total"),
+            "newton_steps": result.nit,
             "polytope": "table", "cliques": len(held_sets), "clique_cells": int(family.size),
             "largest_clique_cells": int(domain.size), "chi2": dense.get("chi2"),
             "certificate": {"dense": True, "gap": dense.get("duality_gap"), "stationarity": dense.get("stationarity"),
@@ -420,24 +464,74 @@ def _check_constraints(constraints: ConstraintSet, domain) -> None:
                              "structural zeros or inequalities; use objective 'l2'")
 
 
-def _prior_factors(tree: JunctionTree, prior: str, total: float, axes, values, variances, sizes) -> list:
+def _prior_factors(tree: JunctionTree, prior: str, total: float, axes, values, variances, sizes, lam: float,
+                   steps: int) -> tuple[list, list | None]:
     """The first prior's log factor on each clique: ``log N̂ − Σ_a log n_a`` on the root (uniform),
-    or ``log N̂ + Σ_a log(m_a / N̂)`` with each one-way on a clique holding it (module notes)."""
+    or ``log N̂ + Σ_a log(p_a / N̂)`` with each attribute's factor :func:`attribute_priors` on a
+    clique holding it (module notes)."""
     factors = [np.zeros(s) for s in tree.shapes]
     root = tree.order[0]
     if prior == "uniform":
         factors[root] += math.log(total) - sum(math.log(n) for n in sizes)
-        return factors
+        return factors, None
     factors[root] += math.log(total)
-    for a, n in enumerate(sizes):
-        one_way = _one_way(a, n, total, axes, values, variances, sizes)
+    parts = attribute_priors(prior, total, axes, values, variances, sizes, lam, steps)
+    for a, (p, _) in enumerate(parts):
         h = tree.holder((a,))
-        factors[h] = factors[h] + np.log(one_way / total).reshape(tree.broadcast_shape(h, (a,)))
-    return factors
+        factors[h] = factors[h] + np.log(p / total).reshape(tree.broadcast_shape(h, (a,)))
+    return factors, [b for _, b in parts]
 
 
-def _one_way(a: int, n: int, total: float, axes, values, variances, sizes) -> np.ndarray:
-    """The estimated one-way marginal on attribute ``a``, positive, summing to ``total`` (module notes)."""
+def attribute_priors(prior: str, total: float, axes, values, variances, sizes, lam: float,
+                     steps: int) -> list[tuple[np.ndarray, float]]:
+    """Each attribute's factor ``p_a`` of a product prior ``N̂ Π_a p_a / N̂`` (module notes, *Priors*).
+
+    Reads the noisy answers, their variances, the measured sets, the domain's sizes and ``λ``
+    (a function of the variances) only: post-processing.
+
+    Parameters
+    ----------
+    prior : {"uniform", "one-way", "per-attribute"}
+        Each factor uniform; the estimated one-way ``m_a`` (where a measured set holds ``a``); or
+        ``m_a`` exactly when some cell has ``m_j < λ s_a² (2^{1/K} − 1)`` (equation (8) of the
+        module notes), else uniform.
+    total : float
+        ``N̂``, the prior's total.
+    axes, values, variances, sizes
+        The measured sets (attribute positions), their noisy answers and noise variances, and
+        the domain's sizes.
+    lam : float
+        ``λ``, the smoothing weight.
+    steps : int
+        ``K``, the proximal steps.
+
+    Returns
+    -------
+    list of (ndarray, float)
+        Per attribute, ``p_a`` (positive, summing to ``total``) and 1.0 when it is the one-way,
+        0.0 when uniform.
+    """
+    out = []
+    for a, n in enumerate(sizes):
+        uniform = np.full(n, total / n)
+        _, weight = _one_way_average(a, n, axes, values, variances, sizes)
+        if prior == "uniform" or weight == 0 or n == 1:
+            out.append((uniform, 0.0))
+            continue
+        m = _one_way(a, n, total, axes, values, variances, sizes)
+        if prior == "one-way":
+            out.append((m, 1.0))
+            continue
+        # "per-attribute", equation (8): the one-way where the uniform prior's K steps would leave
+        # some cell more than half at the prior (κ_j^K > 1/2), uniform where they resolve every cell
+        unresolved = float(m.min()) < lam / weight * (2.0 ** (1.0 / steps) - 1.0)
+        out.append((m, 1.0) if unresolved else (uniform, 0.0))
+    return out
+
+
+def _one_way_average(a: int, n: int, axes, values, variances, sizes) -> tuple[np.ndarray, float]:
+    """The inverse-variance average of every measured set's sums onto attribute ``a`` and its
+    precision per cell (``(zeros, 0)`` when no measured set holds ``a``)."""
     sums, weights = np.zeros(n), 0.0
     for s, y, v in zip(axes, values, variances):
         if a not in s:
@@ -448,9 +542,15 @@ def _one_way(a: int, n: int, total: float, axes, values, variances, sizes) -> np
         w = 1.0 / (v * cells / n)  # per cell of the one-way
         sums += w * (y.reshape(shape).sum(axis=other) if other else y)
         weights += w
+    return (sums / weights if weights else sums), weights
+
+
+def _one_way(a: int, n: int, total: float, axes, values, variances, sizes) -> np.ndarray:
+    """The estimated one-way marginal on attribute ``a``, positive, summing to ``total`` (module notes)."""
+    mean, weights = _one_way_average(a, n, axes, values, variances, sizes)
     if weights == 0:
         return np.full(n, total / n)
-    mean, floor = sums / weights, 1.0 / math.sqrt(weights)
+    floor = 1.0 / math.sqrt(weights)
     if n * floor >= total:
         return np.full(n, total / n)
     return floor + _simplex(mean - floor, total - n * floor)
