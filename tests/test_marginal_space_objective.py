@@ -20,7 +20,7 @@ from dpopt.datasets.bayes_net import random_sparse_network
 from dpopt.errors import DomainError, ParameterError, SpecError
 from dpopt.estimate.marginal_space import estimate_marginals
 from dpopt.estimate.marginal_space.estimator import SMOOTH_TREE_CELLS, choose_objective
-from dpopt.estimate.marginal_space.smooth import tree_cells
+from dpopt.estimate.marginal_space.graphical.smooth import tree_cells
 from dpopt.model.constraints import ConstraintSet, Invariant, NonNegativity, StructuralZeros
 from dpopt.model.measurement import Measurement
 from dpopt.model.queries import Marginal, Total

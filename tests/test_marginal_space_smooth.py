@@ -19,8 +19,8 @@ from dpopt.datasets.bayes_net import random_sparse_network
 from dpopt.errors import DomainError, ParameterError, SpecError
 from dpopt.estimate import reconstruct
 from dpopt.estimate.marginal_space import estimate_marginals
-from dpopt.estimate.marginal_space.junction_tree import JunctionTree, elimination_cliques
-from dpopt.estimate.marginal_space.smooth import _one_way, attribute_priors, estimate_smooth
+from dpopt.estimate.marginal_space.graphical.junction_tree import JunctionTree, elimination_cliques
+from dpopt.estimate.marginal_space.graphical.smooth import _one_way, attribute_priors, estimate_smooth
 from dpopt.estimate.status import Status
 from dpopt.model.constraints import ConstraintSet, Invariant, NonNegativity
 from dpopt.model.measurement import Measurement
@@ -270,7 +270,7 @@ def test_out_of_clique_marginals_against_the_full_table(monkeypatch, every_root)
     # cliques, a separate component (an empty separator) and a long branch, read by elimination
     # over the smallest subtree (from the default root, or the best of every root), against the
     # full table; with messages shared between sets and without
-    from dpopt.estimate.marginal_space import junction_tree
+    from dpopt.estimate.marginal_space.graphical import junction_tree
 
     if every_root:
         monkeypatch.setattr(junction_tree, "SMALL_READ", 0)
@@ -336,7 +336,7 @@ def test_the_plan_sees_the_largest_read(monkeypatch):
     # the read's largest array from public quantities: auto's rule takes least squares when it is
     # above MAX_CLIQUE_CELLS, naming the set, and with room it takes smooth as before
     from dpopt.estimate.marginal_space import estimator
-    from dpopt.estimate.marginal_space.smooth import read_cells
+    from dpopt.estimate.marginal_space.graphical.smooth import read_cells
     from dpopt.model.domain import Domain
 
     domain = Domain.from_dict({f"a{i}": 10 for i in range(10)})
@@ -354,7 +354,7 @@ def test_the_plan_sees_the_largest_read(monkeypatch):
 def test_asked_smooth_with_a_read_too_large_is_refused_in_the_plan(monkeypatch):
     # the spec face: the same check refuses an asked-for 'smooth' before any budget is spent,
     # naming the key and the set (the read's size stood in for: binary sets cannot reach the limit)
-    from dpopt.estimate.marginal_space import smooth
+    from dpopt.estimate.marginal_space.graphical import smooth
     from dpopt.release import plan
 
     net = random_sparse_network(24, seed=4)

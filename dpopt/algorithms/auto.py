@@ -457,7 +457,7 @@ class Auto(Algorithm):
 
         from dpopt.errors import DomainError
         from dpopt.estimate.marginal_space import MAX_CLIQUE_CELLS
-        from dpopt.estimate.marginal_space.smooth import tree_cells
+        from dpopt.estimate.marginal_space.graphical.smooth import tree_cells
 
         axes = [tuple(sorted(domain.axes(s))) for s in sets] + [(a,) for a in range(len(domain))]
         cells, largest, _ = tree_cells(domain.sizes, axes, [], MAX_CLIQUE_CELLS)

@@ -317,7 +317,7 @@ def plan_objective(domain, constraints, measured, workload, params, key: tuple):
     :data:`~dpopt.estimate.marginal_space.MAX_CLIQUE_CELLS` is refused at ``key``, naming its
     largest clique's cells."""
     from dpopt.estimate.marginal_space.estimator import ObjectiveChoice
-    from dpopt.estimate.marginal_space.smooth import read_cells, tree_cells
+    from dpopt.estimate.marginal_space.graphical.smooth import read_cells, tree_cells
 
     objective = params.objective
     options = {"total": params.total, "shrink": getattr(params, "shrink", False),

@@ -21,7 +21,7 @@ Cases (``--cases``):
   ``shrink`` (``shrink=True``), ``unconstrained`` (``nonnegative=False``: the consistent
   least-squares fit) and ``total-hat`` (``total="measured"``: the total held at the unconstrained
   fit's, whatever the rule says), ``smooth`` (``objective="smooth"``: the entropy-regularised
-  estimate on a junction tree, :mod:`dpopt.estimate.marginal_space.smooth`) and ``smooth-1way``
+  estimate on a junction tree, :mod:`dpopt.estimate.marginal_space.graphical.smooth`) and ``smooth-1way``
   (the same from the product of the estimated one-way marginals). Each row gives the estimate's
   total and whether it was held. With ``bn`` the options other than ``ls`` run on ``auto``'s
   selected measurements (``auto wide, ...`` rows); with ``nltcs`` beside the dense smooth engine.

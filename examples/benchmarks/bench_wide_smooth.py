@@ -6,7 +6,7 @@ then every workload marginal or ``d`` selected ones) measures; on the *same* mea
 compares the least-squares estimate (``ls``: ``objective="l2"``, ``total="auto"``) with the smooth
 estimate (``objective="smooth"``) under the uniform prior (``smooth``, the default before issue
 27), the one-way prior (``smooth-1way``) and the per-attribute prior (``smooth-attribute``, the
-default since: marginal_space/smooth.py, equation (8)); ``--estimators`` picks them. Each other
+default since: marginal_space/graphical/smooth.py, equation (8)); ``--estimators`` picks them. Each other
 smooth estimate gets a last column: its mean difference in error from ``smooth`` over the
 scored marginals, and its standard error (paired: the same measurements). The smooth estimate needs the
 junction tree of the *measured* sets to fit (``--max-cells``); where it does not (every pair

@@ -11,7 +11,8 @@ marginals of a workload that fit them best, without ever forming the full table:
   by its duality gap; returns a :class:`MarginalEstimate`;
 - ``estimate_marginals(..., objective="smooth")`` — the dense smooth (entropy-regularised)
   estimate computed exactly by message passing on a junction tree of the measured sets
-  (:mod:`.smooth`, :mod:`.junction_tree`), where that tree fits; the default
+  (:mod:`.graphical`: :mod:`.graphical.smooth`, :mod:`.graphical.junction_tree`), where that
+  tree fits; the default
   ``objective="auto"`` takes it by :func:`choose_objective`'s rule (public quantities only: no
   constraint it cannot keep, and a tree of at most :data:`SMOOTH_TREE_CELLS` cells), least
   squares otherwise;
@@ -22,7 +23,7 @@ marginals of a workload that fit them best, without ever forming the full table:
 Parts: :mod:`.layout` (residuals and marginals held set by set), :mod:`.gls`, :mod:`.prior`,
 :mod:`.total`, :mod:`.polytope` (the projection and its certificate: projection, augmented
 Lagrangian, face finish, interior point), :mod:`.estimator`, :mod:`.result`, :mod:`.sampling`,
-:mod:`.smooth`, :mod:`.junction_tree`.
+:mod:`.graphical` (the junction tree and the smooth estimate on it).
 Pure post-processing: no data, no randomness of its own.
 """
 

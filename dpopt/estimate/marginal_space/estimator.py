@@ -136,7 +136,7 @@ def choose_objective(domain: Domain, measured: Sequence[Sequence[str]],
         The measured marginals' sets (``()`` for a total; every attribute for the identity).
     workload : iterable of attribute-name sets, optional
         The marginals to release (they do not enlarge the tree, see
-        :func:`~dpopt.estimate.marginal_space.smooth.tree_sets`).
+        :func:`~dpopt.estimate.marginal_space.graphical.smooth.tree_sets`).
     constraints : ConstraintSet, optional
     exact : str, optional
         The label of an exact measurement (variance 0), if any.
@@ -149,10 +149,10 @@ def choose_objective(domain: Domain, measured: Sequence[Sequence[str]],
 
     1. a public count is declared — an invariant, an exact measurement (variance 0), a number
        for ``total`` — or structural zeros, a hierarchy or an inequality: the smooth estimate
-       keeps non-negativity only (:mod:`~dpopt.estimate.marginal_space.smooth`, *Scope*);
+       keeps non-negativity only (:mod:`~dpopt.estimate.marginal_space.graphical.smooth`, *Scope*);
     2. ``shrink=True`` or ``nonnegative=False``: options of the least-squares fit;
     3. the domain is larger than ``exact_cells`` and the junction tree of the measured sets
-       (:func:`~dpopt.estimate.marginal_space.smooth.tree_cells`) holds more than ``limit``
+       (:func:`~dpopt.estimate.marginal_space.graphical.smooth.tree_cells`) holds more than ``limit``
        (:data:`SMOOTH_TREE_CELLS`) cells, or one Newton product would read more cells than that
        (the tree's, plus each measured set's clique: many sets on one large clique are slow,
        e.g. all 231 pairs of 22 binary attributes on one clique of 2^22 cells: a test on it had
@@ -190,7 +190,7 @@ def choose_objective(domain: Domain, measured: Sequence[Sequence[str]],
         return least_squares(f"the domain's {domain.size:,} cells fit a table (at most exact_cells = "
                              f"{exact_cells:,}), where the smooth estimate is not better everywhere (ask for "
                              "objective = 'smooth', or use the algorithm auto, which chooses by estimated risk)")
-    from dpopt.estimate.marginal_space.smooth import read_cells, tree_cells
+    from dpopt.estimate.marginal_space.graphical.smooth import read_cells, tree_cells
 
     axes = [tuple(sorted(domain.axes(s))) for s in measured if s]
     work = [] if workload is None else check_sets(domain, list(workload), "workload")
@@ -311,7 +311,7 @@ def estimate_marginals(
         ``"l2"``: the least-squares fit above. ``"smooth"``: the dense smooth estimate
         (least squares + ``λ D(x ‖ prior)`` in proximal steps, :mod:`dpopt.estimate.engines.smooth`)
         computed exactly by message passing on a junction tree of the measured sets
-        (:mod:`~dpopt.estimate.marginal_space.smooth`; a domain of at most ``exact_cells`` cells is
+        (:mod:`~dpopt.estimate.marginal_space.graphical.smooth`; a domain of at most ``exact_cells`` cells is
         solved as a table by that engine); ``shrink`` and ``nonnegative=False`` do not apply to it,
         ``max_cells`` bounds the junction tree (DomainError naming its largest clique), and public
         counts, structural zeros and inequalities are refused. ``"auto"`` (default): the rule of
@@ -347,7 +347,7 @@ def estimate_marginals(
     if choice.objective == "smooth":
         if shrink or nonnegative is not True:
             raise ParameterError("shrink and nonnegative=False apply to objective 'l2', not 'smooth'")
-        from dpopt.estimate.marginal_space.smooth import estimate_smooth
+        from dpopt.estimate.marginal_space.graphical.smooth import estimate_smooth
 
         result = estimate_smooth(measurements, workload, constraints, total=total, time_limit=time_limit,
                                  max_cells=max_cells, exact_cells=exact_cells, **(smooth or {}))

@@ -12,7 +12,7 @@ at the maximiser ``ν`` of the concave dual
 (one multiplier per measured marginal cell, and one for the held total, ``σ = 0``). When the
 rows ``C`` are marginals, ``x(ν)`` is a *log-linear model* with one factor per measured set
 (and per one-way factor of the prior, and ``x_{k−1}`` is one too): it is Markov on any junction
-tree whose cliques hold those sets (:mod:`~dpopt.estimate.marginal_space.junction_tree`). So
+tree whose cliques hold those sets (:mod:`~dpopt.estimate.marginal_space.graphical.junction_tree`). So
 ``C x(ν)`` and ``Σ x(ν)`` come from sum-product on the cliques, the Newton products
 ``C diag(x) Cᵀ v`` from its forward-mode derivative, and this module computes **the same
 estimate as the dense engine** (same ``λ``, ``K``, prior and held total; tested against it)
@@ -91,7 +91,7 @@ from scipy.sparse.linalg import LinearOperator, cg
 from dpopt.errors import ParameterError, QueryError
 from dpopt.estimate.certificates.verify import CERTIFICATE_TOL
 from dpopt.estimate.engines.smooth import RTOL_FACTOR, STEPS, default_smoothing, dual_backtrack, dual_stalled
-from dpopt.estimate.marginal_space.junction_tree import JunctionTree, elimination_cliques
+from dpopt.estimate.marginal_space.graphical.junction_tree import JunctionTree, elimination_cliques
 from dpopt.estimate.marginal_space.layout import ResidualIndex, SetFamily, maximal_sets, measured_and_workload_axes
 from dpopt.estimate.marginal_space.result import MarginalEstimate
 from dpopt.estimate.status import Status
@@ -347,7 +347,7 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
 def tree_sets(num_attrs: int, measured_axes) -> list[tuple[int, ...]]:
     """The sets the junction tree must hold: every measured set, and alone every attribute that no
     measured set holds (uniform and independent of the rest in the estimate). Workload sets are
-    read off the tree (:meth:`~dpopt.estimate.marginal_space.junction_tree.JunctionTree.set_marginals`),
+    read off the tree (:meth:`~dpopt.estimate.marginal_space.graphical.junction_tree.JunctionTree.set_marginals`),
     so they do not enlarge it."""
     held = {a for s in measured_axes for a in s}
     return [a for a in measured_axes if a] + [(a,) for a in range(num_attrs) if a not in held]
