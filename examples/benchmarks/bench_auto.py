@@ -553,14 +553,29 @@ def relative_face():
         rule.fitted_face, rule.identity_face, risk.identity_face = saved
 
 
+@contextmanager
+def wide_under_laplace():
+    """For measurement only: the fits of residuals beyond the workload's are candidates under Laplace
+    noise too (``rule.LEAVE_OUT_WIDE_UNDER_LAPLACE`` off for the block)."""
+    import dpopt.estimate.choice.rule as rule
+
+    saved, rule.LEAVE_OUT_WIDE_UNDER_LAPLACE = rule.LEAVE_OUT_WIDE_UNDER_LAPLACE, False
+    try:
+        yield
+    finally:
+        rule.LEAVE_OUT_WIDE_UNDER_LAPLACE = saved
+
+
 def _selected_fit(m, W, domain, select: str) -> np.ndarray:
-    """``choose_fit``'s release for ``select``; ``"<select>@relative"``: with :func:`relative_face`."""
+    """``choose_fit``'s release for ``select``; ``"<select>@relative"``: with :func:`relative_face`;
+    ``"<select>@wide"``: with :func:`wide_under_laplace`."""
     from dpopt.estimate.choice.rule import choose_fit
     from dpopt.model.constraints import ConstraintSet
 
-    name, _, face = select.partition("@")
-    if face == "relative":
-        with relative_face():
+    name, _, variant = select.partition("@")
+    context = {"relative": relative_face, "wide": wide_under_laplace}.get(variant)
+    if context is not None:
+        with context():
             return choose_fit([m], ConstraintSet(domain), W, select=name).result.x
     return choose_fit([m], ConstraintSet(domain), W, select=name).result.x
 
