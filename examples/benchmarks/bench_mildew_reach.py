@@ -6,8 +6,8 @@ histogram, and on it it loses the 3-way mean and max at ε 0.1 to the issue's be
 whether *any* fixed plan reaches the peer, with hindsight over
 
 * **what is measured** (every plan fixed before data, the whole budget ε spent by the Laplace
-  mechanism of dpopt, charged before the draw; shares of ε as written):
-  the histogram; the total only (its only fit is the uniform table); the one-way marginals; the
+  mechanism of dpopt, charged before the draw; shares of ε as written; with ``--accounting zcdp``
+  the Gaussian mechanism at the same shares of ρ = ε²/2): what ``auto`` measures itself; the histogram; the total only (its only fit is the uniform table); the one-way marginals; the
   one-ways and the total; every pair; a spanning tree of pairs (the Chow-Liu tree of the *true*
   table: hindsight); the tree with the one-ways; the 3-way workload itself; the histogram mixed
   with the one-ways or the pairs at several splits;
@@ -25,6 +25,7 @@ best fit, chosen on the truth, does not reach the peer is evidence that the cell
 for that plan. Seeded noise: NOT private, a benchmark.
 
     python examples/benchmarks/bench_mildew_reach.py [--seeds 30] [--eps 0.1 0.5 1] [--plans histogram pairs]
+        [--accounting zcdp]   # Gaussian noise at ρ = ε²/2, split by the same shares
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from dpopt.model.constraints import ConstraintSet
 from dpopt.model.measurement import Measurement
 from dpopt.model.queries import Identity, Marginal, Total
 from dpopt.privacy.accountant import Accountant
-from dpopt.privacy.mechanisms import laplace_mechanism
+from dpopt.privacy.mechanisms import gaussian_mechanism, laplace_mechanism
 from dpopt.privacy.randomness import make_random
 from dpopt.strategy.tables import Workload
 
@@ -84,7 +85,8 @@ def chow_liu(data) -> list[tuple[str, str]]:
 
 
 def plans(data) -> dict:
-    """Plan name -> [(query, share of epsilon)]; shares sum to 1."""
+    """Plan name -> [(query, share of epsilon)], shares summing to 1; ``"auto"``: what ``auto``
+    measures for the benchmark's spec (the histogram under pure ε, its residual plan under zCDP)."""
     dom, names = data.domain, data.domain.attrs
     ones = [Marginal(dom, (a,)) for a in names]
     pairs = [Marginal(dom, s) for s in itertools.combinations(names, 2)]
@@ -94,7 +96,7 @@ def plans(data) -> dict:
     def spread(queries, share):
         return [(q, share / len(queries)) for q in queries]
 
-    out = {"histogram": [(Identity(dom), 1.0)], "total only": [(Total(dom), 1.0)],
+    out = {"auto's own plan": "auto", "histogram": [(Identity(dom), 1.0)], "total only": [(Total(dom), 1.0)],
            "one-ways": spread(ones, 1.0), "one-ways 1/2 + total 1/2": spread(ones, 0.5) + [(Total(dom), 0.5)],
            "pairs": spread(pairs, 1.0), "tree (Chow-Liu, hindsight)": spread(tree, 1.0),
            "one-ways 1/2 + tree 1/2": spread(ones, 0.5) + spread(tree, 0.5),
@@ -113,12 +115,23 @@ def candidates() -> list[EstimatorCandidate]:
     return out + [EstimatorCandidate("smooth", f, c) for f in ("all", "workload", "lower") for c in FACTORS]
 
 
-def measure_plan(data, plan, eps: Fraction, seed: int) -> list[Measurement]:
-    acct = Accountant.pure(eps)
+def measure_plan(data, plan, eps: Fraction, seed: int, accounting: str = "pure") -> list[Measurement]:
+    """The plan's measurements: Laplace at ``share × ε`` each (pure), or Gaussian at ``share × ρ``
+    with ``ρ = ε²/2`` (zCDP)."""
+    if plan == "auto":
+        from bench_auto import run_auto
+
+        release, _, _ = run_auto(data, accounting, eps, seed)
+        return [Measurement(m.query, m.values, "gaussian", math.sqrt(m.variance), m.variance, label=m.label)
+                for m in release.measurements if m.variance > 0]
+    rho = eps * eps / 2
+    acct = Accountant.pure(eps) if accounting == "pure" else Accountant.zcdp(rho)
     rng = make_random(seed)  # seeded: NOT private (the histogram plan's noise = auto's and the noisy histogram's)
     out = []
     for query, share in plan:
-        m = laplace_mechanism(query, data, eps * Fraction(share).limit_denominator(1000), acct, rng)
+        part = Fraction(share).limit_denominator(1000)
+        m = laplace_mechanism(query, data, eps * part, acct, rng) if accounting == "pure" else \
+            gaussian_mechanism(query, data, acct, rng, rho=rho * part)
         # marked Gaussian of the same variance: the fits do not read the law, and no family is left out
         out.append(Measurement(m.query, m.values, "gaussian", math.sqrt(m.variance), m.variance, label=m.label))
     return out
@@ -140,7 +153,7 @@ def fits(measurements, domain, workload) -> dict:
     return out
 
 
-def reach(eps_list, seeds: int, names=None) -> None:
+def reach(eps_list, seeds: int, names=None, accounting: str = "pure") -> None:
     data = load_binary("mildew")
     truth = data.histogram().astype(float)
     W = Workload.all_k_way(data.domain, 3)
@@ -157,7 +170,7 @@ def reach(eps_list, seeds: int, names=None) -> None:
     for eps in eps_list:
         frac = Fraction(eps).limit_denominator(100)
         (peer3_mean, peer3_max), (peer30_mean, peer30_max) = PEER[float(eps)]
-        print(f"\n### pure ε {eps:g}: peer (diffprivlib noisy histogram) 3-seed median {peer3_mean:.4f} / "
+        print(f"\n### {'pure ε' if accounting == 'pure' else 'zCDP ρ = ε²/2, ε'} {eps:g}: peer (diffprivlib noisy histogram) 3-seed median {peer3_mean:.4f} / "
               f"{peer3_max:.4f}, 30-seed mean {peer30_mean:.4f} / {peer30_max:.4f}")
         print("| plan | best fit for the mean (hindsight) | mean ± se | 3-seed median | best fit for the max | max ± se "
               "| 3-seed median | oracle per seed: mean / max | CPU s |")
@@ -168,7 +181,7 @@ def reach(eps_list, seeds: int, names=None) -> None:
             start = time.process_time()
             err = defaultdict(dict)  # fit -> seed -> (mean, max)
             for seed in range(seeds):
-                for fname, fx in fits(measure_plan(data, plan, frac, seed), data.domain, W).items():
+                for fname, fx in fits(measure_plan(data, plan, frac, seed, accounting), data.domain, W).items():
                     err[fname][seed] = score(truth, fx)[1:]
             full = {f: v for f, v in err.items() if len(v) == seeds}
             cells = []
@@ -187,8 +200,10 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=30)
     parser.add_argument("--eps", type=float, nargs="*", default=[0.1, 0.5, 1.0])
     parser.add_argument("--plans", nargs="*", help="only these plans (names as printed)")
+    parser.add_argument("--accounting", choices=["pure", "zcdp"], default="pure",
+                        help="zcdp: Gaussian noise at rho = eps^2/2, split as the shares")
     args = parser.parse_args()
-    reach(args.eps, args.seeds, args.plans)
+    reach(args.eps, args.seeds, args.plans, args.accounting)
 
 
 if __name__ == "__main__":
