@@ -13,6 +13,7 @@
     python examples/benchmarks/bench_auto.py --select-generated   # generated data: the selections, same draws
     python examples/benchmarks/bench_auto.py --select-generated --generated-seeds 700 800 --generated-rules least se_weights ewa
     python examples/benchmarks/bench_auto.py --select-generated --generated-rules by_noise@relative by_noise
+    python examples/benchmarks/bench_auto.py --select-generated --generated-seeds 1300 --generated-rules least least@wide
     python examples/benchmarks/bench_auto.py --face-generated     # the KKT face against the relative threshold
     python examples/benchmarks/bench_auto.py --face-sure          # l2 risk estimates against simulation, both faces
     python examples/benchmarks/bench_auto.py --sure-bias-generated  # every fit's risk estimate, Laplace and Gaussian
@@ -593,7 +594,9 @@ def select_generated(cases=((6, 70), (6, 300), (6, 1841), (7, 5000)), networks: 
     squared 3-way error (counts; what ``"least"`` targets) and in the benchmark's metric, the mean
     absolute 3-way error on proportions (what ``"l1"`` targets), each as mean ± standard error of
     the paired differences over the draws, relative to the first rule's mean. A rule written
-    ``"<select>@relative"`` runs ``select`` with the face rule before session 7 (:func:`relative_face`).
+    ``"<select>@relative"`` runs ``select`` with the face rule before session 7 (:func:`relative_face`),
+    ``"<select>@wide"`` with the fits beyond the workload's admitted under Laplace noise
+    (:func:`wide_under_laplace`).
     Returns the rows."""
     from dpopt.datasets.bayes_net import random_sparse_network
     from dpopt.model.measurement import Measurement
