@@ -550,3 +550,23 @@ def test_the_l1_selection_takes_the_least_absolute_estimate():
         else:
             assert fc.chosen is least or fc.chosen.result.x.min() > 0
         assert "absolute" in "\n".join(fc.lines(W))
+
+
+def test_fits_beyond_the_workload_are_left_out_under_laplace_unless_the_switch_is_off(monkeypatch):
+    """Under Laplace noise the smooth fits of every residual (beyond the 2-way workload's) are
+    "left out"; with ``LEAVE_OUT_WIDE_UNDER_LAPLACE`` off (a benchmark's measurement switch) they
+    are fitted, and each equals the same fit of the same answers marked Gaussian of the same
+    variance (a fit reads the variance, never the law)."""
+    import dpopt.estimate.choice.rule as rule
+
+    dom, W, m = _scored_fits(4, laplace=True)
+    wide = [EstimatorCandidate("smooth", "all", c) for c in (1.0, 4.0)]
+    kept = choose_fit([m], ConstraintSet(dom), W, candidates=wide, blend=False, select="least")
+    assert [e.status for e in kept.evidence] == ["left out", "left out"]
+    monkeypatch.setattr(rule, "LEAVE_OUT_WIDE_UNDER_LAPLACE", False)
+    gaussian = Measurement(m.query, m.values, "gaussian", np.sqrt(m.variance), m.variance)
+    for cand in wide:
+        fitted = choose_fit([m], ConstraintSet(dom), W, candidates=[cand], blend=False, select="least")
+        same = choose_fit([gaussian], ConstraintSet(dom), W, candidates=[cand], blend=False, select="least")
+        assert fitted.chosen is not None and fitted.chosen.status == "OPTIMAL" and fitted.chosen.candidate == cand
+        assert np.array_equal(fitted.result.x, same.result.x)

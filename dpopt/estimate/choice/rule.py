@@ -113,6 +113,12 @@ SELECTIONS = ("by_noise", "least", "one_se", "l1", "stack", "ewa", "se_weights")
 #: A fit whose residual rows ``m`` and cells ``n`` have ``m² n`` at most this is handed to the
 #: engines and the Jacobians as an explicit matrix (:func:`_explicit`).
 EXPLICIT_GRAM = 20_000_000
+#: Under Laplace noise, fits of residuals beyond the workload's are not candidates (their
+#: second-moment risk estimate was measured 15-43% low). A module switch, not a parameter: it
+#: exists so a benchmark can measure what re-admitting them does (``bench_auto.py
+#: --select-generated --generated-rules least least@wide``; docs page on auto, where the result
+#: is: not adopted).
+LEAVE_OUT_WIDE_UNDER_LAPLACE = True
 
 
 @dataclass(frozen=True)
@@ -442,7 +448,7 @@ def choose_fit(measurements: Sequence[Measurement], constraints: ConstraintSet, 
     def attempt(cand: EstimatorCandidate) -> Evidence | None:
         sets = _family_sets(stats, workload, cand.family)
         closed_form = identity is not None and cand.objective == "l2" and list(sets) == list(stats.sets)
-        if laplace and wide and cand.family == "all" and not closed_form:
+        if LEAVE_OUT_WIDE_UNDER_LAPLACE and laplace and wide and cand.family == "all" and not closed_form:
             # Residuals beyond the workload's (the identity's higher orders) let a fit resolve single
             # cells, where Laplace noise is far from Gaussian: the second-moment risk estimate of such
             # fits was measured 15-43% low (module notes), so they are not candidates.
