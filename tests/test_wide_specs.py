@@ -393,7 +393,7 @@ def test_one_least_squares_rule_with_two_limits_for_all_and_for_the_explicit_war
         assert (reach.cells, reach.decomposable, reach.fits) == (cells, decomposable, fits), sets
         assert reach.limit == (ws.DECOMPOSABLE_L2_CELLS if decomposable else ws.ALL_L2_CELLS)
         assert cells == reach.limit or cells == reach.limit + pair  # at the limit, or one pair over it
-        assert bool(least_squares_size_warning(domain, sets, l2, cells)) == (not fits)
+        assert bool(least_squares_size_warning(domain, sets, l2)) == (not fits)
         name = "DECOMPOSABLE_L2_CELLS" if decomposable else "ALL_L2_CELLS"
         assert f"{name} = {reach.limit:,}" in reach.reason and "\n" not in reach.reason
     # measure_all_fit and fit_in_reach add the one-way marginals (inside the pairs here): the same answers

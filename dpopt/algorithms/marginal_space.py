@@ -200,7 +200,7 @@ class MarginalSpace(Algorithm):
         lines = [f"marginal space: {len(set(sets))} marginals ({cells:,} cells), {how}",
                  f"objective ([marginal_space] objective = {self.params.objective!r}): {choice.reason}",
                  "records: a Bayesian network fitted to the estimate" if self.params.records else "no records"]
-        lines.extend(least_squares_size_warning(domain, sets, choice, cells))
+        lines.extend(least_squares_size_warning(domain, sets, choice))
         return self.new_plan(domain, constraints, budget, steps=planned, measures=planned, details=workload,
                              lines=lines)
 
@@ -389,13 +389,13 @@ def not_certified_message(estimate) -> str:
             f"{estimate.message}")
 
 
-def least_squares_size_warning(domain, sets, choice, cells: int) -> list[str]:
+def least_squares_size_warning(domain, sets, choice) -> list[str]:
     """A plan line (``dpopt check``) when least squares on the local relaxation is beyond the one
     rule of :func:`~dpopt.strategy.wide_selection.least_squares_reach` (cyclic sets above
     ``ALL_L2_CELLS``, decomposable ones above ``DECOMPOSABLE_L2_CELLS``; the evidence is in its
     docstring). ``auto``'s wide plan avoids such a fit before any draw; an explicit spec is the
     user's choice, so it is warned, not refused: a fit that is not certified by ``time_limit``
-    releases nothing, after the budget is spent. ``cells`` is unused (the rule counts them)."""
+    releases nothing, after the budget is spent."""
     from dpopt.strategy.wide_selection import least_squares_reach
 
     if choice.objective != "l2" or choice.table:

@@ -401,7 +401,7 @@ def _smooth_table(measurements, constraints, domain, work, axes, total, prior, s
     """The dense engine on the table (same options; a product prior as its table), and
     the workload's marginals read off it, as a :class:`MarginalEstimate`."""
     from dpopt.estimate import reconstruct
-    from dpopt.estimate.engines.smooth import prior_total
+    from dpopt.estimate.engines.smooth import prior_total, smooth_weight
     from dpopt.estimate.problem import ConsistencyProblem
     from dpopt.model.constraints import NonNegativity
     from dpopt.model.queries.marginal import Marginal
@@ -412,10 +412,9 @@ def _smooth_table(measurements, constraints, domain, work, axes, total, prior, s
         sizes = [int(s) for s in domain.sizes]
         values = [np.asarray(m.values, dtype=np.float64) for m in measurements]
         variances = [float(m.variance) for m in measurements]
-        n = prior_total(ConsistencyProblem(measurements, cs))
-        c = default_smoothing(steps) if smoothing is None else float(smoothing)
-        rows = np.array([v.size for v in values], dtype=np.float64)
-        lam = c * float(np.sqrt(np.sum(rows / np.array(variances)) / rows.sum()))  # smooth_weight's λ
+        problem = ConsistencyProblem(measurements, cs)
+        n = prior_total(problem)
+        lam = smooth_weight(problem, default_smoothing(steps) if smoothing is None else float(smoothing))
         factors = attribute_priors(prior, n, axes, values, variances, sizes, lam, steps)
         weights = [b for _, b in factors]
         table_prior = np.full(1, n)
