@@ -171,7 +171,9 @@ from dpopt.privacy.accountant import PrivacyCost
 __all__ = ["WideSelectionPlan", "WideSelection", "AllFit", "LeastSquaresReach", "plan_wide_selection",
            "run_wide_selection", "measure_all_fit", "fit_in_reach", "least_squares_reach", "model_noise",
            "one_way_weights", "selection_is_blind", "selection_scores", "selection_probabilities", "one_way_top_up",
-           "ONE_WAY_SHARE", "PROBE_SHARE", "SELECT_SHARE", "CANDIDATE_LIMIT", "ALL_L2_CELLS", "DECOMPOSABLE_L2_CELLS"]
+           "measures_all", "all_noise_fraction", "expected_noise_all",
+           "ONE_WAY_SHARE", "PROBE_SHARE", "SELECT_SHARE", "CANDIDATE_LIMIT", "ALL_L2_CELLS", "DECOMPOSABLE_L2_CELLS",
+           "ALL_L2_NOISE_FRACTION"]
 
 #: Share of the budget for the mean-deviation probe that decides between measuring all and selecting.
 PROBE_SHARE = Fraction(1, 100)
@@ -192,6 +194,10 @@ ALL_L2_CELLS = 2**20
 #: The most clique cells of a least-squares fit over *decomposable* sets (:func:`least_squares_reach`):
 #: adult's chain of 12 triples (1.54 M cells) certified in 105-181 CPU-s; no larger decomposable case was run.
 DECOMPOSABLE_L2_CELLS = 2**21
+#: When the fit of ``mode = "all"`` would be least squares (while selection's is the smooth estimate),
+#: "all" is measured only if its expected noise is at most this share of the probe's noisy deviation
+#: (module notes, *Which fit each mode gets*: a judgement between two measured groups of runs, not derived).
+ALL_L2_NOISE_FRACTION = Fraction(1, 2)
 #: Denominator of the rational epsilon used for a zCDP selection.
 _EPS_DENOMINATOR = 2**30
 
@@ -251,6 +257,12 @@ class WideSelectionPlan:
     #: Whether the one-way fallback of step 3 is open: the top-up rule (:func:`one_way_top_up`, at
     #: ``phi = 1``) finds that no second one-way measurement pays for selection.
     one_way_fallback: bool = False
+    #: ``E_all``: the expected L1 noise of a workload marginal measured by ``mode = "all"``
+    #: (:func:`expected_noise_all`, public), and the share of the probe's deviation it may reach for
+    #: "all" to be measured (:func:`all_noise_fraction`: 1, or ``ALL_L2_NOISE_FRACTION`` when the fit
+    #: of "all" would be least squares; module notes, *Which fit each mode gets*).
+    expected_noise_all: float = 0.0
+    all_fraction: Fraction = Fraction(1)
 
     def steps(self) -> list:
         """The plan's privacy-spending steps (:class:`~dpopt.algorithms.base.PlannedMeasure`), shares exact:
@@ -276,9 +288,11 @@ class WideSelectionPlan:
     def lines(self) -> list[str]:
         f = _amount
         allowed = [] if self.all_fit is None else [self.all_fit.line()]
+        share, why = ("", "") if self.all_fraction == 1 else \
+            (f"{self.all_fraction} of ", " (ALL_L2_NOISE_FRACTION: the fit of \"all\" would be least squares)")
         every = ("" if self.all_fit is not None and not self.all_fit.fits else
-                 f"every workload marginal ({len(self.workload)}, {f(self.rest)} in all) if its expected noise is at "
-                 f"most that deviation, else ")
+                 f"every workload marginal ({len(self.workload)}, {f(self.rest)} in all) if its expected noise "
+                 f"({self.expected_noise_all:,.4g} per marginal) is at most {share}that deviation{why}, else ")
         return [f"what to measure (dpopt.strategy.wide_selection, after MST and AIM): the one-way marginals "
                 f"({f(self.one_way)}) and a probe of their model's mean deviation ({f(self.probe)}); then {every}"
                 + (f"a second one-way measurement (at most {f(self.top_up)}) and " if self.top_up is not None else "")
@@ -349,10 +363,41 @@ def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int
     if not fewest.fits:
         raise DomainError(f"no selection's fit can finish: {fewest.reason}; name fewer or smaller "
                           "marginals" + (", or use estimator 'auto'" if fit.get("objective", "auto") != "auto" else ""))
+    all_fit = measure_all_fit(domain, sets, **fit)
     return WideSelectionPlan(domain, sets, candidates, accounting, mechanism, one_way, probe, rest, rounds,
                              select_cost, measure_cost, eps, select_share, bool(anneal),
-                             _scale(rest, top_up / left) if top_up else None, rule,
-                             measure_all_fit(domain, sets, **fit), fit, rule and not top_up)
+                             _scale(rest, top_up / left) if top_up else None, rule, all_fit, fit, rule and not top_up,
+                             expected_noise_all(domain, sets, rest, mechanism), all_noise_fraction(all_fit))
+
+
+def expected_noise_all(domain, workload, rest: PrivacyCost, mechanism: str) -> float:
+    """``E_all`` (module notes, step 2): the expected L1 noise of one workload marginal when every
+    workload marginal is measured in one stack with the cost ``rest``, averaged over the workload:
+    ``mean_C |C cells| x E|z|``, with ``E|z| = b`` (Laplace, scale ``b = Delta_1 / epsilon``) or
+    ``sqrt(2/pi) sigma`` (Gaussian, ``sigma^2 = Delta_2^2 / (2 rho)``; continuous approximations of the
+    discrete laws). The stack's sensitivities are the workload's: ``Delta_1 = Delta_2^2 = M`` for ``M``
+    marginals. Public: sizes and the budget only."""
+    from dpopt.privacy.mechanisms import calibrate
+
+    law = calibrate(_stack(domain, workload), rest, mechanism)
+    cells = np.array([domain.project(list(s)).size for s in workload], dtype=np.float64)
+    return float(np.mean(cells) * _mean_abs(law))
+
+
+def all_noise_fraction(all_fit: "AllFit | None") -> Fraction:
+    """The share of the probe's noisy deviation that ``E_all`` may reach for ``mode = "all"`` to be
+    measured (:func:`measures_all`; module notes, *Which fit each mode gets*): 1 (AIM's criterion)
+    when the fit of "all" is the smooth estimate, :data:`ALL_L2_NOISE_FRACTION` when it would be least
+    squares. Public: :func:`measure_all_fit` reads sizes and options only."""
+    if all_fit is None or all_fit.objective == "smooth":
+        return Fraction(1)
+    return Fraction(ALL_L2_NOISE_FRACTION)
+
+
+def measures_all(expected_all: float, deviation: float, fraction) -> bool:
+    """The probe's decision (module notes, step 2): measure every workload marginal when
+    ``E_all <= fraction x D^`` (``fraction``: :func:`all_noise_fraction`), else select."""
+    return float(expected_all) <= float(fraction) * float(deviation)
 
 
 @dataclass(frozen=True)
@@ -713,12 +758,14 @@ class WideSelection:
     refused: list = field(default_factory=list)
     #: ``mode = "one-way"``: whether the exponential mechanism was blind (:func:`selection_is_blind`).
     blind: bool = False
+    #: The share of the deviation ``E_all`` could reach for "all" (:func:`all_noise_fraction`).
+    all_fraction: Fraction = Fraction(1)
 
     def info(self) -> dict:
         """For ``release.info``: the decision and its evidence (noisy, hence releasable), the chosen sets."""
         return {"mode": self.mode, "deviation": self.deviation, "expected_noise_all": self.expected_noise_all,
                 "chosen": [list(c) for c in self.chosen], "top_up": str(self.top_up), "phi": self.phi,
-                "steer": self.steer, "blind": self.blind,
+                "steer": self.steer, "blind": self.blind, "all_fraction": str(self.all_fraction),
                 "refused": [[list(c), why] for c, why, _ in self.refused],
                 "all_fit": None if self.all_fit is None else self.all_fit.info()}
 
@@ -732,15 +779,17 @@ class WideSelection:
                     f"({why})")
         refused = (f"; {len(self.refused)} pick(s) not measured, the fit would have been out of reach "
                    f"({self.refused[0][1]})" if self.refused else "")
+        share = "" if self.all_fraction == 1 else f"{self.all_fraction} of "
+        why = "" if self.all_fraction == 1 else ", the most for \"all\" fitted by least squares"
         if self.mode == "all":
             return (f"every workload marginal measured (expected L1 noise {self.expected_noise_all:.3g} per marginal, "
-                    f"at most the one-way model's noisy mean deviation {self.deviation:.3g})")
+                    f"at most {share}the one-way model's noisy mean deviation {self.deviation:.3g}{why})")
         if self.all_fit is not None and not self.all_fit.fits:
             return (f"{len(self.chosen)} marginals chosen by the exponential mechanism (measuring every workload "
                     f"marginal is excluded before any draw: {self.all_fit.reason}){refused}")
         return (f"{len(self.chosen)} marginals chosen by the exponential mechanism (measuring every workload "
-                f"marginal would cost {self.expected_noise_all:.3g} L1 noise per marginal, above the one-way "
-                f"model's noisy mean deviation {self.deviation:.3g}){refused}")
+                f"marginal would cost {self.expected_noise_all:.3g} L1 noise per marginal, above {share}the one-way "
+                f"model's noisy mean deviation {self.deviation:.3g}{why}){refused}")
 
 
 def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: str = "auto") -> WideSelection:
@@ -794,12 +843,15 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
     query_all = _stack(domain, plan.workload)
     law_all = calibrate(query_all, plan.rest, plan.mechanism)
     cells = np.array([domain.project(list(s)).size for s in plan.workload], dtype=np.float64)
-    expected_all = float(np.mean(cells) * _mean_abs(law_all))
+    expected_all = float(np.mean(cells) * _mean_abs(law_all))  # = plan.expected_noise_all (expected_noise_all)
     allowed = plan.all_fit is None or plan.all_fit.fits
-    if mode == "all" or (mode == "auto" and allowed and expected_all <= deviation) or not candidates:
+    fraction = plan.all_fraction
+    if mode == "all" or (mode == "auto" and allowed and measures_all(expected_all, deviation, fraction)) \
+            or not candidates:
         rest = _measure_stack(query_all, law_all, data, accountant, rng, "workload marginals",
                               {candidates[i]: v for i, v in true.items()})
-        return WideSelection(measured + rest, "all", deviation, expected_all, [], total, plan.all_fit)
+        return WideSelection(measured + rest, "all", deviation, expected_all, [], total, plan.all_fit,
+                             all_fraction=fraction)
     # Can the probe steer selection (module notes, step 3)? Public values and noisy releases only.
     first = calibrate(ones_query, plan.one_way, plan.mechanism)
     steer = model_noise(domain, candidates, _mean_abs(first), total) / max(deviation, 1.0)
@@ -821,7 +873,8 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
     if mode == "one-way" or (mode == "auto" and (not steers or blind)):
         again = _measure_one_ways(domain, plan, data, accountant, rng)
         return WideSelection(measured + again, "one-way", deviation, expected_all, [], total, plan.all_fit,
-                             Fraction(1) - ONE_WAY_SHARE - PROBE_SHARE, None, steer, blind=blind and steers)
+                             Fraction(1) - ONE_WAY_SHARE - PROBE_SHARE, None, steer, blind=blind and steers,
+                             all_fraction=fraction)
     if top_up is not None:
         # The second one-way measurement (one_way_top_up), combined with the first by inverse variance.
         again = _measure_stack(ones_query, calibrate(ones_query, top_up, plan.mechanism), data, accountant,
@@ -882,7 +935,7 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
     top_share = Fraction(0) if top_up is None else (top_up.rho / whole.rho if plan.accounting == "zcdp"
                                                     else top_up.epsilon / whole.epsilon)
     return WideSelection(measured, "select", deviation, expected_all, chosen, total, plan.all_fit, top_share, phi,
-                         steer, refused)
+                         steer, refused, all_fraction=fraction)
 
 
 def model_noise(domain, candidates, one_way_noise: float, total: float) -> float:
