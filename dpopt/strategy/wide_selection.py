@@ -21,9 +21,11 @@ for differentially private synthetic data", VLDB 2022):
    noisy output; rounded to an integer, which keeps sensitivity 1). Every workload marginal is
    measured (``mode = "all"``, the rest of the budget in equal shares) when the expected L1 noise
    of a marginal measured that way, ``E_all`` (the mean over the workload of
-   ``cells x E|noise|``), is at most ``D^``: AIM's criterion (measure a marginal when its expected
-   noise error is below its expected bias, here on average over the workload). Otherwise
-   ``mode = "select"``. Beyond ``CANDIDATE_LIMIT`` candidates (d = 100, all triples: 161,700)
+   ``cells x E|noise|``, :func:`expected_noise_all`), is at most ``D^``: AIM's criterion (measure
+   a marginal when its expected noise error is below its expected bias, here on average over the
+   workload) — or at most ``ALL_L2_NOISE_FRACTION x D^`` (1/2) when the fit of "all" would be least
+   squares (:func:`all_noise_fraction`, :func:`measures_all`; *Which fit each mode gets*, below).
+   Otherwise ``mode = "select"``. Beyond ``CANDIDATE_LIMIT`` candidates (d = 100, all triples: 161,700)
    the probe and selection read a pool drawn independently of the data: every pair and a uniform
    sample of the larger sets (the mean over a fixed list keeps sensitivity 1).
 3. **Selection** (``mode = "select"``): first a second measurement of the one-way marginals, of
@@ -100,6 +102,30 @@ for differentially private synthetic data", VLDB 2022):
    "l2"``, or a constraint the smooth estimate cannot keep), the plan is refused before any draw.
 4. The caller fits every workload marginal from all these measurements
    (:func:`~dpopt.estimate.marginal_space.estimate_marginals`); the prior completes the unmeasured.
+
+**Which fit each mode gets.** AIM's criterion compares noise only. The fits differ: selection's
+few measured sets give a small junction tree, so selection is fitted by the smooth estimate
+(entropy-regularised towards the prior, :mod:`~dpopt.estimate.marginal_space.smooth`), while every
+workload marginal measured gives a tree whose Newton products are too large for it (binary triples
+from d = 18 on), so "all" is fitted by least squares, which keeps its noise. Found on generated
+data (``bench_wide_rule.py``, network 3, zCDP ε 0.1, mean L1/n, seeds 1-2; least squares /
+smooth on the *same* measurements): d = 16 triples (the dense table, where both fits run):
+"all" 0.0124 / 0.0115, selection 0.1100 / 0.0109 — with the same fit the two modes are level;
+d = 21 triples (seed 1): "all" 0.0185 (least squares: the only fit in reach), selection 0.0309 / 0.0104;
+d = 27 triples: "all" 0.0268 (least squares), selection smooth 0.0095. So when the fit of "all"
+would be least squares (:func:`measure_all_fit`, public sizes and options), "all" needs its expected
+noise at most ``ALL_L2_NOISE_FRACTION = 1/2`` of the probe's deviation; a smooth fit of "all" keeps
+AIM's criterion (:func:`all_noise_fraction`). The half is a judgement between two groups of runs on
+the validation grid (networks 3-5, seeds 1-2; ``E_all / D^`` is public in the plan and noisy-released
+in the run): where "all" (least squares) won, at zCDP ε 1, ``E_all / D^`` was 0.08-0.12 (d = 27
+triples, d = 50 pairs) and 0.36-0.42 (d = 100 pairs: "all" 0.0024 against selection 0.0050,
+network 3); where selection won, at zCDP ε 0.1, it was 0.77-0.90 (d = 27) and 0.87-0.99 (d = 50).
+It is not derived: the error selection leaves is what its smooth fit cannot explain (on these
+networks 0.08-0.4 of ``D^``), which no public quantity gives before the draws. Under pure ε and on
+the many-valued domains "all" was never chosen, so nothing changed there. The figures of the
+change are in the notes of issue 27 (``bench_wide_rule.py --accounting zcdp --eps 0.1``): d = 27
+triples 0.0268 → 0.0095 / 0.0079 / 0.0094 (networks 3 / 4 / 5), d = 50 pairs 0.0102 / 0.0123 /
+0.0123 → 0.0087 / 0.0079 / 0.0082.
 
 **Can the fit of "all" finish?** A fit that is not certified releases nothing, after the whole
 budget is spent. So the plan decides, before any draw and from public sizes only
