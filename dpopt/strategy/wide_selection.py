@@ -335,7 +335,8 @@ class WideSelectionPlan:
 
 def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int | None = None,
                         top_up: Fraction | None = None, select_share: Fraction = SELECT_SHARE,
-                        anneal: bool = False, fit: dict | None = None) -> WideSelectionPlan:
+                        anneal: bool = False, fit: dict | None = None,
+                        all_fraction: Fraction | None = None) -> WideSelectionPlan:
     """The plan of the module notes, before any data.
 
     Parameters
@@ -359,6 +360,10 @@ def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int
         The fit's options, keywords of :func:`measure_all_fit` (``constraints``, ``objective``,
         ``total``, ``shrink``, ``nonnegative``; default: the estimator's defaults): whether the fit
         of ``mode = "all"`` can finish is decided here, from public sizes only (module notes).
+    all_fraction : Fraction, optional
+        The share of the probe's deviation that ``E_all`` may reach for ``mode = "all"`` (default:
+        :func:`all_noise_fraction`'s rule from the fit of "all"; 1 is AIM's criterion alone, the
+        rule before the fit each mode gets was taken into account: benchmarks).
     """
     sets = tuple(dict.fromkeys(tuple(domain.canonical(s)) for s in workload))
     if not sets:
@@ -393,7 +398,8 @@ def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int
     return WideSelectionPlan(domain, sets, candidates, accounting, mechanism, one_way, probe, rest, rounds,
                              select_cost, measure_cost, eps, select_share, bool(anneal),
                              _scale(rest, top_up / left) if top_up else None, rule, all_fit, fit, rule and not top_up,
-                             expected_noise_all(domain, sets, rest, mechanism), all_noise_fraction(all_fit))
+                             expected_noise_all(domain, sets, rest, mechanism),
+                             all_noise_fraction(all_fit) if all_fraction is None else Fraction(all_fraction))
 
 
 def expected_noise_all(domain, workload, rest: PrivacyCost, mechanism: str) -> float:
