@@ -611,6 +611,9 @@ def test_the_all_or_select_rule_against_its_closed_form():
     chain = [(domain.attrs[i], domain.attrs[i + 1]) for i in range(26)]
     smooth = ws.plan_wide_selection(domain, chain, Budget.zcdp(rho), "gaussian")
     assert smooth.all_fit.objective == "smooth" and smooth.all_fraction == 1
+    # Least squares forced ([auto] estimator = "l2") fits selection by least squares too: AIM's criterion.
+    forced = ws.plan_wide_selection(domain, triples, Budget.zcdp(rho), "gaussian", fit={"objective": "l2"})
+    assert forced.all_fit.objective == "l2" and forced.all_fraction == 1
     assert smooth.expected_noise_all == pytest.approx(
         4 * math.sqrt(2 / math.pi) * math.sqrt(26 / (2 * float(rho * rest))), rel=1e-12)
     e = zcdp.expected_noise_all
