@@ -124,7 +124,14 @@ in the run): where "all" (least squares) won, at zCDP ε 1, ``E_all / D^`` was 0
 triples, d = 50 pairs) and 0.36-0.42 (d = 100 pairs: "all" 0.0024 against selection 0.0050,
 network 3); where selection won, at zCDP ε 0.1, it was 0.77-0.90 (d = 27) and 0.87-0.99 (d = 50).
 It is not derived: the error selection leaves is what its smooth fit cannot explain (on these
-networks 0.08-0.4 of ``D^``), which no public quantity gives before the draws. Under pure ε and on
+networks 0.08-0.4 of ``D^``), which no public quantity gives before the draws. **Between the grid's
+budgets the half is not right everywhere** (network 3, seeds 1-2, zCDP, "all" / selection, the
+ratio ``E_all / D^``): d = 27 triples at ε 0.15 (0.61) 0.0183 / 0.0072 and ε 0.2 (0.45) 0.0139 /
+0.0073 — selection is better at both, the rule selects at the first only; d = 50 pairs at ε 0.15
+(0.64-0.70) 0.0078 / 0.0083 and ε 0.2 (0.53-0.56) 0.0061 / 0.0079, d = 100 pairs at ε 0.5
+(0.78-0.84) 0.0048 / 0.0052 and ε 0.7 (0.59) 0.0035 / 0.0051 — "all" is better at all four and
+the rule selects (AIM's criterion alone measured all there). The crossing lies near ``E_all / D^``
+of 0.25 for these triples and 0.85 for these pairs: open. Under pure ε and on
 the many-valued domains "all" was never chosen, so nothing changed there. The figures of the
 change are in the notes of issue 27 (``bench_wide_rule.py --accounting zcdp --eps 0.1``): d = 27
 triples 0.0268 → 0.0095 / 0.0079 / 0.0094 (networks 3 / 4 / 5), d = 50 pairs 0.0102 / 0.0123 /
