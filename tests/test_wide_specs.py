@@ -617,8 +617,9 @@ def test_the_all_or_select_rule_against_its_closed_form():
     assert smooth.expected_noise_all == pytest.approx(
         4 * math.sqrt(2 / math.pi) * math.sqrt(26 / (2 * float(rho * rest))), rel=1e-12)
     e = zcdp.expected_noise_all
-    assert ws.measures_all(e, 2 * e, zcdp.all_fraction) and not ws.measures_all(e, 2 * e * (1 - 1e-9), zcdp.all_fraction)
-    assert ws.measures_all(e, e, smooth.all_fraction) and not ws.measures_all(e, e * (1 - 1e-9), smooth.all_fraction)
+    half, one = zcdp.all_fraction, smooth.all_fraction
+    assert ws.measures_all(e, 2 * e, half) and not ws.measures_all(e, 2 * e * (1 - 1e-9), half)
+    assert ws.measures_all(e, e, one) and not ws.measures_all(e, e * (1 - 1e-9), one)
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")

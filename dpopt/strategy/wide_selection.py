@@ -108,7 +108,7 @@ for differentially private synthetic data", VLDB 2022):
 few measured sets give a small junction tree, so selection is fitted by the smooth estimate
 (entropy-regularised towards the prior, :mod:`~dpopt.estimate.marginal_space.smooth`), while every
 workload marginal measured gives a tree whose Newton products are too large for it (binary triples
-from d = 18 on), so "all" is fitted by least squares, which keeps its noise. Found on generated
+at every d tried, 18-27), so "all" is fitted by least squares, which keeps its noise. Found on generated
 data (``bench_wide_rule.py``, network 3, zCDP ε 0.1, mean L1/n, seeds 1-2; least squares /
 smooth on the *same* measurements): d = 16 triples (the dense table, where both fits run):
 "all" 0.0124 / 0.0115, selection 0.1100 / 0.0109 — with the same fit the two modes are level;

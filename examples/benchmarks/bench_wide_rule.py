@@ -29,7 +29,7 @@ Run (one case per line; ``configs`` is a JSON list of settings, ``{}`` for the d
         --seeds 1 2 3 4 5 --configs '[{}, {"top": 0}, {"top": "1/5"}]'
     OPENBLAS_NUM_THREADS=1 nice -n 10 python examples/benchmarks/bench_wide_rule.py --d 27 --k 3 --net 3 \\
         --seeds 1 2 --configs '[{"top": 0, "T": 0.5}, {"top": 0, "T": 2.0}, {"anneal": true}]'
-    OPENBLAS_NUM_THREADS=1 nice -n 10 python examples/benchmarks/bench_wide_rule.py --d 27 --k 3 --net 3 \
+    OPENBLAS_NUM_THREADS=1 nice -n 10 python examples/benchmarks/bench_wide_rule.py --d 27 --k 3 --net 3 \\
         --seeds 1 2 --accounting zcdp --eps 0.1 --configs '[{}, {"fraction": 1}]'   # the all-or-select rule
     OPENBLAS_NUM_THREADS=1 nice -n 10 python examples/benchmarks/bench_wide_rule.py --d 45 --k 3 \
         --groups 1,7,3,1,7,4,1,2,6,1,7,3,1,1 --net 3 --seeds 1 2 --eps 0.1 --verbose \
@@ -51,7 +51,7 @@ def main() -> None:
     from dpopt.estimate.marginal_space import estimate_marginals
     from dpopt.privacy.budget import Budget
     from dpopt.privacy.randomness import make_random
-    from dpopt.strategy.wide_selection import plan_wide_selection, run_wide_selection
+    from dpopt.strategy.wide_selection import measures_all, plan_wide_selection, run_wide_selection
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--d", type=int, default=100)
@@ -113,7 +113,8 @@ def main() -> None:
             if args.decisions:  # the decision only: the draws up to it are those of any mode
                 probe = run_wide_selection(plan, data, budget.accountant(), make_random(seed), mode="all")
                 allowed = plan.all_fit is None or plan.all_fit.fits
-                mode = "all" if allowed and plan.expected_noise_all <= plan.all_fraction * probe.deviation else "not all"
+                mode = "all" if allowed and measures_all(plan.expected_noise_all, probe.deviation, plan.all_fraction) \
+                    else "not all"
                 print(f"  {json.dumps(cfg):<40} seed {seed}: D^/n {probe.deviation / n:.5f}  E_all/n "
                       f"{plan.expected_noise_all / n:.5f}  ratio {plan.expected_noise_all / probe.deviation:.3f}  "
                       f"fraction {plan.all_fraction} (fit of all: {plan.all_fit.objective})  -> {mode}", flush=True)
