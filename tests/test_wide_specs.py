@@ -582,3 +582,76 @@ def test_a_blind_selection_falls_back_to_the_one_way_marginals(wide):
     assert 2 * np.log(len(p.candidates)) / float(p.select_epsilon) >= 2 * out.total  # blind even at the plan's epsilon
     assert "utility bound exceeds any deviation" in out.describe() and out.info()["blind"] is True
     assert sum(accountant.ledger_frame()["epsilon"], Fraction(0)) == Fraction(1, 10)
+
+
+# ---- which fit each mode gets (wide_selection.all_noise_fraction, decided before any draw) -----------
+def test_the_all_or_select_rule_against_its_closed_form():
+    """Plan level, no data: E_all = mean cells x E|z| of one marginal of the stack of every workload
+    marginal with the rest of the budget (Gaussian: sqrt(2/pi) sigma, sigma^2 = M / (2 rho_rest);
+    Laplace: b = M / epsilon_rest), and the share of the probe's deviation it may reach: 1/2
+    (ALL_L2_NOISE_FRACTION) when the fit of "all" would be least squares, 1 when it is the smooth
+    estimate. The decision flips exactly at E_all = fraction x D^."""
+    import math
+    from fractions import Fraction
+    from itertools import combinations
+
+    from dpopt.model.domain import Domain
+    from dpopt.privacy.budget import Budget
+    from dpopt.strategy import wide_selection as ws
+
+    domain = Domain(tuple(f"a{i}" for i in range(27)), (2,) * 27)
+    triples = list(combinations(domain.attrs, 3))
+    rest = 1 - ws.ONE_WAY_SHARE - ws.PROBE_SHARE
+    rho = Fraction(1, 200)
+    zcdp = ws.plan_wide_selection(domain, triples, Budget.zcdp(rho), "gaussian")
+    sigma = math.sqrt(len(triples) / (2 * float(rho * rest)))
+    assert zcdp.expected_noise_all == pytest.approx(8 * math.sqrt(2 / math.pi) * sigma, rel=1e-12)
+    assert zcdp.all_fit.fits and zcdp.all_fit.objective == "l2"  # 2^27-cell tree: least squares
+    assert zcdp.all_fraction == ws.ALL_L2_NOISE_FRACTION == Fraction(1, 2)
+    assert "1/2 of that deviation (ALL_L2_NOISE_FRACTION" in "\n".join(zcdp.lines())
+    pure = ws.plan_wide_selection(domain, triples, Budget.pure(Fraction(1)), "laplace")
+    assert pure.expected_noise_all == pytest.approx(8 * len(triples) / float(rest), rel=1e-12)
+    # A workload whose "all" is fitted smooth (a chain of pairs: a small junction tree) keeps AIM's criterion.
+    chain = [(domain.attrs[i], domain.attrs[i + 1]) for i in range(26)]
+    smooth = ws.plan_wide_selection(domain, chain, Budget.zcdp(rho), "gaussian")
+    assert smooth.all_fit.objective == "smooth" and smooth.all_fraction == 1
+    # Least squares forced ([auto] estimator = "l2") fits selection by least squares too: AIM's criterion.
+    forced = ws.plan_wide_selection(domain, triples, Budget.zcdp(rho), "gaussian", fit={"objective": "l2"})
+    assert forced.all_fit.objective == "l2" and forced.all_fraction == 1
+    assert smooth.expected_noise_all == pytest.approx(
+        4 * math.sqrt(2 / math.pi) * math.sqrt(26 / (2 * float(rho * rest))), rel=1e-12)
+    e = zcdp.expected_noise_all
+    half, one = zcdp.all_fraction, smooth.all_fraction
+    assert ws.measures_all(e, 2 * e, half) and not ws.measures_all(e, 2 * e * (1 - 1e-9), half)
+    assert ws.measures_all(e, e, one) and not ws.measures_all(e, e * (1 - 1e-9), one)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_all_fitted_by_least_squares_needs_half_the_deviation_and_the_ledger_stays_exact(wide, monkeypatch):
+    """A run whose probe lies between E_all and 2 E_all: AIM's criterion alone (fraction 1) measured
+    every pair; with ALL_L2_NOISE_FRACTION it selects. Same draws up to the decision, the ledger sums
+    exactly to the budget both ways, and the release says why."""
+    from fractions import Fraction
+    from itertools import combinations
+
+    from dpopt.privacy.budget import Budget
+    from dpopt.privacy.randomness import make_random
+    from dpopt.strategy import wide_selection as ws
+
+    net, data = wide
+    pairs = list(combinations(data.domain.attrs, 2))
+    budget = Budget.zcdp(Fraction(1, 20))
+    runs = {}
+    for fraction in (Fraction(1), ws.ALL_L2_NOISE_FRACTION):
+        monkeypatch.setattr(ws, "ALL_L2_NOISE_FRACTION", fraction)
+        p = ws.plan_wide_selection(data.domain, pairs, budget, "gaussian")
+        assert p.all_fit.objective == "l2" and p.all_fraction == fraction
+        accountant = budget.accountant()
+        runs[fraction] = ws.run_wide_selection(p, data, accountant, make_random(2))
+        assert accountant.spent.rho == budget.rho  # exact
+    aim, rule = runs[Fraction(1)], runs[Fraction(1, 2)]
+    assert aim.deviation == rule.deviation and aim.expected_noise_all == rule.expected_noise_all
+    assert rule.deviation / 2 < rule.expected_noise_all <= rule.deviation  # the case the rule changes
+    assert aim.mode == "all" and rule.mode == "select" and len(rule.chosen) >= 1
+    assert "above 1/2 of the one-way model's noisy mean deviation" in rule.describe()
+    assert rule.info()["all_fraction"] == "1/2"

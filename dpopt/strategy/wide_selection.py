@@ -3,7 +3,8 @@
 On a domain too large for the dense table, ``auto`` answers a workload of marginals in marginal
 space (:func:`dpopt.estimate.marginal_space.estimate_marginals`). Measuring every workload marginal
 splits the budget ``M`` ways. Under zCDP the noise grows like ``sqrt(M)`` and that is the best plan
-on the benchmarks of issue 27; under pure ε it grows like ``M`` and thousands of marginals are
+on the benchmarks of issue 27 at ε 1 (at ε 0.1 selection, fitted by the smooth estimate, is better:
+*Which fit each mode gets*); under pure ε it grows like ``M`` and thousands of marginals are
 pure noise (d = 27, all 2,925 triples at ε = 1: mean L1 error 0.17, worse than independence).
 This module plans and runs the choice, in the manner of MST (McKenna, Miklau, Sheldon, "Winning
 the NIST contest: a scalable and general approach to differentially private synthetic data",
@@ -21,9 +22,11 @@ for differentially private synthetic data", VLDB 2022):
    noisy output; rounded to an integer, which keeps sensitivity 1). Every workload marginal is
    measured (``mode = "all"``, the rest of the budget in equal shares) when the expected L1 noise
    of a marginal measured that way, ``E_all`` (the mean over the workload of
-   ``cells x E|noise|``), is at most ``D^``: AIM's criterion (measure a marginal when its expected
-   noise error is below its expected bias, here on average over the workload). Otherwise
-   ``mode = "select"``. Beyond ``CANDIDATE_LIMIT`` candidates (d = 100, all triples: 161,700)
+   ``cells x E|noise|``, :func:`expected_noise_all`), is at most ``D^``: AIM's criterion (measure
+   a marginal when its expected noise error is below its expected bias, here on average over the
+   workload) — or at most ``ALL_L2_NOISE_FRACTION x D^`` (1/2) when the fit of "all" would be least
+   squares (:func:`all_noise_fraction`, :func:`measures_all`; *Which fit each mode gets*, below).
+   Otherwise ``mode = "select"``. Beyond ``CANDIDATE_LIMIT`` candidates (d = 100, all triples: 161,700)
    the probe and selection read a pool drawn independently of the data: every pair and a uniform
    sample of the larger sets (the mean over a fixed list keeps sensitivity 1).
 3. **Selection** (``mode = "select"``): first a second measurement of the one-way marginals, of
@@ -101,6 +104,39 @@ for differentially private synthetic data", VLDB 2022):
 4. The caller fits every workload marginal from all these measurements
    (:func:`~dpopt.estimate.marginal_space.estimate_marginals`); the prior completes the unmeasured.
 
+**Which fit each mode gets.** AIM's criterion compares noise only. The fits differ: selection's
+few measured sets give a small junction tree, so selection is fitted by the smooth estimate
+(entropy-regularised towards the prior, :mod:`~dpopt.estimate.marginal_space.smooth`), while every
+workload marginal measured gives a tree whose Newton products are too large for it (binary triples
+at every d tried, 18-27), so "all" is fitted by least squares, which keeps its noise. Found on generated
+data (``bench_wide_rule.py``, network 3, zCDP ε 0.1, mean L1/n, seeds 1-2; least squares /
+smooth on the *same* measurements): d = 16 triples (the dense table, where both fits run):
+"all" 0.0124 / 0.0115, selection 0.1100 / 0.0109 — with the same fit the two modes are level;
+d = 21 triples (seed 1): "all" 0.0185 (least squares: the only fit in reach), selection 0.0309 / 0.0104;
+d = 27 triples: "all" 0.0268 (least squares), selection smooth 0.0095. So when the fit of "all"
+would be least squares (:func:`measure_all_fit`, public sizes and options), "all" needs its expected
+noise at most ``ALL_L2_NOISE_FRACTION = 1/2`` of the probe's deviation; a smooth fit of "all" keeps
+AIM's criterion, and so does ``estimator = "l2"``, which fits selection by least squares too
+(:func:`all_noise_fraction`; there the evidence is mixed: d = 27, selection 0.0246 against "all"
+0.0268; d = 21, 0.0309 against 0.0185). The half is a judgement between two groups of runs on
+the validation grid (networks 3-5, seeds 1-2; ``E_all / D^`` is public in the plan and noisy-released
+in the run): where "all" (least squares) won, at zCDP ε 1, ``E_all / D^`` was 0.08-0.12 (d = 27
+triples, d = 50 pairs) and 0.36-0.42 (d = 100 pairs: "all" 0.0024 against selection 0.0050,
+network 3); where selection won, at zCDP ε 0.1, it was 0.77-0.90 (d = 27) and 0.87-0.99 (d = 50).
+It is not derived: the error selection leaves is what its smooth fit cannot explain (on these
+networks 0.08-0.4 of ``D^``), which no public quantity gives before the draws. **Between the grid's
+budgets the half is not right everywhere** (network 3, seeds 1-2, zCDP, "all" / selection, the
+ratio ``E_all / D^``): d = 27 triples at ε 0.15 (0.61) 0.0183 / 0.0072 and ε 0.2 (0.45) 0.0139 /
+0.0073 — selection is better at both, the rule selects at the first only; d = 50 pairs at ε 0.15
+(0.64-0.70) 0.0078 / 0.0083 and ε 0.2 (0.53-0.56) 0.0061 / 0.0079, d = 100 pairs at ε 0.5
+(0.78-0.84) 0.0048 / 0.0052 and ε 0.7 (0.59) 0.0035 / 0.0051 — "all" is better at all four and
+the rule selects (AIM's criterion alone measured all there). The crossing lies near ``E_all / D^``
+of 0.25 for these triples and 0.85 for these pairs: open. Under pure ε and on
+the many-valued domains "all" was never chosen, so nothing changed there. The figures of the
+change are in the notes of issue 27 (``bench_wide_rule.py --accounting zcdp --eps 0.1``): d = 27
+triples 0.0268 → 0.0095 / 0.0079 / 0.0094 (networks 3 / 4 / 5), d = 50 pairs 0.0102 / 0.0123 /
+0.0123 → 0.0087 / 0.0079 / 0.0082.
+
 **Can the fit of "all" finish?** A fit that is not certified releases nothing, after the whole
 budget is spent. So the plan decides, before any draw and from public sizes only
 (:func:`measure_all_fit`), whether the fit that ``mode = "all"`` would run can finish; if not, the
@@ -171,7 +207,9 @@ from dpopt.privacy.accountant import PrivacyCost
 __all__ = ["WideSelectionPlan", "WideSelection", "AllFit", "LeastSquaresReach", "plan_wide_selection",
            "run_wide_selection", "measure_all_fit", "fit_in_reach", "least_squares_reach", "model_noise",
            "one_way_weights", "selection_is_blind", "selection_scores", "selection_probabilities", "one_way_top_up",
-           "ONE_WAY_SHARE", "PROBE_SHARE", "SELECT_SHARE", "CANDIDATE_LIMIT", "ALL_L2_CELLS", "DECOMPOSABLE_L2_CELLS"]
+           "measures_all", "all_noise_fraction", "expected_noise_all",
+           "ONE_WAY_SHARE", "PROBE_SHARE", "SELECT_SHARE", "CANDIDATE_LIMIT", "ALL_L2_CELLS", "DECOMPOSABLE_L2_CELLS",
+           "ALL_L2_NOISE_FRACTION"]
 
 #: Share of the budget for the mean-deviation probe that decides between measuring all and selecting.
 PROBE_SHARE = Fraction(1, 100)
@@ -192,6 +230,10 @@ ALL_L2_CELLS = 2**20
 #: The most clique cells of a least-squares fit over *decomposable* sets (:func:`least_squares_reach`):
 #: adult's chain of 12 triples (1.54 M cells) certified in 105-181 CPU-s; no larger decomposable case was run.
 DECOMPOSABLE_L2_CELLS = 2**21
+#: When the fit of ``mode = "all"`` would be least squares (while selection's is the smooth estimate),
+#: "all" is measured only if its expected noise is at most this share of the probe's noisy deviation
+#: (module notes, *Which fit each mode gets*: a judgement between two measured groups of runs, not derived).
+ALL_L2_NOISE_FRACTION = Fraction(1, 2)
 #: Denominator of the rational epsilon used for a zCDP selection.
 _EPS_DENOMINATOR = 2**30
 
@@ -251,6 +293,12 @@ class WideSelectionPlan:
     #: Whether the one-way fallback of step 3 is open: the top-up rule (:func:`one_way_top_up`, at
     #: ``phi = 1``) finds that no second one-way measurement pays for selection.
     one_way_fallback: bool = False
+    #: ``E_all``: the expected L1 noise of a workload marginal measured by ``mode = "all"``
+    #: (:func:`expected_noise_all`, public), and the share of the probe's deviation it may reach for
+    #: "all" to be measured (:func:`all_noise_fraction`: 1, or ``ALL_L2_NOISE_FRACTION`` when the fit
+    #: of "all" would be least squares; module notes, *Which fit each mode gets*).
+    expected_noise_all: float = 0.0
+    all_fraction: Fraction = Fraction(1)
 
     def steps(self) -> list:
         """The plan's privacy-spending steps (:class:`~dpopt.algorithms.base.PlannedMeasure`), shares exact:
@@ -276,9 +324,11 @@ class WideSelectionPlan:
     def lines(self) -> list[str]:
         f = _amount
         allowed = [] if self.all_fit is None else [self.all_fit.line()]
+        share, why = ("", "") if self.all_fraction == 1 else \
+            (f"{self.all_fraction} of ", " (ALL_L2_NOISE_FRACTION: the fit of \"all\" would be least squares)")
         every = ("" if self.all_fit is not None and not self.all_fit.fits else
-                 f"every workload marginal ({len(self.workload)}, {f(self.rest)} in all) if its expected noise is at "
-                 f"most that deviation, else ")
+                 f"every workload marginal ({len(self.workload)}, {f(self.rest)} in all) if its expected noise "
+                 f"({self.expected_noise_all:,.4g} per marginal) is at most {share}that deviation{why}, else ")
         return [f"what to measure (dpopt.strategy.wide_selection, after MST and AIM): the one-way marginals "
                 f"({f(self.one_way)}) and a probe of their model's mean deviation ({f(self.probe)}); then {every}"
                 + (f"a second one-way measurement (at most {f(self.top_up)}) and " if self.top_up is not None else "")
@@ -295,7 +345,8 @@ class WideSelectionPlan:
 
 def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int | None = None,
                         top_up: Fraction | None = None, select_share: Fraction = SELECT_SHARE,
-                        anneal: bool = False, fit: dict | None = None) -> WideSelectionPlan:
+                        anneal: bool = False, fit: dict | None = None,
+                        all_fraction: Fraction | None = None) -> WideSelectionPlan:
     """The plan of the module notes, before any data.
 
     Parameters
@@ -319,6 +370,10 @@ def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int
         The fit's options, keywords of :func:`measure_all_fit` (``constraints``, ``objective``,
         ``total``, ``shrink``, ``nonnegative``; default: the estimator's defaults): whether the fit
         of ``mode = "all"`` can finish is decided here, from public sizes only (module notes).
+    all_fraction : Fraction, optional
+        The share of the probe's deviation that ``E_all`` may reach for ``mode = "all"`` (default:
+        :func:`all_noise_fraction`'s rule from the fit of "all"; 1 is AIM's criterion alone, the
+        rule before the fit each mode gets was taken into account: benchmarks).
     """
     sets = tuple(dict.fromkeys(tuple(domain.canonical(s)) for s in workload))
     if not sets:
@@ -349,10 +404,45 @@ def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int
     if not fewest.fits:
         raise DomainError(f"no selection's fit can finish: {fewest.reason}; name fewer or smaller "
                           "marginals" + (", or use estimator 'auto'" if fit.get("objective", "auto") != "auto" else ""))
+    all_fit = measure_all_fit(domain, sets, **fit)
     return WideSelectionPlan(domain, sets, candidates, accounting, mechanism, one_way, probe, rest, rounds,
                              select_cost, measure_cost, eps, select_share, bool(anneal),
-                             _scale(rest, top_up / left) if top_up else None, rule,
-                             measure_all_fit(domain, sets, **fit), fit, rule and not top_up)
+                             _scale(rest, top_up / left) if top_up else None, rule, all_fit, fit, rule and not top_up,
+                             expected_noise_all(domain, sets, rest, mechanism),
+                             all_noise_fraction(all_fit, fit.get("objective", "auto")) if all_fraction is None
+                             else Fraction(all_fraction))
+
+
+def expected_noise_all(domain, workload, rest: PrivacyCost, mechanism: str) -> float:
+    """``E_all`` (module notes, step 2): the expected L1 noise of one workload marginal when every
+    workload marginal is measured in one stack with the cost ``rest``, averaged over the workload:
+    ``mean_C |C cells| x E|z|``, with ``E|z| = b`` (Laplace, scale ``b = Delta_1 / epsilon``) or
+    ``sqrt(2/pi) sigma`` (Gaussian, ``sigma^2 = Delta_2^2 / (2 rho)``; continuous approximations of the
+    discrete laws). The stack's sensitivities are the workload's: ``Delta_1 = Delta_2^2 = M`` for ``M``
+    marginals. Public: sizes and the budget only."""
+    from dpopt.privacy.mechanisms import calibrate
+
+    law = calibrate(_stack(domain, workload), rest, mechanism)
+    cells = np.array([domain.project(list(s)).size for s in workload], dtype=np.float64)
+    return float(np.mean(cells) * _mean_abs(law))
+
+
+def all_noise_fraction(all_fit: "AllFit | None", objective: str = "auto") -> Fraction:
+    """The share of the probe's noisy deviation that ``E_all`` may reach for ``mode = "all"`` to be
+    measured (:func:`measures_all`; module notes, *Which fit each mode gets*):
+    :data:`ALL_L2_NOISE_FRACTION` when the fit of "all" would be least squares while selection's
+    may be the smooth estimate (``objective`` not ``"l2"``); else 1 (AIM's criterion: both modes get
+    the same kind of fit — "all" fitted smooth, or least squares forced for both). Public:
+    :func:`measure_all_fit` reads sizes and options only."""
+    if all_fit is None or all_fit.objective == "smooth" or objective == "l2":
+        return Fraction(1)
+    return Fraction(ALL_L2_NOISE_FRACTION)
+
+
+def measures_all(expected_all: float, deviation: float, fraction) -> bool:
+    """The probe's decision (module notes, step 2): measure every workload marginal when
+    ``E_all <= fraction x D^`` (``fraction``: :func:`all_noise_fraction`), else select."""
+    return float(expected_all) <= float(fraction) * float(deviation)
 
 
 @dataclass(frozen=True)
@@ -713,12 +803,14 @@ class WideSelection:
     refused: list = field(default_factory=list)
     #: ``mode = "one-way"``: whether the exponential mechanism was blind (:func:`selection_is_blind`).
     blind: bool = False
+    #: The share of the deviation ``E_all`` could reach for "all" (:func:`all_noise_fraction`).
+    all_fraction: Fraction = Fraction(1)
 
     def info(self) -> dict:
         """For ``release.info``: the decision and its evidence (noisy, hence releasable), the chosen sets."""
         return {"mode": self.mode, "deviation": self.deviation, "expected_noise_all": self.expected_noise_all,
                 "chosen": [list(c) for c in self.chosen], "top_up": str(self.top_up), "phi": self.phi,
-                "steer": self.steer, "blind": self.blind,
+                "steer": self.steer, "blind": self.blind, "all_fraction": str(self.all_fraction),
                 "refused": [[list(c), why] for c, why, _ in self.refused],
                 "all_fit": None if self.all_fit is None else self.all_fit.info()}
 
@@ -732,15 +824,17 @@ class WideSelection:
                     f"({why})")
         refused = (f"; {len(self.refused)} pick(s) not measured, the fit would have been out of reach "
                    f"({self.refused[0][1]})" if self.refused else "")
+        share = "" if self.all_fraction == 1 else f"{self.all_fraction} of "
+        why = "" if self.all_fraction == 1 else ", the most for \"all\" fitted by least squares"
         if self.mode == "all":
             return (f"every workload marginal measured (expected L1 noise {self.expected_noise_all:.3g} per marginal, "
-                    f"at most the one-way model's noisy mean deviation {self.deviation:.3g})")
+                    f"at most {share}the one-way model's noisy mean deviation {self.deviation:.3g}{why})")
         if self.all_fit is not None and not self.all_fit.fits:
             return (f"{len(self.chosen)} marginals chosen by the exponential mechanism (measuring every workload "
                     f"marginal is excluded before any draw: {self.all_fit.reason}){refused}")
         return (f"{len(self.chosen)} marginals chosen by the exponential mechanism (measuring every workload "
-                f"marginal would cost {self.expected_noise_all:.3g} L1 noise per marginal, above the one-way "
-                f"model's noisy mean deviation {self.deviation:.3g}){refused}")
+                f"marginal would cost {self.expected_noise_all:.3g} L1 noise per marginal, above {share}the one-way "
+                f"model's noisy mean deviation {self.deviation:.3g}{why}){refused}")
 
 
 def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: str = "auto") -> WideSelection:
@@ -794,12 +888,15 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
     query_all = _stack(domain, plan.workload)
     law_all = calibrate(query_all, plan.rest, plan.mechanism)
     cells = np.array([domain.project(list(s)).size for s in plan.workload], dtype=np.float64)
-    expected_all = float(np.mean(cells) * _mean_abs(law_all))
+    expected_all = float(np.mean(cells) * _mean_abs(law_all))  # = plan.expected_noise_all (expected_noise_all)
     allowed = plan.all_fit is None or plan.all_fit.fits
-    if mode == "all" or (mode == "auto" and allowed and expected_all <= deviation) or not candidates:
+    fraction = plan.all_fraction
+    if mode == "all" or (mode == "auto" and allowed and measures_all(expected_all, deviation, fraction)) \
+            or not candidates:
         rest = _measure_stack(query_all, law_all, data, accountant, rng, "workload marginals",
                               {candidates[i]: v for i, v in true.items()})
-        return WideSelection(measured + rest, "all", deviation, expected_all, [], total, plan.all_fit)
+        return WideSelection(measured + rest, "all", deviation, expected_all, [], total, plan.all_fit,
+                             all_fraction=fraction)
     # Can the probe steer selection (module notes, step 3)? Public values and noisy releases only.
     first = calibrate(ones_query, plan.one_way, plan.mechanism)
     steer = model_noise(domain, candidates, _mean_abs(first), total) / max(deviation, 1.0)
@@ -821,7 +918,8 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
     if mode == "one-way" or (mode == "auto" and (not steers or blind)):
         again = _measure_one_ways(domain, plan, data, accountant, rng)
         return WideSelection(measured + again, "one-way", deviation, expected_all, [], total, plan.all_fit,
-                             Fraction(1) - ONE_WAY_SHARE - PROBE_SHARE, None, steer, blind=blind and steers)
+                             Fraction(1) - ONE_WAY_SHARE - PROBE_SHARE, None, steer, blind=blind and steers,
+                             all_fraction=fraction)
     if top_up is not None:
         # The second one-way measurement (one_way_top_up), combined with the first by inverse variance.
         again = _measure_stack(ones_query, calibrate(ones_query, top_up, plan.mechanism), data, accountant,
@@ -882,7 +980,7 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
     top_share = Fraction(0) if top_up is None else (top_up.rho / whole.rho if plan.accounting == "zcdp"
                                                     else top_up.epsilon / whole.epsilon)
     return WideSelection(measured, "select", deviation, expected_all, chosen, total, plan.all_fit, top_share, phi,
-                         steer, refused)
+                         steer, refused, all_fraction=fraction)
 
 
 def model_noise(domain, candidates, one_way_noise: float, total: float) -> float:

@@ -18,7 +18,10 @@ prints per seed the budget split, the probe, ``steer`` (the one-way model's expe
 probe's deviation), the top-up and the chosen sets with their cells and exact deviation from
 independence; a config ``{"fixed": "chain" | "one-way" | "chain+1"}`` measures that fixed plan with
 equal shares instead, and ``{"mode": "select"}`` forces selection (the default before the one-way
-fallback, module notes step 3).
+fallback, module notes step 3). ``{"fraction": 1}`` decides between "all" and selection by AIM's
+criterion alone (``E_all <= D^``), the rule before the fit each mode gets was taken into account
+(``wide_selection.ALL_L2_NOISE_FRACTION``: 1/2 when "all" would be fitted by least squares);
+``--decisions`` prints each seed's decision (``D^``, ``E_all``, the fraction, the mode) and fits nothing.
 
 Run (one case per line; ``configs`` is a JSON list of settings, ``{}`` for the defaults)::
 
@@ -26,6 +29,8 @@ Run (one case per line; ``configs`` is a JSON list of settings, ``{}`` for the d
         --seeds 1 2 3 4 5 --configs '[{}, {"top": 0}, {"top": "1/5"}]'
     OPENBLAS_NUM_THREADS=1 nice -n 10 python examples/benchmarks/bench_wide_rule.py --d 27 --k 3 --net 3 \\
         --seeds 1 2 --configs '[{"top": 0, "T": 0.5}, {"top": 0, "T": 2.0}, {"anneal": true}]'
+    OPENBLAS_NUM_THREADS=1 nice -n 10 python examples/benchmarks/bench_wide_rule.py --d 27 --k 3 --net 3 \\
+        --seeds 1 2 --accounting zcdp --eps 0.1 --configs '[{}, {"fraction": 1}]'   # the all-or-select rule
     OPENBLAS_NUM_THREADS=1 nice -n 10 python examples/benchmarks/bench_wide_rule.py --d 45 --k 3 \
         --groups 1,7,3,1,7,4,1,2,6,1,7,3,1,1 --net 3 --seeds 1 2 --eps 0.1 --verbose \
         --configs '[{}, {"mode": "select"}, {"fixed": "chain"}, {"fixed": "one-way"}]'
@@ -46,7 +51,7 @@ def main() -> None:
     from dpopt.estimate.marginal_space import estimate_marginals
     from dpopt.privacy.budget import Budget
     from dpopt.privacy.randomness import make_random
-    from dpopt.strategy.wide_selection import plan_wide_selection, run_wide_selection
+    from dpopt.strategy.wide_selection import measures_all, plan_wide_selection, run_wide_selection
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--d", type=int, default=100)
@@ -62,6 +67,8 @@ def main() -> None:
     parser.add_argument("--groups", default="", help="merge consecutive binary attributes into 2^g values "
                         "(bench_wide_smooth.py's --groups; every k-set is the workload, --eval of them scored)")
     parser.add_argument("--eval", type=int, default=60, help="with --groups: workload sets scored")
+    parser.add_argument("--decisions", action="store_true", help="per seed: the probe's D^, E_all, the share "
+                        "of D^ that E_all may reach and the mode chosen; no fit")
     parser.add_argument("--verbose", action="store_true", help="per seed: the budget split, the probe, phi, "
                         "the chosen sets (cells) and their exact deviation from independence")
     args = parser.parse_args()
@@ -98,15 +105,28 @@ def main() -> None:
             options["select_share"] = Fraction(cfg["sel"])
         if "anneal" in cfg:
             options["anneal"] = bool(cfg["anneal"])
+        if "fraction" in cfg:
+            options["all_fraction"] = Fraction(cfg["fraction"])
         errs, rounds, cpu = [], [], time.process_time()
         for seed in args.seeds:
             plan = plan_wide_selection(data.domain, workload, budget, budget.noise(None), **options)
+            if args.decisions:  # the decision only: the draws up to it are those of any mode
+                probe = run_wide_selection(plan, data, budget.accountant(), make_random(seed), mode="all")
+                allowed = plan.all_fit is None or plan.all_fit.fits
+                mode = "all" if allowed and measures_all(plan.expected_noise_all, probe.deviation, plan.all_fraction) \
+                    else "not all"
+                print(f"  {json.dumps(cfg):<40} seed {seed}: D^/n {probe.deviation / n:.5f}  E_all/n "
+                      f"{plan.expected_noise_all / n:.5f}  ratio {plan.expected_noise_all / probe.deviation:.3f}  "
+                      f"fraction {plan.all_fraction} (fit of all: {plan.all_fit.objective})  -> {mode}", flush=True)
+                continue
             chosen = run_wide_selection(plan, data, budget.accountant(), make_random(seed), mode=cfg.get("mode", "auto"))
             fit = estimate_marginals(chosen.measurements, sets, objective=args.objective).marginals(sets)
             errs.append(float(np.mean([np.abs(np.asarray(fit[s], float) - truths[s]).sum() / n for s in sets])))
             rounds.append(len(chosen.chosen))
             if args.verbose:
                 describe(plan, chosen, data, n, independence, errs[-1])
+        if args.decisions:
+            continue
         print(f"  {json.dumps(cfg):<40} {chosen.mode:<6} rounds {np.mean(rounds):5.1f}  error {np.mean(errs):.4f} "
               f"({' '.join(f'{e:.4f}' for e in errs)})  {time.process_time() - cpu:.1f} CPU-s", flush=True)
 
