@@ -618,6 +618,12 @@ def test_the_all_or_select_rule_against_its_closed_form():
     # Least squares forced ([auto] estimator = "l2") fits selection by least squares too: AIM's criterion.
     forced = ws.plan_wide_selection(domain, triples, Budget.zcdp(rho), "gaussian", fit={"objective": "l2"})
     assert forced.all_fit.objective == "l2" and forced.all_fraction == 1
+    # A workload with pairs keeps AIM's criterion though its "all" is fitted by least squares (every
+    # pair of 27 attributes: a 2^27-cell tree), and so does a mixed one (the triples alone took the half, above).
+    pairs = list(combinations(domain.attrs, 2))
+    for sets, fraction in ((pairs, 1), (triples + pairs[:1], 1)):
+        p = ws.plan_wide_selection(domain, sets, Budget.zcdp(rho), "gaussian")
+        assert p.all_fit.objective == "l2" and p.all_fraction == fraction, (len(sets), p.all_fit.reason)
     assert smooth.expected_noise_all == pytest.approx(
         4 * math.sqrt(2 / math.pi) * math.sqrt(26 / (2 * float(rho * rest))), rel=1e-12)
     e = zcdp.expected_noise_all
@@ -629,8 +635,9 @@ def test_the_all_or_select_rule_against_its_closed_form():
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_all_fitted_by_least_squares_needs_half_the_deviation_and_the_ledger_stays_exact(wide, monkeypatch):
     """A run whose probe lies between E_all and 2 E_all: AIM's criterion alone (fraction 1) measured
-    every pair; with ALL_L2_NOISE_FRACTION it selects. Same draws up to the decision, the ledger sums
-    exactly to the budget both ways, and the release says why."""
+    every pair; with the fraction 1/2 (ALL_L2_NOISE_FRACTION, given explicitly: the rule keeps 1 for
+    pairs) it selects. Same draws up to the decision, the ledger sums exactly to the budget both
+    ways, and the release says why."""
     from fractions import Fraction
     from itertools import combinations
 
@@ -642,9 +649,9 @@ def test_all_fitted_by_least_squares_needs_half_the_deviation_and_the_ledger_sta
     pairs = list(combinations(data.domain.attrs, 2))
     budget = Budget.zcdp(Fraction(1, 20))
     runs = {}
+    assert ws.plan_wide_selection(data.domain, pairs, budget, "gaussian").all_fraction == 1  # pairs: AIM's
     for fraction in (Fraction(1), ws.ALL_L2_NOISE_FRACTION):
-        monkeypatch.setattr(ws, "ALL_L2_NOISE_FRACTION", fraction)
-        p = ws.plan_wide_selection(data.domain, pairs, budget, "gaussian")
+        p = ws.plan_wide_selection(data.domain, pairs, budget, "gaussian", all_fraction=fraction)
         assert p.all_fit.objective == "l2" and p.all_fraction == fraction
         accountant = budget.accountant()
         runs[fraction] = ws.run_wide_selection(p, data, accountant, make_random(2))

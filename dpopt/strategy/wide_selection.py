@@ -25,7 +25,8 @@ for differentially private synthetic data", VLDB 2022):
    ``cells x E|noise|``, :func:`expected_noise_all`), is at most ``D^``: AIM's criterion (measure
    a marginal when its expected noise error is below its expected bias, here on average over the
    workload) — or at most ``ALL_L2_NOISE_FRACTION x D^`` (1/2) when the fit of "all" would be least
-   squares (:func:`all_noise_fraction`, :func:`measures_all`; *Which fit each mode gets*, below).
+   squares and every workload set has three attributes or more (:func:`all_noise_fraction`,
+   :func:`measures_all`; *Which fit each mode gets*, below).
    Otherwise ``mode = "select"``. Beyond ``CANDIDATE_LIMIT`` candidates (d = 100, all triples: 161,700)
    the probe and selection read a pool drawn independently of the data: every pair and a uniform
    sample of the larger sets (the mean over a fixed list keeps sensitivity 1).
@@ -129,13 +130,19 @@ budgets the half is not right everywhere** (network 3, seeds 1-2, zCDP, "all" / 
 ratio ``E_all / D^``): d = 27 triples at ε 0.15 (0.61) 0.0183 / 0.0072 and ε 0.2 (0.45) 0.0139 /
 0.0073 — selection is better at both, the rule selects at the first only; d = 50 pairs at ε 0.15
 (0.64-0.70) 0.0078 / 0.0083 and ε 0.2 (0.53-0.56) 0.0061 / 0.0079, d = 100 pairs at ε 0.5
-(0.78-0.84) 0.0048 / 0.0052 and ε 0.7 (0.59) 0.0035 / 0.0051 — "all" is better at all four and
-the rule selects (AIM's criterion alone measured all there). The crossing lies near ``E_all / D^``
-of 0.25 for these triples and 0.85 for these pairs: open. Under pure ε and on
+(0.78-0.84) 0.0048 / 0.0052 and ε 0.7 (0.59) 0.0035 / 0.0051 — "all" is better at all four, where
+a half for pairs would select (AIM's criterion, which pairs keep, measures all there). The crossing lies near ``E_all / D^`` of 0.25 for these
+triples and is not one number for these pairs (selection won at d = 50, ε 0.1, at 0.87-0.99, "all"
+at d = 100, ε 0.5, at 0.78-0.84). So **the half applies only to workloads of triples or larger**
+(every set of three attributes or more): on triples no run had "all" better at a ratio above 1/2,
+while on pairs a half won at d = 50, ε 0.1 and lost all four runs between the budgets above; a
+workload with pairs keeps AIM's criterion
+(the lead's restriction of stream s27y's rule, at merge). Under pure ε and on
 the many-valued domains "all" was never chosen, so nothing changed there. The figures of the
 change are in the notes of issue 27 (``bench_wide_rule.py --accounting zcdp --eps 0.1``): d = 27
-triples 0.0268 → 0.0095 / 0.0079 / 0.0094 (networks 3 / 4 / 5), d = 50 pairs 0.0102 / 0.0123 /
-0.0123 → 0.0087 / 0.0079 / 0.0082.
+triples 0.0268 → 0.0095 / 0.0079 / 0.0094 (networks 3 / 4 / 5); d = 50 pairs would have gone
+0.0102 / 0.0123 / 0.0123 → 0.0087 / 0.0079 / 0.0082 under a half for pairs too, which the runs
+between the budgets above ruled out.
 
 **Can the fit of "all" finish?** A fit that is not certified releases nothing, after the whole
 budget is spent. So the plan decides, before any draw and from public sizes only
@@ -230,9 +237,10 @@ ALL_L2_CELLS = 2**20
 #: The most clique cells of a least-squares fit over *decomposable* sets (:func:`least_squares_reach`):
 #: adult's chain of 12 triples (1.54 M cells) certified in 105-181 CPU-s; no larger decomposable case was run.
 DECOMPOSABLE_L2_CELLS = 2**21
-#: When the fit of ``mode = "all"`` would be least squares (while selection's is the smooth estimate),
-#: "all" is measured only if its expected noise is at most this share of the probe's noisy deviation
-#: (module notes, *Which fit each mode gets*: a judgement between two measured groups of runs, not derived).
+#: When the fit of ``mode = "all"`` would be least squares (while selection's is the smooth estimate)
+#: and every workload set has three attributes or more, "all" is measured only if its expected noise is
+#: at most this share of the probe's noisy deviation (module notes, *Which fit each mode gets*: a
+#: judgement between measured groups of runs, not derived).
 ALL_L2_NOISE_FRACTION = Fraction(1, 2)
 #: Denominator of the rational epsilon used for a zCDP selection.
 _EPS_DENOMINATOR = 2**30
@@ -409,7 +417,8 @@ def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int
                              select_cost, measure_cost, eps, select_share, bool(anneal),
                              _scale(rest, top_up / left) if top_up else None, rule, all_fit, fit, rule and not top_up,
                              expected_noise_all(domain, sets, rest, mechanism),
-                             all_noise_fraction(all_fit, fit.get("objective", "auto")) if all_fraction is None
+                             all_noise_fraction(all_fit, fit.get("objective", "auto"), min(len(c) for c in sets))
+                             if all_fraction is None
                              else Fraction(all_fraction))
 
 
@@ -427,14 +436,15 @@ def expected_noise_all(domain, workload, rest: PrivacyCost, mechanism: str) -> f
     return float(np.mean(cells) * _mean_abs(law))
 
 
-def all_noise_fraction(all_fit: "AllFit | None", objective: str = "auto") -> Fraction:
+def all_noise_fraction(all_fit: "AllFit | None", objective: str = "auto", order: int = 3) -> Fraction:
     """The share of the probe's noisy deviation that ``E_all`` may reach for ``mode = "all"`` to be
     measured (:func:`measures_all`; module notes, *Which fit each mode gets*):
     :data:`ALL_L2_NOISE_FRACTION` when the fit of "all" would be least squares while selection's
-    may be the smooth estimate (``objective`` not ``"l2"``); else 1 (AIM's criterion: both modes get
-    the same kind of fit — "all" fitted smooth, or least squares forced for both). Public:
-    :func:`measure_all_fit` reads sizes and options only."""
-    if all_fit is None or all_fit.objective == "smooth" or objective == "l2":
+    may be the smooth estimate (``objective`` not ``"l2"``) and the workload's smallest set has
+    ``order >= 3`` attributes; else 1 (AIM's criterion: both modes get the same kind of fit — "all"
+    fitted smooth, or least squares forced for both —, or a workload with pairs, where the measured
+    runs did not support the half). Public: :func:`measure_all_fit` reads sizes and options only."""
+    if all_fit is None or all_fit.objective == "smooth" or objective == "l2" or order < 3:
         return Fraction(1)
     return Fraction(ALL_L2_NOISE_FRACTION)
 
