@@ -687,10 +687,15 @@ def _round_costs(per_round: PrivacyCost, accounting: str, select_share: Fraction
 
 
 def _amount(cost: PrivacyCost) -> str:
-    """``epsilon = 1/10``, ``rho = 1/20`` or both with delta: for the plan's lines."""
-    parts = [f"rho = {cost.rho}"] if cost.rho is not None and not cost.epsilon else []
+    """``epsilon = 1/10``, ``rho = 1/20`` or both with delta: for the plan's lines. A share whose
+    exact fraction is long (a round's part of a zCDP budget: ~40 digits) is shown to 4 digits;
+    the ledger keeps it exact."""
+    def short(v) -> str:
+        return str(v) if len(str(v)) <= 16 else f"{float(v):.4g}"
+
+    parts = [f"rho = {short(cost.rho)}"] if cost.rho is not None and not cost.epsilon else []
     if cost.epsilon:
-        parts.append(f"epsilon = {cost.epsilon}" + (f", delta = {cost.delta}" if cost.delta else ""))
+        parts.append(f"epsilon = {short(cost.epsilon)}" + (f", delta = {short(cost.delta)}" if cost.delta else ""))
     return ", ".join(parts)
 
 
