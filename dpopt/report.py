@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from dpopt.privacy.conversions import readable_amount
 from dpopt.release.glossary import glossary_for
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -341,7 +342,8 @@ def summary_blocks(report: dict) -> list[tuple]:
                       f"{pr['approx_equivalent']['delta']} ({pr['approx_equivalent']['conversion']})."
                       if pr.get("approx_equivalent") else "")))
     comps = list(pr["budget"])
-    rows = [[e["label"], e.get("mechanism", ""), *[_cost_cell(e, c) for c in comps], _fmt(e.get("noise_stddev"))]
+    rows = [[e["label"], e.get("mechanism", ""), *[readable_amount(Fraction(e[c])) for c in comps],
+             _fmt(e.get("noise_stddev"))]
             for e in pr["ledger"]]
     b.append(("table", ["measurement", "mechanism", *comps, "noise std. dev."], rows))
     if pr["published_without_noise"]:
@@ -642,13 +644,6 @@ def _num(v: Any) -> float | None:
 def _mechanism_of(noise: str) -> str:
     """The mechanism's name from a measurement's noise family (``discrete_gaussian`` -> ``gaussian``)."""
     return noise.removeprefix("discrete_")
-
-
-def _cost_cell(entry: dict, component: str) -> str:
-    """A ledger cost for the readable table: the exact fraction when it is short, else 4 digits
-    (the exact value stays in report.json; adaptive rounds split shares into fractions of ~40 digits)."""
-    exact = entry[component]
-    return exact if len(exact) <= 16 else f"{entry[f'{component}_float']:.4g}"
 
 
 def _fmt(v: Any) -> str:

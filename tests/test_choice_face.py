@@ -17,12 +17,13 @@ import pytest
 from dpopt.estimate import reconstruct
 from dpopt.estimate.choice.jacobian import EqualityRows, fitted_face, projection_jacobian
 from dpopt.estimate.choice.risk import identity_face, identity_l2_risks
-from dpopt.estimate.choice.statistics import residual_statistics
 from dpopt.model.constraints import ConstraintSet, Invariant, NonNegativity
 from dpopt.model.domain import Domain
 from dpopt.model.measurement import Measurement
 from dpopt.model.queries import Identity, MarginalWorkload, Total, Weighted
 from dpopt.strategy.tables import Workload
+
+from .residual_cases import sparse_residual_case
 
 
 def _held_total_projection(y: np.ndarray) -> tuple[np.ndarray, float]:
@@ -48,16 +49,7 @@ def test_the_solver_s_face_gives_the_finite_difference_jacobian(seed):
     """Least squares on the residuals up to order 2 of a sparse table, total held at its estimate:
     the solver's point has residue on the cells at 0, the KKT face's Jacobian is the finite-difference
     one, the relative threshold's is not."""
-    dom = Domain.from_dict({f"a{i}": 2 for i in range(4)})
-    gen = np.random.default_rng(seed)  # test input and test noise
-    x = gen.integers(0, 8, dom.size).astype(float)
-    x[: dom.size // 2] = 0.0
-    y = x + gen.normal(0, 4.0, dom.size)
-    stats = residual_statistics([Measurement(Identity(dom), y, "gaussian", 4.0, 16.0)])
-    meas = stats.measurement([a for a in stats.sets if len(a) <= 2])
-    q, d = meas.query, np.asarray(meas.values)
-    i0 = list(q.sets).index(())
-    offset, w0 = int(q.offsets[i0]), float(q.weights[i0])
+    dom, q, d, offset, w0 = sparse_residual_case(4, seed)
 
     def fit(v):
         cs = ConstraintSet(dom, [NonNegativity(), Invariant(Total(dom), np.array([v[offset] / w0]), name="held total")])

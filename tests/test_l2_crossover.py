@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from dpopt.estimate import reconstruct
-from dpopt.estimate.choice.statistics import residual_statistics
 from dpopt.model.constraints import ConstraintSet, Invariant, NonNegativity
-from dpopt.model.domain import Domain
 from dpopt.model.measurement import Measurement
-from dpopt.model.queries import Identity, Total
+from dpopt.model.queries import Total
+
+from .residual_cases import sparse_residual_case
 
 cp = pytest.importorskip("cvxpy")
 
@@ -26,16 +26,8 @@ cp = pytest.importorskip("cvxpy")
 def _held_total_residual_fit(d: int, seed: int):
     """The derived residual measurement (orders <= 2) of a sparse table's noisy histogram and the
     held total: ``(measurements, constraints, Q dense, answers v, total)``."""
-    dom = Domain.from_dict({f"a{i}": 2 for i in range(d)})
-    gen = np.random.default_rng(seed)  # test input and test noise
-    x = gen.integers(0, 8, dom.size).astype(float)
-    x[: dom.size // 2] = 0.0
-    y = x + gen.normal(0, 4.0, dom.size)
-    stats = residual_statistics([Measurement(Identity(dom), y, "gaussian", 4.0, 16.0)])
-    meas = stats.measurement([a for a in stats.sets if len(a) <= 2])
-    q, v = meas.query, np.asarray(meas.values, dtype=np.float64)
-    i0 = list(q.sets).index(())
-    total = max(float(v[int(q.offsets[i0])] / q.weights[i0]), 1.0)
+    dom, q, v, offset, w0 = sparse_residual_case(d, seed)
+    total = max(float(v[offset] / w0), 1.0)
     cs = ConstraintSet(dom, [NonNegativity(), Invariant(Total(dom), np.array([total]), name="held total")])
     return [Measurement(q, v, "derived", 1.0, 1.0)], cs, q.to_dense(), v, total
 

@@ -63,8 +63,8 @@ def test_the_long_frame_in_pieces_is_the_same_frame_and_file(tmp_path, rows):
     """Pieces of whole tables, at most ``rows`` rows each (the 12-row table alone when rows < 12),
     with one set of columns and dtypes: together they are long_answers, and appended to one CSV
     or Parquet file they read back as the whole frame written at once. The text column ``row``
-    is empty in every piece before the last: the Parquet writer waits for a piece that types it."""
-    from dpopt.release.outputs import _write_csv_chunks, _write_parquet_chunks, long_answer_chunks
+    is empty in every piece before the last and still typed as text there (one schema for all)."""
+    from dpopt.release.outputs import _write_long_pieces, long_answer_chunks
 
     tables = _tables()
     whole = long_answers(tables, DOMAIN)
@@ -72,10 +72,10 @@ def test_the_long_frame_in_pieces_is_the_same_frame_and_file(tmp_path, rows):
     assert len(pieces) == {1: 3, 5: 3, 14: 2, None: 1}[rows]
     assert all(list(p.columns) == list(whole.columns) and p.dtypes.equals(whole.dtypes) for p in pieces)
     pd.testing.assert_frame_equal(pd.concat(pieces, ignore_index=True), whole)
-    _write_csv_chunks(long_answer_chunks(tables, DOMAIN, rows=rows), tmp_path / "m.csv", "NOT PRIVATE: test")
+    _write_long_pieces(long_answer_chunks(tables, DOMAIN, rows=rows), [tmp_path / "m.csv", tmp_path / "m.parquet"],
+                       "NOT PRIVATE: test")  # both files from one pass over the pieces
     whole.to_csv(tmp_path / "w.csv", index=False)
     assert (tmp_path / "m.csv").read_text().splitlines()[1:] == (tmp_path / "w.csv").read_text().splitlines()
-    _write_parquet_chunks(long_answer_chunks(tables, DOMAIN, rows=rows), tmp_path / "m.parquet", "NOT PRIVATE: test")
     back = read_released(tmp_path / "m.parquet")
     pd.testing.assert_frame_equal(back, whole.assign(table=whole["table"]), check_categorical=False)
     import pyarrow.parquet as pq

@@ -39,6 +39,7 @@ from dpopt.errors import PrivacyParameterError
 
 __all__ = [
     "as_fraction",
+    "readable_amount",
     "validate_epsilon",
     "validate_delta",
     "validate_rho",
@@ -121,6 +122,14 @@ def _short(q: Fraction) -> str:
 # --------------------------------------------------------------------------------------------
 # Validation
 # --------------------------------------------------------------------------------------------
+
+
+def readable_amount(value) -> str:
+    """A privacy amount for people: the exact fraction when it is short (``1/20``), else 4
+    significant digits. Adaptive plans split shares into fractions of ~40 digits; ledgers and
+    report.json keep them exact."""
+    exact = str(value)
+    return exact if len(exact) <= 16 else f"{float(value):.4g}"
 
 
 def as_fraction(value: object, name: str) -> Fraction:

@@ -182,11 +182,11 @@ def write_release(release: ReleaseResult, out: str | Path, *, overwrite: bool = 
             write_frame(release.table, "release")
         if spec.output.marginals and len(release.marginals):
             if marginals_layout(release) == "long":
-                for fmt in formats:  # piece by piece: the long frame of a wide release can be gigabytes
-                    chunks = long_answer_chunks(release.marginals, release.plan.domain)
-                    (_write_csv_chunks if fmt == "csv" else _write_parquet_chunks)(chunks, tmp / f"marginals.{fmt}",
-                                                                                   mark)
-                    files.append(f"marginals.{fmt}")
+                # piece by piece, each piece built once for every format: the long frame of a wide
+                # release can be gigabytes
+                targets = [tmp / f"marginals.{fmt}" for fmt in formats]
+                _write_long_pieces(long_answer_chunks(release.marginals, release.plan.domain), targets, mark)
+                files.extend(t.name for t in targets)
             else:
                 used: set[str] = set()
                 for label, frame in release.marginals.items():
@@ -282,18 +282,20 @@ def long_answer_chunks(tables, domain: Domain, rows: int | None = LONG_CHUNK_ROW
     try:
         labels = list(tables)
         lengths = np.array([len(tables[label]) for label in labels], dtype=np.int64)
+        # per column, over all tables: the dtype kinds, how many tables hold it, and whether it is
+        # text wherever it appears (pandas' "str" dtype; judged by each table's first value), so that
+        # every piece gets the same dtype
         kinds: dict[str, set] = {}
+        present: dict[str, int] = {}
+        text: dict[str, bool] = {}
         for label in labels:
             for column, values in tables[label].items():
                 dtype = values.dtype
                 kinds.setdefault(column, set()).add(dtype.kind if isinstance(dtype, np.dtype) else "O")
+                present[column] = present.get(column, 0) + 1
+                text[column] = text.get(column, True) and (len(values) == 0 or isinstance(values.iloc[0], str))
         attrs = [a for a in domain.attrs if a in kinds]
         columns = attrs + [c for c in kinds if c not in set(attrs)]
-        present = {c: sum(c in tables[label].columns for label in labels) for c in columns}
-        # a label column holds text in every table (pandas' "str" dtype) or anything else (objects);
-        # decided from each table's first value, so that every piece gets the same dtype
-        text = {c: all(isinstance(tables[label][c].iloc[0], str) for label in labels
-                       if c in tables[label].columns and len(tables[label])) for c in columns}
         layout = {c: ("int" if kinds[c] <= set("iub") else "float" if kinds[c] <= set("iubf")
                       else "text" if text[c] else "object", present[c] == len(labels)) for c in columns}
         bounds = _chunk_bounds(lengths, rows)
@@ -385,48 +387,80 @@ def _write_parquet(frame: pd.DataFrame, target: Path, mark: str | None) -> None:
     pq.write_table(table.replace_schema_metadata(metadata), target)
 
 
-def _write_csv_chunks(chunks, target: Path, mark: str | None) -> None:
-    """Pieces of one frame (same columns) appended to one CSV file, the header once."""
-    with open(target, "w", encoding="utf-8", newline="") as fh:
-        if mark is not None:
-            fh.write(f"# {mark}\n")
-        for k, frame in enumerate(chunks):
-            frame.to_csv(fh, index=False, header=k == 0)
-
-
-def _write_parquet_chunks(chunks, target: Path, mark: str | None) -> None:
-    """Pieces of one frame (same columns and dtypes) written as row groups of one Parquet file.
-
-    The schema is the first piece's, except that a text column which is empty there (a label
-    column only later tables have) waits for the first piece that types it; pieces are held
-    only until then."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    def marked(schema):
-        metadata = dict(schema.metadata or {})
-        if mark is not None:
-            metadata[NOT_PRIVATE_METADATA_KEY] = mark.encode("utf-8")
-        return schema.with_metadata(metadata)
-
-    writer, waiting = None, []
+def _write_long_pieces(chunks, targets: list, mark: str | None) -> None:
+    """Pieces of one frame (same columns and dtypes) appended to each target, CSV or Parquet by its
+    suffix: every piece is built once and written to all of them before the next is asked for."""
+    writers = [_CsvPieces(t, mark) if Path(t).suffix == ".csv" else _ParquetPieces(t, mark) for t in targets]
     try:
         for frame in chunks:
-            waiting.append(pa.Table.from_pandas(frame, preserve_index=False))
-            if writer is None:
-                schema = pa.unify_schemas([t.schema for t in waiting], promote_options="permissive")
-                if any(pa.types.is_null(f.type) for f in schema):
-                    continue
-                writer = pq.ParquetWriter(target, marked(schema))
-            for table in waiting:
-                writer.write_table(table.cast(writer.schema))
-            waiting = []
-        if writer is None:  # a column empty in every piece: written untyped, as pandas would
-            merged = pa.concat_tables(waiting, promote_options="permissive")
-            pq.write_table(merged.replace_schema_metadata(marked(merged.schema).metadata), target)
+            for writer in writers:
+                writer.add(frame)
+        for writer in writers:
+            writer.finish()
     finally:
-        if writer is not None:
+        for writer in writers:
             writer.close()
+
+
+class _CsvPieces:
+    """One CSV file from pieces: the NOT-PRIVATE line and the header once."""
+
+    def __init__(self, target: Path, mark: str | None) -> None:
+        self.fh = open(target, "w", encoding="utf-8", newline="")
+        if mark is not None:
+            self.fh.write(f"# {mark}\n")
+        self.header = True
+
+    def add(self, frame: pd.DataFrame) -> None:
+        frame.to_csv(self.fh, index=False, header=self.header)
+        self.header = False
+
+    def finish(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.fh.close()
+
+
+class _ParquetPieces:
+    """One Parquet file from pieces, a row group each. The schema is the first piece's, except that
+    a column with no value there (a label column only later tables have) waits for the first piece
+    that types it; pieces are held only until then."""
+
+    def __init__(self, target: Path, mark: str | None) -> None:
+        self.target, self.mark, self.writer, self.waiting = target, mark, None, []
+
+    def _marked(self, schema):
+        metadata = dict(schema.metadata or {})
+        if self.mark is not None:
+            metadata[NOT_PRIVATE_METADATA_KEY] = self.mark.encode("utf-8")
+        return schema.with_metadata(metadata)
+
+    def add(self, frame: pd.DataFrame) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        self.waiting.append(pa.Table.from_pandas(frame, preserve_index=False))
+        if self.writer is None:
+            schema = pa.unify_schemas([t.schema for t in self.waiting], promote_options="permissive")
+            if any(pa.types.is_null(f.type) for f in schema):
+                return
+            self.writer = pq.ParquetWriter(self.target, self._marked(schema))
+        for table in self.waiting:
+            self.writer.write_table(table.cast(self.writer.schema))
+        self.waiting = []
+
+    def finish(self) -> None:
+        if self.writer is None:  # a column empty in every piece: written untyped, as pandas would
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            merged = pa.concat_tables(self.waiting, promote_options="permissive")
+            pq.write_table(merged.replace_schema_metadata(self._marked(merged.schema).metadata), self.target)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
 
 
 def read_released(path: str | Path, **kwargs) -> pd.DataFrame:

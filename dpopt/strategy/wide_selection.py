@@ -687,11 +687,9 @@ def _round_costs(per_round: PrivacyCost, accounting: str, select_share: Fraction
 
 
 def _amount(cost: PrivacyCost) -> str:
-    """``epsilon = 1/10``, ``rho = 1/20`` or both with delta: for the plan's lines. A share whose
-    exact fraction is long (a round's part of a zCDP budget: ~40 digits) is shown to 4 digits;
-    the ledger keeps it exact."""
-    def short(v) -> str:
-        return str(v) if len(str(v)) <= 16 else f"{float(v):.4g}"
+    """``epsilon = 1/10``, ``rho = 1/20`` or both with delta: for the plan's lines (a round's long
+    share to 4 digits: :func:`~dpopt.privacy.conversions.readable_amount`)."""
+    from dpopt.privacy.conversions import readable_amount as short
 
     parts = [f"rho = {short(cost.rho)}"] if cost.rho is not None and not cost.epsilon else []
     if cost.epsilon:
@@ -899,15 +897,14 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
 
     deviation = _probe([read(i) for i in range(len(candidates))], [model.counts(c) for c in candidates], plan,
                        accountant, rng)
-    # Expected L1 noise of a workload marginal measured with an equal share of `rest`.
-    query_all = _stack(domain, plan.workload)
-    law_all = calibrate(query_all, plan.rest, plan.mechanism)
-    cells = np.array([domain.project(list(s)).size for s in plan.workload], dtype=np.float64)
-    expected_all = float(np.mean(cells) * _mean_abs(law_all))  # = plan.expected_noise_all (expected_noise_all)
+    # Expected L1 noise of a workload marginal measured with an equal share of `rest` (public: the plan's).
+    expected_all = plan.expected_noise_all
     allowed = plan.all_fit is None or plan.all_fit.fits
     fraction = plan.all_fraction
     if mode == "all" or (mode == "auto" and allowed and measures_all(expected_all, deviation, fraction)) \
             or not candidates:
+        query_all = _stack(domain, plan.workload)
+        law_all = calibrate(query_all, plan.rest, plan.mechanism)
         rest = _measure_stack(query_all, law_all, data, accountant, rng, "workload marginals",
                               {candidates[i]: v for i, v in true.items()})
         return WideSelection(measured + rest, "all", deviation, expected_all, [], total, plan.all_fit,
