@@ -1,0 +1,453 @@
+"""The local smooth estimate: least squares plus clique-wise entropy, in residual coordinates.
+
+A prototype for large cyclic families (issue 27; a benchmark module, not a code path: see
+bench_local_smooth.py for why it was not wired), where the junction tree of
+:mod:`~dpopt.estimate.marginal_space.graphical.smooth` is the whole domain and the least-squares
+projection (:mod:`.projection`, problem (4)) has not certified. In the residual coordinates ``r``
+of :mod:`~dpopt.estimate.marginal_space.layout` (consistency of overlapping marginals is then
+automatic) each proximal step ``k = 1..K`` solves the *unconstrained*, strictly convex problem
+
+    f_k(r) = ½ Σ_A W_A ||r_A − r̂_A||²  +  λ Σ_C w_C KL(μ_C(r) ‖ π_C^{(k)}),   μ = E r        (L1)
+
+with ``KL(μ‖π) = Σ μ log(μ/π) − μ + π`` (generalised), ``r̂, W`` the residual least squares of
+:mod:`~dpopt.estimate.marginal_space.gls` (equation (3)), ``π^{(1)}`` the smooth estimate's
+product prior (:func:`~dpopt.estimate.marginal_space.graphical.smooth.attribute_priors`) and
+``π^{(k)} = μ^{(k−1)}``: the Bregman proximal steps of the smooth estimate with its joint
+``D(x ‖ x_{k−1})`` replaced by the sum of the cliques' divergences (a convex "free energy" with
+counting number ``w_C`` on every clique and none on their intersections: McKenna, Sheldon,
+Miklau 2021, "Relaxed marginal consistency for differentially private query answering", and
+Heskes 2006 on convex free energies). The entropy is a barrier: ``μ → 0`` sends the gradient to
+``−∞``, so the optimum is strictly positive and non-negativity needs no constraint.
+
+**Weights.** At ``μ_C = π_C`` uniform, the Hessian of ``KL(μ_C ‖ π_C)`` on a residual ``A ⊆ C``
+is ``n_A / N`` per coordinate, whatever ``C``: the same as the joint divergence's curvature on
+that residual. With ``w_C = 1`` the top residuals (in one clique) get the joint's curvature
+exactly and a residual in ``N_A`` cliques gets ``N_A`` times it; when every clique is measured
+with one noise scale the data weight ``W_A`` grows by the same factor ``N_A``, so every residual
+keeps the ratio of penalty to data that a single clique measured alone would have.
+Matching the joint on every order (Kikuchi counting numbers) is not convex on these families.
+
+**λ** is the smooth estimate's: ``c / σ̄`` with ``c = 1 / (2^{1/K} − 1)`` and ``K = 3`` steps
+(:func:`dpopt.estimate.engines.smooth.default_smoothing`), so that ``K`` steps keep half the fit
+of a direction at signal-to-noise ratio 1, as there.
+
+**Solver.** Newton's method on the free residuals: conjugate gradients on
+``H v = W v + λ Eᵀ diag(w/μ) E v`` (one expand and one adjoint per product), preconditioned by
+the exact diagonal ``W + λ (E∘E)ᵀ (w/μ)`` (the per-axis transforms squared:
+:func:`squared_adjoint`), then a backtracking line search on ``f_k`` along which ``μ`` stays
+positive (the step is cut at 99 % of the distance to the first vanishing cell; ``E d`` is
+computed once per step, so the search costs no product).
+
+**Certificate.** ``f_k`` is ``W``-strongly convex on the free residuals (the entropy term is
+convex), so ``f_k(r) − f_k* ≤ ½ gᵀ W⁻¹ g`` with ``g`` the gradient: the release requires
+``½ gᵀ W⁻¹ g / (1 + |f_k|) ≤ tol`` (:data:`~dpopt.estimate.certificates.verify.CERTIFICATE_TOL`)
+at every step's point and ``μ > 0`` on every clique cell. Residuals no measurement covers get
+the least-squares estimator's weak quadratic prior (its step 3) so that ``W > 0`` everywhere.
+Fixed residuals (exact measurements, invariants, the held total) stay fixed.
+
+Pure post-processing: reads the noisy answers, their variances and public sizes only.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dpopt.estimate.certificates.verify import CERTIFICATE_TOL
+from dpopt.estimate.marginal_space.layout import SetFamily, _fibres, _scales
+
+__all__ = ["estimate_local_smooth", "LocalSmoothProblem", "LocalSmoothSolution", "solve_local_smooth",
+           "squared_adjoint", "clique_log_prior", "STEP_FRACTION"]
+
+#: A line-search step stops at this fraction of the distance to the first clique cell reaching zero.
+STEP_FRACTION = 0.99
+
+
+# ---- the exact diagonal of Eᵀ diag(s) E ------------------------------------------------------
+def _squared_analyse_axis(v: np.ndarray, axis: int) -> np.ndarray:
+    """``(U_a ∘ U_a)ᵀ`` along ``axis``: entry 0 is ``Σ v / n²``, entry ``i ≥ 1`` is
+    ``s_i² (Σ_{j<i} v_j + i² v_i)`` (the squared Helmert columns of layout's ``U_a``)."""
+    f = _fibres(v, axis)
+    n = f.shape[1]
+    out = np.empty_like(f)
+    out[:, 0, :] = f.sum(axis=1) / (n * n)
+    head = np.cumsum(f, axis=1)[:, :-1, :]
+    i = np.arange(1, n, dtype=np.float64)[None, :, None]
+    out[:, 1:, :] = (head + i * i * f[:, 1:, :]) * (_scales(n) ** 2)[None, :, None]
+    return out.reshape(v.shape)
+
+
+def squared_adjoint(family: SetFamily, cells: np.ndarray) -> np.ndarray:
+    """``(E ∘ E)ᵀ s``: the diagonal of ``Eᵀ diag(s) E`` (length ``index.size``), for ``s`` over the
+    family's cells. Every residual coordinate is one entry of a clique's tensor, whose column of
+    ``E`` is the Kronecker product of one column of each ``U_a``: its squares are the Kronecker
+    product of the squared columns, so the transposed squared transforms give the diagonal."""
+    transformed = np.empty(family.size)
+    for g in family.groups:
+        v = family.view(cells, g)
+        if g.dense is not None:
+            out = v.reshape(len(g.axes), -1) @ (g.dense * g.dense)
+        else:
+            out = v
+            for axis in range(len(g.sizes)):
+                out = _squared_analyse_axis(out, axis + 1)
+        family.view(transformed, g)[...] = out.reshape(v.shape)
+    return np.bincount(family._indices(), weights=transformed, minlength=family.index.size)
+
+
+def clique_log_prior(family: SetFamily, factors: list[np.ndarray], total: float) -> np.ndarray:
+    """``log π_C`` over the family's cells for the product prior ``π = N̂ Π_a p_a / N̂`` (one factor
+    ``p_a`` per attribute, each summing to ``N̂``): consistent across cliques, strictly positive."""
+    out = np.empty(family.size)
+    logs = [np.log(np.asarray(p, dtype=np.float64) / total) for p in factors]
+    for g in family.groups:
+        view = family.view(out, g)
+        view[...] = math.log(total)
+        for j, n in enumerate(g.sizes):
+            shape = [len(g.axes)] + [1] * len(g.sizes)
+            shape[1 + j] = n
+            view += np.stack([logs[a] for a in g.axes[:, j]]).reshape(shape)
+    return out
+
+
+# ---- the problem and its solution --------------------------------------------------------------
+@dataclass
+class LocalSmoothProblem:
+    """Problem (L1) of the module notes, all vectors flat.
+
+    Attributes
+    ----------
+    family : SetFamily
+        The cliques (``μ = family.expand(r)``).
+    target, weight : ndarray
+        ``r̂`` and ``W`` per residual coordinate (``W > 0`` on every free coordinate).
+    free : ndarray of bool
+        Per residual coordinate: not fixed.
+    clique_weight : ndarray
+        ``w_C`` per clique cell (``family.per_set`` of the per-clique weights).
+    lam : float
+        ``λ``.
+    """
+
+    family: SetFamily
+    target: np.ndarray
+    weight: np.ndarray
+    free: np.ndarray
+    clique_weight: np.ndarray
+    lam: float
+
+    def value(self, r: np.ndarray, mu: np.ndarray, log_prior: np.ndarray) -> float:
+        """``f_k(r)`` at ``μ = E r`` (``+inf`` off ``μ > 0``)."""
+        if not mu.min(initial=1.0) > 0:
+            return math.inf
+        d = r - self.target
+        prior = np.exp(log_prior)
+        kl = np.sum(self.clique_weight * (mu * (np.log(mu) - log_prior) - mu + prior))
+        return float(0.5 * np.sum(self.weight * d * d) + self.lam * kl)
+
+    def gradient(self, r: np.ndarray, mu: np.ndarray, log_prior: np.ndarray) -> np.ndarray:
+        """``W (r − r̂) + λ Eᵀ (w log(μ/π))`` on the free coordinates, 0 on the fixed ones."""
+        g = self.weight * (r - self.target)
+        g += self.lam * self.family.adjoint(self.clique_weight * (np.log(mu) - log_prior))
+        g[~self.free] = 0.0
+        return g
+
+    def hessian_product(self, v: np.ndarray, curvature: np.ndarray) -> np.ndarray:
+        """``P (W + λ Eᵀ diag(curvature) E) P v`` with ``curvature = w/μ`` and ``P`` the free mask."""
+        v = np.where(self.free, v, 0.0)
+        out = self.weight * v + self.lam * self.family.adjoint(curvature * self.family.expand(v))
+        out[~self.free] = 0.0
+        return out
+
+    def gap_bound(self, g: np.ndarray) -> float:
+        """``½ gᵀ W⁻¹ g`` over the free coordinates: ``f_k(r) − f_k*`` at most this (strong convexity)."""
+        return float(0.5 * np.sum(g[self.free] ** 2 / self.weight[self.free]))
+
+
+@dataclass
+class LocalSmoothSolution:
+    """The last proximal step's point and certificate; ``steps`` one dict per proximal step."""
+
+    r: np.ndarray
+    mu: np.ndarray
+    converged: bool
+    stopped: str
+    gap: float
+    value: float
+    products: int
+    newton: int
+    steps: list = field(default_factory=list)
+
+
+def _newton(problem: LocalSmoothProblem, r: np.ndarray, mu: np.ndarray, log_prior: np.ndarray, tol: float,
+            max_newton: int, max_cg: int, deadline: float | None, log=None, shrink_limit: float = STEP_FRACTION):
+    """Newton's method with preconditioned CG on one step's ``f_k`` from a point with ``μ > 0``.
+    Returns ``(r, μ, value, relative gap bound, products, Newton steps, why it stopped)``."""
+    family = problem.family
+    products = 0
+    value = problem.value(r, mu, log_prior)
+    g = problem.gradient(r, mu, log_prior)
+    products += 1
+    for it in range(max_newton + 1):
+        gap = problem.gap_bound(g) / (1.0 + abs(value))
+        if log is not None:
+            log(f"newton {it}: value {value:.9g} gap bound {gap:.2e} smallest cell {float(mu.min()):.3g} "
+                f"products {products}")
+        if gap <= tol:
+            return r, mu, value, gap, products, it, "certified"
+        if it == max_newton:
+            return r, mu, value, gap, products, it, "Newton step limit"
+        if deadline is not None and time.perf_counter() > deadline:
+            return r, mu, value, gap, products, it, "time limit"
+        curvature = problem.clique_weight / mu
+        diag = problem.weight + problem.lam * squared_adjoint(family, curvature)
+        diag = np.where(problem.free, diag, 1.0)
+        # Inexact Newton (Dembo, Eisenstat, Steihaug 1982): CG to a relative residual that
+        # tightens as the gap closes.
+        forcing = min(0.5, math.sqrt(gap))
+        d, used = _pcg(lambda v: problem.hessian_product(v, curvature), -g, diag, forcing, max_cg)
+        products += used
+        step_mu = family.expand(d)
+        products += 1
+        shrinking = step_mu < 0
+        t = 1.0
+        if shrinking.any():
+            t = min(1.0, shrink_limit * float(np.min(-mu[shrinking] / step_mu[shrinking])))
+        slope = float(g @ d)
+        if not slope < 0:
+            return r, mu, value, gap, products, it, "not a descent direction"
+        while True:
+            trial_r = r + t * d
+            trial = problem.value(trial_r, mu + t * step_mu, log_prior)
+            if trial <= value + 1e-4 * t * slope:
+                # μ afresh, not accumulated (no drift between r and μ); a cell that rounding puts
+                # at or below zero (a barrier cell near underflow) cuts the step again
+                trial_mu = family.expand(trial_r)
+                products += 1
+                if trial_mu.min() > 0:
+                    break
+            t *= 0.5
+            if t < 1e-12:
+                return r, mu, value, gap, products, it, "line search failed"
+        r, mu = trial_r, trial_mu
+        value = problem.value(r, mu, log_prior)
+        g = problem.gradient(r, mu, log_prior)
+        products += 1
+    return r, mu, value, gap, products, max_newton, "Newton step limit"
+
+
+def _pcg(product, b: np.ndarray, diag: np.ndarray, rtol: float, max_iter: int) -> tuple[np.ndarray, int]:
+    """Preconditioned conjugate gradients for ``H x = b`` from 0 (Jacobi ``diag``); ``(x, products)``."""
+    x = np.zeros_like(b)
+    res = b.copy()
+    z = res / diag
+    p = z.copy()
+    rz = float(res @ z)
+    target = rtol * math.sqrt(float(b @ b))
+    used = 0
+    for used in range(1, max_iter + 1):
+        hp = product(p)
+        alpha = rz / float(p @ hp)
+        x += alpha * p
+        res -= alpha * hp
+        if math.sqrt(float(res @ res)) <= target:
+            break
+        z = res / diag
+        rz_new = float(res @ z)
+        p = z + (rz_new / rz) * p
+        rz = rz_new
+    return x, used
+
+
+def solve_local_smooth(problem: LocalSmoothProblem, start: np.ndarray, log_prior: np.ndarray, *, steps: int = 3,
+                       tol: float = CERTIFICATE_TOL, max_newton: int = 100, max_cg: int = 200,
+                       time_limit: float | None = None, log=None,
+                       shrink_limit: float = STEP_FRACTION) -> LocalSmoothSolution:
+    """``K = steps`` proximal steps of (L1) from ``start`` (its ``μ`` strictly positive, fixed
+    coordinates at their values), each solved to a relative gap bound ``tol / 10`` and certified
+    at ``tol``; the prior of step ``k > 1`` is step ``k − 1``'s ``μ``."""
+    clock = time.perf_counter()
+    deadline = None if time_limit is None else clock + float(time_limit)
+    r = start.copy()
+    mu = problem.family.expand(r)
+    if not mu.min(initial=1.0) > 0:
+        raise ValueError("the starting point has a clique cell at or below zero")
+    total_products, total_newton, records = 0, 0, []
+    value, gap, stopped = math.nan, math.inf, "no step"
+    for k in range(steps):
+        if k > 0:
+            log_prior = np.log(mu)
+        tick = time.process_time()
+        r, mu, value, gap, products, newton, stopped = _newton(problem, r, mu, log_prior, tol / 10, max_newton,
+                                                               max_cg, deadline, log, shrink_limit)
+        total_products += products
+        total_newton += newton
+        records.append({"step": k + 1, "gap": gap, "value": value, "products": products, "newton": newton,
+                        "stopped": stopped, "cpu_seconds": time.process_time() - tick,
+                        "smallest_cell": float(mu.min())})
+        if stopped != "certified":
+            break
+    converged = stopped == "certified" and gap <= tol and bool(mu.min(initial=1.0) > 0)
+    return LocalSmoothSolution(r, mu, converged, stopped, gap, value, total_products, total_newton, records)
+
+
+# ---- from measurements to the estimate -----------------------------------------------------------
+def estimate_local_smooth(measurements, workload=None, constraints=None, *, steps: int = 3,
+                          smoothing: float | None = None, prior: str = "per-attribute", tol: float = CERTIFICATE_TOL,
+                          max_newton: int = 100, max_cg: int = 200, time_limit: float | None = None,
+                          max_cells: int = 2**27, log=None, shrink_limit: float = STEP_FRACTION,
+                          start_mix: float = 0.0):
+    """The local smooth estimate (module notes) of the workload's marginals.
+
+    Parameters
+    ----------
+    measurements : sequence of Measurement
+        Noisy (or exact: variance 0) marginals, totals or the identity over one domain.
+    workload : iterable of attribute lists, optional
+        Marginals to release (default: the measured sets); unmeasured interactions get the
+        least-squares estimator's weak prior.
+    constraints : ConstraintSet, optional
+        Non-negativity (kept: ``μ > 0``), integrality (ignored) and invariants on marginals
+        (fixed residuals); structural zeros, hierarchies and inequalities are refused.
+    steps, smoothing, prior
+        ``K``, ``c`` in ``λ = c / σ̄`` (default ``1 / (2^{1/K} − 1)``) and the first step's prior,
+        as for the junction-tree smooth estimate.
+    tol, max_newton, max_cg, time_limit, max_cells
+        Certificate tolerance, Newton steps per proximal step, CG steps per Newton step,
+        seconds, and the largest number of clique cells held.
+
+    Returns
+    -------
+    MarginalEstimate
+        ``objective == "smooth-local"``; OPTIMAL only when every step's certificate holds.
+    """
+    from dpopt.errors import DomainError, ParameterError, QueryError
+    from dpopt.estimate.engines.smooth import default_smoothing
+    from dpopt.estimate.marginal_space.estimator import PRIOR_RATIO, _chi_square, _constraint_parts, marginal_sets
+    from dpopt.estimate.marginal_space.graphical.smooth import SMOOTH_PRIORS, attribute_priors
+    from dpopt.estimate.marginal_space.gls import fit_residuals
+    from dpopt.estimate.marginal_space.layout import ResidualIndex, maximal_sets, measured_and_workload_axes
+    from dpopt.estimate.marginal_space.polytope.interior import interior_residuals
+    from dpopt.estimate.marginal_space.prior import independence_prior
+    from dpopt.estimate.marginal_space.result import MarginalEstimate
+    from dpopt.estimate.status import Status
+
+    start_clock = time.perf_counter()
+    measurements = list(measurements)
+    if not measurements:
+        raise QueryError("estimate_local_smooth: give at least one measurement")
+    sets = marginal_sets(measurements)
+    domain = measurements[0].query.domain
+    for m in measurements[1:]:
+        if m.query.domain != domain:
+            raise QueryError(f"measurement {m.label!r} is over {m.query.domain}, not {domain}")
+    if prior not in SMOOTH_PRIORS:
+        raise ParameterError(f"prior must be one of {', '.join(SMOOTH_PRIORS)}, got {prior!r}")
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
+        raise ParameterError(f"steps must be a positive whole number, got steps={steps!r}")
+    if smoothing is not None and not (np.isfinite(smoothing) and smoothing > 0):
+        raise ParameterError(f"smoothing must be a positive number, got smoothing={smoothing!r}")
+    zeros, exact = ([], []) if constraints is None else _constraint_parts(constraints, domain)
+    if zeros:
+        raise ParameterError("the local smooth estimate cannot hold a cell at zero (its entropy is a barrier: "
+                             "every cell stays positive); structural zeros and hierarchies need objective 'l2'")
+    all_axes, work = measured_and_workload_axes(domain, sets, workload, "estimate_local_smooth")
+    measured_axes = [a for a in all_axes if a]
+    extra = [a for a, _, _ in exact if a]
+    held = {a for s in work + measured_axes + extra for a in s}
+    loose = [(a,) for a in range(len(domain)) if a not in held]
+    cliques = maximal_sets(work + measured_axes + extra + loose)
+    sizes = [int(s) for s in domain.sizes]
+    clique_cells = sum(math.prod(sizes[a] for a in c) for c in cliques)
+    if clique_cells > max_cells:
+        raise DomainError(f"the marginals to hold have {clique_cells:,} cells, above max_cells = {max_cells:,}")
+
+    index = ResidualIndex(domain, cliques)
+    family = SetFamily(index, cliques)
+    labels = [m.label for m in measurements] + [name for _, _, name in exact]
+    values = [np.asarray(m.values, dtype=np.float64) for m in measurements] + [v for _, v, _ in exact]
+    variances = np.concatenate([[float(m.variance) for m in measurements], np.zeros(len(exact))])
+    fit = fit_residuals(index, all_axes + [a for a, _, _ in exact], values, variances, labels)
+    noisy = [i for i, m in enumerate(measurements) if float(m.variance) > 0]
+    if not noisy:
+        raise ParameterError("the local smooth estimate needs at least one noisy measurement")
+    # The smooth estimate's total and λ (graphical/smooth.py): N̂ the inverse-variance total, held.
+    rows = np.array([values[i].size for i in noisy], dtype=np.float64)
+    var = variances[noisy]
+    w_total = 1.0 / (var * rows)
+    n_hat = float(np.sum(w_total * np.array([values[i].sum() for i in noisy])) / w_total.sum())
+    n_se = float(1.0 / np.sqrt(w_total.sum()))
+    empty = index.position_of(())
+    if fit.fixed[empty]:
+        total = float(fit.target[index.set_offsets[empty]])
+        if not total > 0:
+            raise ParameterError(f"the local smooth estimate needs a positive total, the exact one is {total:g}")
+    else:
+        total = max(n_hat, n_se)
+        fit.fixed = fit.fixed.copy()
+        fit.fixed[empty] = True
+        fit.target = fit.target.copy()
+        fit.target[index.set_offsets[empty]] = total
+    c = default_smoothing(steps) if smoothing is None else float(smoothing)
+    lam = c * float(np.sqrt(np.sum(rows / var) / rows.sum()))
+
+    # Unmeasured residuals: the least-squares estimator's weak prior (its step 3), so W > 0.
+    diagonal = family.diagonal()
+    weight = fit.weight.copy()
+    free_sets = (weight > 0) & ~fit.fixed
+    scale = float(np.max(diagonal[free_sets] / weight[free_sets])) if free_sets.any() else 1.0
+    unmeasured = ~fit.measured
+    weight[unmeasured] = diagonal[unmeasured] / (PRIOR_RATIO * scale)
+    target = independence_prior(index, fit.target, fit.measured) if unmeasured.any() else fit.target
+
+    used = [i for i in noisy if all_axes[i]]  # the noisy marginals (totals say nothing of a one-way)
+    factors = [p for p, _ in attribute_priors(prior, total, [all_axes[i] for i in used], [values[i] for i in used],
+                                              [float(variances[i]) for i in used], sizes, lam, steps)]
+    log_prior = clique_log_prior(family, factors, total)
+    per_coordinate_diagonal = index.per_set(diagonal)
+    if exact:
+        start = interior_residuals(index, [(a, v) for a, v, _ in exact if a], [], total)
+        if start is None:
+            raise ParameterError("the local smooth estimate found no strictly positive point of the exact marginals")
+    else:
+        # The prior's residuals (consistent), or its mixture with the uniform table (a table too,
+        # so consistent) to lift the prior's smallest cells away from the barrier.
+        point = np.exp(log_prior) if start_mix == 0 else \
+            (1 - start_mix) * np.exp(log_prior) + start_mix * total / family.per_set(family.cells.astype(np.float64))
+        start = family.adjoint(point) / per_coordinate_diagonal
+    fixed_flat = index.per_set(fit.fixed) > 0
+    start[fixed_flat] = fit.target[fixed_flat]
+    if not family.expand(start).min(initial=1.0) > 0:
+        raise ParameterError("the exact marginals hold a cell at zero, which the local smooth estimate cannot keep "
+                             "(its entropy is a barrier); use objective 'l2'")
+    problem = LocalSmoothProblem(family, target, index.per_set(weight), ~fixed_flat, np.ones(family.size), lam)
+    remaining = None if time_limit is None else max(float(time_limit) - (time.perf_counter() - start_clock), 1e-3)
+    solved = solve_local_smooth(problem, start, log_prior, steps=steps, tol=tol, max_newton=max_newton,
+                                max_cg=max_cg, time_limit=remaining, log=log, shrink_limit=shrink_limit)
+    status = Status.OPTIMAL if solved.converged else (Status.TIME_LIMIT if solved.stopped == "time limit"
+                                                      else Status.NUMERICAL_ERROR)
+    message = (f"{'certified' if solved.converged else 'not certified (' + solved.stopped + ')'}: relative gap "
+               f"bound {solved.gap:.1e} (tolerance {tol:g}) at proximal step {len(solved.steps)} of {steps}, "
+               f"smallest cell {float(solved.mu.min()):.3g}; {solved.newton} Newton steps, "
+               f"{solved.products} products")
+    certificate = {"gap": solved.gap, "tol": tol, "smallest_cell": float(solved.mu.min()),
+                   "primal": solved.value, "ok": solved.converged}
+    info = {"certificate": certificate, "lambda": lam, "smoothing": c, "steps": int(steps), "prior": prior,
+            "held_total": total, "polytope": "local", "cliques": len(cliques), "clique_cells": int(family.size),
+            "residual_cells": int(index.size), "products": solved.products, "newton_steps": solved.newton,
+            "step_records": solved.steps, "stopped": solved.stopped,
+            "unmeasured_residual_sets": int(unmeasured.sum()), "fixed_residual_sets": int(fit.fixed.sum())}
+    noisy_ms = [measurements[i] for i in noisy]
+    chi2 = _chi_square(SetFamily(index, [all_axes[i] for i in noisy]), solved.r, noisy_ms)
+    return MarginalEstimate(
+        status=status, success=status is Status.OPTIMAL, message=message, fun=chi2, objective="smooth-local",
+        backend="marginal_space", solver="Newton-CG on the residuals (local smooth, certified by strong convexity)",
+        domain=domain, workload=tuple(tuple(domain.attrs[a] for a in w) for w in work),
+        cliques=tuple(tuple(domain.attrs[a] for a in c) for c in cliques), index=index, family=family,
+        residuals=solved.r, clique_marginals=solved.mu, total=float(solved.r[index.set_offsets[empty]]), table=None,
+        measurements=measurements, constraints=constraints, nit=solved.newton,
+        time=time.perf_counter() - start_clock, incumbent=status is not Status.OPTIMAL, info=info,
+        residual_weights=fit.weight)
