@@ -53,6 +53,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from itertools import combinations
 
 import numpy as np
 
@@ -80,11 +81,14 @@ def _squared_analyse_axis(v: np.ndarray, axis: int) -> np.ndarray:
     return out.reshape(v.shape)
 
 
-def squared_adjoint(family: SetFamily, cells: np.ndarray) -> np.ndarray:
+def squared_adjoint(family, cells: np.ndarray) -> np.ndarray:
     """``(E ∘ E)ᵀ s``: the diagonal of ``Eᵀ diag(s) E`` (length ``index.size``), for ``s`` over the
     family's cells. Every residual coordinate is one entry of a clique's tensor, whose column of
     ``E`` is the Kronecker product of one column of each ``U_a``: its squares are the Kronecker
     product of the squared columns, so the transposed squared transforms give the diagonal."""
+    if isinstance(family, StackedFamily):
+        first, second = family.parts
+        return squared_adjoint(first, cells[:first.size]) + squared_adjoint(second, cells[first.size:])
     transformed = np.empty(family.size)
     for g in family.groups:
         v = family.view(cells, g)
@@ -96,6 +100,23 @@ def squared_adjoint(family: SetFamily, cells: np.ndarray) -> np.ndarray:
                 out = _squared_analyse_axis(out, axis + 1)
         family.view(transformed, g)[...] = out.reshape(v.shape)
     return np.bincount(family._indices(), weights=transformed, minlength=family.index.size)
+
+
+class StackedFamily:
+    """Two families' cells in one vector (cliques, then the subsets of the conditional counting
+    numbers): ``expand``, ``adjoint`` and :func:`squared_adjoint` act on both parts."""
+
+    def __init__(self, first: SetFamily, second: SetFamily) -> None:
+        self.parts = (first, second)
+        self.index = first.index
+        self.size = first.size + second.size
+
+    def expand(self, r: np.ndarray) -> np.ndarray:
+        return np.concatenate([f.expand(r) for f in self.parts])
+
+    def adjoint(self, cells: np.ndarray) -> np.ndarray:
+        first, second = self.parts
+        return first.adjoint(cells[:first.size]) + second.adjoint(cells[first.size:])
 
 
 def clique_log_prior(family: SetFamily, factors: list[np.ndarray], total: float) -> np.ndarray:
@@ -299,7 +320,7 @@ def estimate_local_smooth(measurements, workload=None, constraints=None, *, step
                           smoothing: float | None = None, prior: str = "per-attribute", tol: float = CERTIFICATE_TOL,
                           max_newton: int = 100, max_cg: int = 200, time_limit: float | None = None,
                           max_cells: int = 2**27, log=None, shrink_limit: float = STEP_FRACTION,
-                          start_mix: float = 0.0):
+                          start_mix: float = 0.0, counting: str = "cliques"):
     """The local smooth estimate (module notes) of the workload's marginals.
 
     Parameters
@@ -423,7 +444,23 @@ def estimate_local_smooth(measurements, workload=None, constraints=None, *, step
     if not family.expand(start).min(initial=1.0) > 0:
         raise ParameterError("the exact marginals hold a cell at zero, which the local smooth estimate cannot keep "
                              "(its entropy is a barrier); use objective 'l2'")
-    problem = LocalSmoothProblem(family, target, index.per_set(weight), ~fixed_flat, np.ones(family.size), lam)
+    solving, cell_weight = family, np.ones(family.size)
+    if counting == "conditional":
+        # Each clique C of k >= 2 attributes spreads one unit over its (k-1)-subsets S:
+        # KL_C - (1/k) sum_S KL_S, an average of conditional divergences (convex), which takes
+        # curvature off the lower orders that many cliques share (module notes, Weights).
+        below: dict = {}
+        for c in cliques:
+            for s in combinations(c, len(c) - 1) if len(c) >= 2 else ():
+                below[s] = below.get(s, 0.0) - 1.0 / len(c)
+        subsets = list(below)
+        sub = SetFamily(index, subsets)
+        solving = StackedFamily(family, sub)
+        cell_weight = np.concatenate([cell_weight, sub.per_set(np.array([below[s] for s in subsets]))])
+        log_prior = np.concatenate([log_prior, clique_log_prior(sub, factors, total)])
+    elif counting != "cliques":
+        raise ParameterError(f"counting must be 'cliques' or 'conditional', got {counting!r}")
+    problem = LocalSmoothProblem(solving, target, index.per_set(weight), ~fixed_flat, cell_weight, lam)
     remaining = None if time_limit is None else max(float(time_limit) - (time.perf_counter() - start_clock), 1e-3)
     solved = solve_local_smooth(problem, start, log_prior, steps=steps, tol=tol, max_newton=max_newton,
                                 max_cg=max_cg, time_limit=remaining, log=log, shrink_limit=shrink_limit)
@@ -447,7 +484,7 @@ def estimate_local_smooth(measurements, workload=None, constraints=None, *, step
         backend="marginal_space", solver="Newton-CG on the residuals (local smooth, certified by strong convexity)",
         domain=domain, workload=tuple(tuple(domain.attrs[a] for a in w) for w in work),
         cliques=tuple(tuple(domain.attrs[a] for a in c) for c in cliques), index=index, family=family,
-        residuals=solved.r, clique_marginals=solved.mu, total=float(solved.r[index.set_offsets[empty]]), table=None,
+        residuals=solved.r, clique_marginals=solved.mu[:family.size], total=float(solved.r[index.set_offsets[empty]]), table=None,
         measurements=measurements, constraints=constraints, nit=solved.newton,
         time=time.perf_counter() - start_clock, incumbent=status is not Status.OPTIMAL, info=info,
         residual_weights=fit.weight)
