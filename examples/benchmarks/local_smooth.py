@@ -26,6 +26,11 @@ exactly and a residual in ``N_A`` cliques gets ``N_A`` times it; when every cliq
 with one noise scale the data weight ``W_A`` grows by the same factor ``N_A``, so every residual
 keeps the ratio of penalty to data that a single clique measured alone would have.
 Matching the joint on every order (Kikuchi counting numbers) is not convex on these families.
+``counting="conditional"`` subtracts from every clique ``C`` of ``k`` attributes ``1/k`` of the
+divergence of each ``(k−1)``-subset: ``KL_C − (1/k) Σ_S KL_S`` is an average of conditional
+divergences, hence convex, and removes the overlap's curvature down to the convex floor for
+clique-local terms (on every triple of ``d`` attributes a one-way keeps ``C(d−1,2)/3`` of the
+joint's curvature instead of ``C(d−1,2)``, a pair ``(d−2)·2/3`` instead of ``d−2``, the total none).
 
 **λ** is the smooth estimate's: ``c / σ̄`` with ``c = 1 / (2^{1/K} − 1)`` and ``K = 3`` steps
 (:func:`dpopt.estimate.engines.smooth.default_smoothing`), so that ``K`` steps keep half the fit
@@ -484,7 +489,8 @@ def estimate_local_smooth(measurements, workload=None, constraints=None, *, step
         backend="marginal_space", solver="Newton-CG on the residuals (local smooth, certified by strong convexity)",
         domain=domain, workload=tuple(tuple(domain.attrs[a] for a in w) for w in work),
         cliques=tuple(tuple(domain.attrs[a] for a in c) for c in cliques), index=index, family=family,
-        residuals=solved.r, clique_marginals=solved.mu[:family.size], total=float(solved.r[index.set_offsets[empty]]), table=None,
+        residuals=solved.r, clique_marginals=solved.mu[:family.size],
+        total=float(solved.r[index.set_offsets[empty]]), table=None,
         measurements=measurements, constraints=constraints, nit=solved.newton,
         time=time.perf_counter() - start_clock, incumbent=status is not Status.OPTIMAL, info=info,
         residual_weights=fit.weight)
