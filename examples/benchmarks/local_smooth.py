@@ -28,7 +28,7 @@ keeps the ratio of penalty to data that a single clique measured alone would hav
 Matching the joint on every order (Kikuchi counting numbers) is not convex on these families.
 ``counting="conditional"`` subtracts from every clique ``C`` of ``k`` attributes ``1/k`` of the
 divergence of each ``(k−1)``-subset: ``KL_C − (1/k) Σ_S KL_S`` is an average of conditional
-divergences, hence convex, and removes the overlap's curvature down to the convex floor for
+divergences, hence convex, and removes the overlap's curvature down to the floor of such averages for
 clique-local terms (on every triple of ``d`` attributes a one-way keeps ``C(d−1,2)/3`` of the
 joint's curvature instead of ``C(d−1,2)``, a pair ``(d−2)·2/3`` instead of ``d−2``, the total none).
 
