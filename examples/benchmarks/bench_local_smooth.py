@@ -137,6 +137,7 @@ def case_adult(args) -> None:
         cpu = time.process_time()
         est = estimate_local_smooth(ms, sets, time_limit=args.time_limit, max_newton=200,
                                     shrink_limit=args.shrink_limit, max_cg=args.max_cg, start_mix=args.start_mix,
+                                    counting=args.counting,
                                     log=lambda m: print(f"  {time.process_time() - cpu:7.0f} CPU-s  {m}", flush=True))
         seconds = time.process_time() - cpu
         print(f"adult {len(attrs)} attributes, {len(sets)} triples, {est.info['clique_cells']:,} cells, zCDP eps "
@@ -221,7 +222,7 @@ def main() -> None:
     parser.add_argument("--configs", default="[{}]")
     parser.add_argument("--orders", action="store_true")
     parser.add_argument("--counting", default="cliques", choices=["cliques", "conditional"],
-                        help="brute: the counting numbers of the objective checked")
+                        help="brute and adult: the counting numbers (local_smooth.py, Weights)")
     parser.add_argument("--data", default="bn", choices=["bn", "adult"])
     parser.add_argument("--attrs", nargs="*", default=None)
     parser.add_argument("--time-limit", type=float, default=3500.0)
