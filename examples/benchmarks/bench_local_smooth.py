@@ -72,12 +72,12 @@ def case_all(args) -> None:
 
     configs = json.loads(args.configs)
     for net in args.net:
-        _, data, sets, _, truths, n = network_workload(27, 3, net, 3)
+        _, data, sets, _, truths, n = network_workload(27, args.k, net, 3)
         lower = {k: list(combinations(data.domain.attrs, k)) for k in (1, 2)} if args.orders else {}
         exact = {s: data.marginal(s).astype(float).ravel() for k in lower for s in lower[k]}
         for eps in args.eps:
             e = Fraction(eps).limit_denominator(10**6)
-            budget = Budget.zcdp(e * e / 2)
+            budget = Budget.pure(e) if args.accounting == "pure" else Budget.zcdp(e * e / 2)
             for seed in args.seeds:
                 plan = plan_wide_selection(data.domain, sets, budget, budget.noise(None))
                 ms = run_wide_selection(plan, data, budget.accountant(), make_random(seed), mode="all").measurements
@@ -89,7 +89,7 @@ def case_all(args) -> None:
                     seconds = time.process_time() - cpu
                     orders = "".join(f"  {k}-way {l1(est, lower[k], exact, n):.4f}" for k in lower)
                     gap = est.info["certificate"].get("gap")
-                    print(f"net {net} eps {eps:>4} seed {seed}  {name:<28} {est.status.name:<15} triples "
+                    print(f"net {net} eps {eps:>4} seed {seed}  {name:<28} {est.status.name:<15} {args.k}-sets "
                           f"{l1(est, sets, truths, n):.4f}{orders}  gap {gap if gap is None else f'{gap:.1e}'}"
                           f"  {seconds:.1f} CPU-s", flush=True)
 
@@ -137,7 +137,8 @@ def case_adult(args) -> None:
         cpu = time.process_time()
         est = estimate_local_smooth(ms, sets, time_limit=args.time_limit, max_newton=200,
                                     shrink_limit=args.shrink_limit, max_cg=args.max_cg, start_mix=args.start_mix,
-                                    counting=args.counting,
+                                    counting=args.counting, preconditioner=args.preconditioner,
+                                    lam_path=args.lam_path, path_tol=args.path_tol,
                                     log=lambda m: print(f"  {time.process_time() - cpu:7.0f} CPU-s  {m}", flush=True))
         seconds = time.process_time() - cpu
         print(f"adult {len(attrs)} attributes, {len(sets)} triples, {est.info['clique_cells']:,} cells, zCDP eps "
@@ -161,7 +162,8 @@ def case_brute(args) -> None:
     for s in [("a", "b"), ("b", "c"), ("a", "c")]:
         q = Marginal(domain, s)
         ms.append(Measurement(q, q.matvec(x) + rng.normal(0, 3, q.num_rows), "gaussian", 3.0, 9.0, label=",".join(s)))
-    est = estimate_local_smooth(ms, steps=1, prior="uniform", counting=args.counting)
+    est = estimate_local_smooth(ms, steps=1, prior="uniform", counting=args.counting,
+                                preconditioner=args.preconditioner, lam_path=args.lam_path)
     index, family = est.index, est.family
     dense = np.stack([family.expand(v) for v in np.eye(index.size)], 1)
     measured = SetFamily(index, [tuple(sorted(domain.axes(m.query.attrs))) for m in ms])
@@ -221,6 +223,9 @@ def main() -> None:
     parser.add_argument("--eps", type=float, nargs="+", default=[0.1, 1.0])
     parser.add_argument("--configs", default="[{}]")
     parser.add_argument("--orders", action="store_true")
+    parser.add_argument("--k", type=int, default=3, help="all: the order of the measured sets (2: every pair)")
+    parser.add_argument("--accounting", default="zcdp", choices=["zcdp", "pure"],
+                        help="all: pure eps, or zCDP rho = eps^2 / 2")
     parser.add_argument("--counting", default="cliques", choices=["cliques", "conditional"],
                         help="brute and adult: the counting numbers (local_smooth.py, Weights)")
     parser.add_argument("--data", default="bn", choices=["bn", "adult"])
@@ -231,6 +236,11 @@ def main() -> None:
     parser.add_argument("--start-mix", type=float, default=0.0,
                         help="adult: start from this mixture of the uniform table with the prior")
     parser.add_argument("--max-cg", type=int, default=200, help="adult: CG steps per Newton step")
+    parser.add_argument("--preconditioner", default="jacobi", choices=["jacobi", "block"],
+                        help="brute and adult: CG's preconditioner (local_smooth.py, CliqueBlockPreconditioner)")
+    parser.add_argument("--lam-path", type=float, nargs=2, default=None, metavar=("START", "SHRINK"),
+                        help="brute and adult: a lambda homotopy from lambda*START, times SHRINK per stage")
+    parser.add_argument("--path-tol", type=float, default=1e-3, help="adult: relative gap of the path's stages")
     args = parser.parse_args()
     {"all": case_all, "chain": case_chain, "adult": case_adult, "brute": case_brute}[args.case](args)
 

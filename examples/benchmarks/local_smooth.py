@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import combinations
 
 import numpy as np
@@ -66,7 +66,7 @@ from dpopt.estimate.certificates.verify import CERTIFICATE_TOL
 from dpopt.estimate.marginal_space.layout import SetFamily, _fibres, _scales
 
 __all__ = ["estimate_local_smooth", "LocalSmoothProblem", "LocalSmoothSolution", "solve_local_smooth",
-           "squared_adjoint", "clique_log_prior", "STEP_FRACTION"]
+           "squared_adjoint", "clique_diagonals", "CliqueBlockPreconditioner", "clique_log_prior", "STEP_FRACTION"]
 
 #: A line-search step stops at this fraction of the distance to the first clique cell reaching zero.
 STEP_FRACTION = 0.99
@@ -94,6 +94,13 @@ def squared_adjoint(family, cells: np.ndarray) -> np.ndarray:
     if isinstance(family, StackedFamily):
         first, second = family.parts
         return squared_adjoint(first, cells[:first.size]) + squared_adjoint(second, cells[first.size:])
+    return np.bincount(family._indices(), weights=clique_diagonals(family, cells), minlength=family.index.size)
+
+
+def clique_diagonals(family: SetFamily, cells: np.ndarray) -> np.ndarray:
+    """Per clique, the diagonal of ``E_Cᵀ diag(s_C) E_C`` on the clique's own residual slots (flat
+    cell layout: slot ``j`` of clique ``C`` is the residual entry its tensor holds at cell ``j``);
+    :func:`squared_adjoint` sums them over the cliques."""
     transformed = np.empty(family.size)
     for g in family.groups:
         v = family.view(cells, g)
@@ -104,7 +111,93 @@ def squared_adjoint(family, cells: np.ndarray) -> np.ndarray:
             for axis in range(len(g.sizes)):
                 out = _squared_analyse_axis(out, axis + 1)
         family.view(transformed, g)[...] = out.reshape(v.shape)
-    return np.bincount(family._indices(), weights=transformed, minlength=family.index.size)
+    return transformed
+
+
+# ---- the per-clique block preconditioner -------------------------------------------------------
+def complement_sizes(family: SetFamily) -> np.ndarray:
+    """``n_{C∖A}`` on every slot (flat cell layout): the size of the axes on which the slot's tensor
+    index is 0, i.e. the clique's attributes outside the slot's residual set ``A``."""
+    out = np.empty(family.size)
+    for g in family.groups:
+        k = len(g.sizes)
+        grid = np.indices(g.sizes).reshape(k, -1) if k else np.zeros((0, 1), dtype=np.int64)
+        rest = np.prod(np.where(grid == 0, np.asarray(g.sizes)[:, None], 1), axis=0).astype(np.float64)
+        family.view(out, g)[...] = rest.reshape(g.sizes)[None]
+    return out
+
+
+class CliqueBlockPreconditioner:
+    """Stiffness-weighted additive Schwarz over the cliques for ``H = W + λ Eᵀ diag(w/μ) E``.
+
+    With every clique measured once, ``W = Σ_C E_Cᵀ E_C / σ_C²`` exactly (the parts of (1) are
+    orthogonal, so ``Σ_C E_Cᵀ E_C / σ_C²`` is the diagonal ``W_A = Σ_{C ⊇ A} 1 / (σ_C² n_{C∖A})``
+    of gls.py), hence ``H ≈ Σ_C R_Cᵀ B_C R_C`` with the element matrices
+    ``B_C = E_Cᵀ D_C E_C``, ``D_C = δ_C + λ w_C/μ_C`` (``δ_C`` the weight of C's top residual,
+    ``R_C`` the restriction to C's residual slots). On one clique ``E_C = U_C`` (the Kronecker
+    product of ``U_a = [1/n_a, Q_aᵀ]``) is square and invertible: the columns of ``U_a`` are
+    orthogonal with squared norms ``(1/n_a, 1, …, 1)``, so ``U_a⁻¹ = diag(n_a, 1, …, 1) U_aᵀ`` and
+
+        B_C⁻¹ = S_C U_Cᵀ D_C⁻¹ U_C S_C,     S_C = diag(n_{C∖A}) on the slots           (P1)
+
+    (one synthesis and one analysis per clique). The pieces are combined as
+    ``M⁻¹ = Σ_C R_Cᵀ Ω_C B_C⁻¹ Ω_C R_C`` with ``Ω_C = diag(B_C) / diag(H)`` per slot: symmetric,
+    positive definite on the free residuals, and exactly ``H⁻¹`` when every ``B_C`` is diagonal
+    (``Σ_C h_C² / (H² h_C) = 1 / H``), i.e. Jacobi where the cliques do not couple and the exact
+    block inverse on a residual only one clique holds (its top interaction). Cost: about one
+    expand and one adjoint per application.
+    """
+
+    def __init__(self, family: SetFamily, free: np.ndarray, top_weight: np.ndarray) -> None:
+        self.family = family
+        self.free = free
+        self.rest = complement_sizes(family)
+        self.floor = top_weight  # δ_C on every clique cell
+
+    def _transform(self, source: np.ndarray, analyse: bool) -> np.ndarray:
+        """``U_C`` (or ``U_Cᵀ``) on every clique of a flat slot (cell) vector."""
+        family = self.family
+        out = np.empty(family.size)
+        for g in family.groups:  # batched by shape
+            tensor = np.ascontiguousarray(family.view(source, g).reshape(len(g.axes), -1))
+            target = family.view(out, g).reshape(len(g.axes), -1)
+            if g.dense is not None:
+                np.matmul(tensor, g.dense if analyse else g.dense.T, out=target)
+            else:
+                family._transform(g, tensor, target, analyse=analyse)
+        return out
+
+    def _per_clique_sum(self, slots: np.ndarray) -> list[np.ndarray]:
+        return [self.family.view(slots, g).reshape(len(g.axes), -1).sum(axis=1) for g in self.family.groups]
+
+    def update(self, cell_curvature: np.ndarray, hessian_diagonal: np.ndarray) -> None:
+        """``cell_curvature = λ w/μ`` on the cliques' cells, ``hessian_diagonal`` that of ``H``.
+
+        The held total (slot 0 of every clique, ``A = ∅``) is fixed, so the block wanted is the
+        inverse of ``B_C`` without that row and column: by the Schur complement,
+        ``(B_C⁻¹)_ff − z zᵀ / z_∅`` with ``z = B_C⁻¹ e_∅ = S_C U_Cᵀ D_C⁻¹ 1`` (``U_C S_C e_∅`` is the
+        constant 1). Other fixed residuals (exact measurements) are only masked."""
+        self.inverse_cells = 1.0 / (self.floor + cell_curvature)
+        local = clique_diagonals(self.family, self.floor + cell_curvature)
+        self.slot_scale = self.rest * local / hessian_diagonal[self.family._indices()]
+        self.total_column = self.rest * self._transform(self.inverse_cells, analyse=True)
+        self.total_entry = [self.family.view(self.total_column, g).reshape(len(g.axes), -1)[:, 0]
+                            for g in self.family.groups]
+
+    def __call__(self, v: np.ndarray) -> np.ndarray:
+        family = self.family
+        v = np.where(self.free, v, 0.0)
+        weighted = v[family._indices()] * (self.slot_scale / self.rest)  # Ω R v (slot_scale holds S Ω)
+        slots = self.rest * self._transform(self._transform(weighted * self.rest, analyse=False)
+                                            * self.inverse_cells, analyse=True)  # B_C⁻¹ Ω R v
+        along = self._per_clique_sum(self.total_column * weighted)
+        for g, a, z0 in zip(family.groups, along, self.total_entry):  # the Schur correction
+            family.view(slots, g).reshape(len(g.axes), -1)[...] -= \
+                family.view(self.total_column, g).reshape(len(g.axes), -1) * (a / z0)[:, None]
+        slots *= self.slot_scale / self.rest  # Ω, then Rᵀ summed over the cliques
+        out = np.bincount(family._indices(), weights=slots, minlength=family.index.size)
+        out[~self.free] = 0.0
+        return out
 
 
 class StackedFamily:
@@ -209,7 +302,8 @@ class LocalSmoothSolution:
 
 
 def _newton(problem: LocalSmoothProblem, r: np.ndarray, mu: np.ndarray, log_prior: np.ndarray, tol: float,
-            max_newton: int, max_cg: int, deadline: float | None, log=None, shrink_limit: float = STEP_FRACTION):
+            max_newton: int, max_cg: int, deadline: float | None, log=None, shrink_limit: float = STEP_FRACTION,
+            block: CliqueBlockPreconditioner | None = None):
     """Newton's method with preconditioned CG on one step's ``f_k`` from a point with ``μ > 0``.
     Returns ``(r, μ, value, relative gap bound, products, Newton steps, why it stopped)``."""
     family = problem.family
@@ -234,8 +328,15 @@ def _newton(problem: LocalSmoothProblem, r: np.ndarray, mu: np.ndarray, log_prio
         # Inexact Newton (Dembo, Eisenstat, Steihaug 1982): CG to a relative residual that
         # tightens as the gap closes.
         forcing = min(0.5, math.sqrt(gap))
-        d, used = _pcg(lambda v: problem.hessian_product(v, curvature), -g, diag, forcing, max_cg)
+        if block is None:
+            precondition = diag.__rtruediv__  # Jacobi: v / diag
+        else:
+            block.update(problem.lam * curvature[:block.family.size], diag)
+            precondition = block
+        d, used = _pcg(lambda v: problem.hessian_product(v, curvature), -g, precondition, forcing, max_cg)
         products += used
+        if log is not None:
+            log(f"  CG {used} products (forcing {forcing:.1e})")
         step_mu = family.expand(d)
         products += 1
         shrinking = step_mu < 0
@@ -265,11 +366,12 @@ def _newton(problem: LocalSmoothProblem, r: np.ndarray, mu: np.ndarray, log_prio
     return r, mu, value, gap, products, max_newton, "Newton step limit"
 
 
-def _pcg(product, b: np.ndarray, diag: np.ndarray, rtol: float, max_iter: int) -> tuple[np.ndarray, int]:
-    """Preconditioned conjugate gradients for ``H x = b`` from 0 (Jacobi ``diag``); ``(x, products)``."""
+def _pcg(product, b: np.ndarray, precondition, rtol: float, max_iter: int) -> tuple[np.ndarray, int]:
+    """Preconditioned conjugate gradients for ``H x = b`` from 0 (``precondition(r) ≈ H⁻¹ r``);
+    ``(x, products)``."""
     x = np.zeros_like(b)
     res = b.copy()
-    z = res / diag
+    z = precondition(res)
     p = z.copy()
     rz = float(res @ z)
     target = rtol * math.sqrt(float(b @ b))
@@ -281,7 +383,7 @@ def _pcg(product, b: np.ndarray, diag: np.ndarray, rtol: float, max_iter: int) -
         res -= alpha * hp
         if math.sqrt(float(res @ res)) <= target:
             break
-        z = res / diag
+        z = precondition(res)
         rz_new = float(res @ z)
         p = z + (rz_new / rz) * p
         rz = rz_new
@@ -291,10 +393,17 @@ def _pcg(product, b: np.ndarray, diag: np.ndarray, rtol: float, max_iter: int) -
 def solve_local_smooth(problem: LocalSmoothProblem, start: np.ndarray, log_prior: np.ndarray, *, steps: int = 3,
                        tol: float = CERTIFICATE_TOL, max_newton: int = 100, max_cg: int = 200,
                        time_limit: float | None = None, log=None,
-                       shrink_limit: float = STEP_FRACTION) -> LocalSmoothSolution:
+                       shrink_limit: float = STEP_FRACTION, block: CliqueBlockPreconditioner | None = None,
+                       lam_path: tuple[float, float] | None = None, path_tol: float = 1e-3
+                       ) -> LocalSmoothSolution:
     """``K = steps`` proximal steps of (L1) from ``start`` (its ``μ`` strictly positive, fixed
     coordinates at their values), each solved to a relative gap bound ``tol / 10`` and certified
-    at ``tol``; the prior of step ``k > 1`` is step ``k − 1``'s ``μ``."""
+    at ``tol``; the prior of step ``k > 1`` is step ``k − 1``'s ``μ``.
+
+    ``block``: the per-clique preconditioner (else Jacobi). ``lam_path = (start, shrink)``: every
+    step first solves (L1) at ``λ · start``, ``λ · start · shrink``, … (while above ``λ``) to the
+    relative gap ``path_tol``, each warm-started from the last (a homotopy: at large ``λ`` the
+    problem is near its prior and well conditioned); only the final ``λ``'s point is certified."""
     clock = time.perf_counter()
     deadline = None if time_limit is None else clock + float(time_limit)
     r = start.copy()
@@ -307,8 +416,24 @@ def solve_local_smooth(problem: LocalSmoothProblem, start: np.ndarray, log_prior
         if k > 0:
             log_prior = np.log(mu)
         tick = time.process_time()
+        path = []
+        if lam_path is not None:
+            scale, shrink = lam_path
+            while scale > 1.0:
+                path.append(scale)
+                scale *= shrink
+        for scale in path:
+            staged = replace(problem, lam=problem.lam * scale)
+            if log is not None:
+                log(f"path: lambda x {scale:.3g}")
+            r, mu, _, _, products, newton, why = _newton(staged, r, mu, log_prior, path_tol, max_newton, max_cg,
+                                                         deadline, log, shrink_limit, block)
+            total_products += products
+            total_newton += newton
+            if why == "time limit":
+                break
         r, mu, value, gap, products, newton, stopped = _newton(problem, r, mu, log_prior, tol / 10, max_newton,
-                                                               max_cg, deadline, log, shrink_limit)
+                                                               max_cg, deadline, log, shrink_limit, block)
         total_products += products
         total_newton += newton
         records.append({"step": k + 1, "gap": gap, "value": value, "products": products, "newton": newton,
@@ -325,7 +450,8 @@ def estimate_local_smooth(measurements, workload=None, constraints=None, *, step
                           smoothing: float | None = None, prior: str = "per-attribute", tol: float = CERTIFICATE_TOL,
                           max_newton: int = 100, max_cg: int = 200, time_limit: float | None = None,
                           max_cells: int = 2**27, log=None, shrink_limit: float = STEP_FRACTION,
-                          start_mix: float = 0.0, counting: str = "cliques"):
+                          start_mix: float = 0.0, counting: str = "cliques", preconditioner: str = "jacobi",
+                          lam_path: tuple[float, float] | None = None, path_tol: float = 1e-3):
     """The local smooth estimate (module notes) of the workload's marginals.
 
     Parameters
@@ -344,6 +470,10 @@ def estimate_local_smooth(measurements, workload=None, constraints=None, *, step
     tol, max_newton, max_cg, time_limit, max_cells
         Certificate tolerance, Newton steps per proximal step, CG steps per Newton step,
         seconds, and the largest number of clique cells held.
+    preconditioner : {"jacobi", "block"}
+        CG's preconditioner: the Hessian's diagonal, or :class:`CliqueBlockPreconditioner`.
+    lam_path, path_tol
+        A λ homotopy before every step (:func:`solve_local_smooth`).
 
     Returns
     -------
@@ -466,9 +596,19 @@ def estimate_local_smooth(measurements, workload=None, constraints=None, *, step
     elif counting != "cliques":
         raise ParameterError(f"counting must be 'cliques' or 'conditional', got {counting!r}")
     problem = LocalSmoothProblem(solving, target, index.per_set(weight), ~fixed_flat, cell_weight, lam)
+    block = None
+    if preconditioner == "block":
+        # δ_C: the weight of each clique's top residual (its last tensor slot), on its cells
+        top = np.empty(family.size)
+        for g in family.groups:
+            family.view(top, g)[...] = problem.weight[g.source[:, -1]].reshape((-1,) + (1,) * len(g.sizes))
+        block = CliqueBlockPreconditioner(family, ~fixed_flat, top)
+    elif preconditioner != "jacobi":
+        raise ParameterError(f"preconditioner must be 'jacobi' or 'block', got {preconditioner!r}")
     remaining = None if time_limit is None else max(float(time_limit) - (time.perf_counter() - start_clock), 1e-3)
     solved = solve_local_smooth(problem, start, log_prior, steps=steps, tol=tol, max_newton=max_newton,
-                                max_cg=max_cg, time_limit=remaining, log=log, shrink_limit=shrink_limit)
+                                max_cg=max_cg, time_limit=remaining, log=log, shrink_limit=shrink_limit,
+                                block=block, lam_path=lam_path, path_tol=path_tol)
     status = Status.OPTIMAL if solved.converged else (Status.TIME_LIMIT if solved.stopped == "time limit"
                                                       else Status.NUMERICAL_ERROR)
     message = (f"{'certified' if solved.converged else 'not certified (' + solved.stopped + ')'}: relative gap "
