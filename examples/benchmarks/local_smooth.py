@@ -359,6 +359,8 @@ def _newton(problem: LocalSmoothProblem, r: np.ndarray, mu: np.ndarray, log_prio
             t *= 0.5
             if t < 1e-12:
                 return r, mu, value, gap, products, it, "line search failed"
+        if log is not None:
+            log(f"  step length {t:.2e}")
         r, mu = trial_r, trial_mu
         value = problem.value(r, mu, log_prior)
         g = problem.gradient(r, mu, log_prior)
