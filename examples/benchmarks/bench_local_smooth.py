@@ -138,7 +138,7 @@ def case_adult(args) -> None:
         est = estimate_local_smooth(ms, sets, time_limit=args.time_limit, max_newton=200,
                                     shrink_limit=args.shrink_limit, max_cg=args.max_cg, start_mix=args.start_mix,
                                     counting=args.counting, preconditioner=args.preconditioner,
-                                    lam_path=args.lam_path, path_tol=args.path_tol,
+                                    lam_path=args.lam_path, path_tol=args.path_tol, path_adapt=args.path_adapt,
                                     log=lambda m: print(f"  {time.process_time() - cpu:7.0f} CPU-s  {m}", flush=True))
         seconds = time.process_time() - cpu
         print(f"adult {len(attrs)} attributes, {len(sets)} triples, {est.info['clique_cells']:,} cells, zCDP eps "
@@ -241,6 +241,8 @@ def main() -> None:
     parser.add_argument("--lam-path", type=float, nargs=2, default=None, metavar=("START", "SHRINK"),
                         help="brute and adult: a lambda homotopy from lambda*START, times SHRINK per stage")
     parser.add_argument("--path-tol", type=float, default=1e-3, help="adult: relative gap of the path's stages")
+    parser.add_argument("--path-adapt", action="store_true",
+                        help="adult: shorten the next lambda stage after a slow one (local_smooth.solve_local_smooth)")
     args = parser.parse_args()
     {"all": case_all, "chain": case_chain, "adult": case_adult, "brute": case_brute}[args.case](args)
 

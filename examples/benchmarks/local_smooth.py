@@ -396,8 +396,8 @@ def solve_local_smooth(problem: LocalSmoothProblem, start: np.ndarray, log_prior
                        tol: float = CERTIFICATE_TOL, max_newton: int = 100, max_cg: int = 200,
                        time_limit: float | None = None, log=None,
                        shrink_limit: float = STEP_FRACTION, block: CliqueBlockPreconditioner | None = None,
-                       lam_path: tuple[float, float] | None = None, path_tol: float = 1e-3
-                       ) -> LocalSmoothSolution:
+                       lam_path: tuple[float, float] | None = None, path_tol: float = 1e-3,
+                       path_adapt: bool = False) -> LocalSmoothSolution:
     """``K = steps`` proximal steps of (L1) from ``start`` (its ``μ`` strictly positive, fixed
     coordinates at their values), each solved to a relative gap bound ``tol / 10`` and certified
     at ``tol``; the prior of step ``k > 1`` is step ``k − 1``'s ``μ``.
@@ -405,7 +405,9 @@ def solve_local_smooth(problem: LocalSmoothProblem, start: np.ndarray, log_prior
     ``block``: the per-clique preconditioner (else Jacobi). ``lam_path = (start, shrink)``: every
     step first solves (L1) at ``λ · start``, ``λ · start · shrink``, … (while above ``λ``) to the
     relative gap ``path_tol``, each warm-started from the last (a homotopy: at large ``λ`` the
-    problem is near its prior and well conditioned); only the final ``λ``'s point is certified."""
+    problem is near its prior and well conditioned); only the final ``λ``'s point is certified.
+    ``path_adapt``: after a stage of more than 3 Newton steps the next factor is the square root of
+    the last, after a shorter one its square (at most ``shrink``)."""
     clock = time.perf_counter()
     deadline = None if time_limit is None else clock + float(time_limit)
     r = start.copy()
@@ -418,13 +420,9 @@ def solve_local_smooth(problem: LocalSmoothProblem, start: np.ndarray, log_prior
         if k > 0:
             log_prior = np.log(mu)
         tick = time.process_time()
-        path = []
-        if lam_path is not None:
-            scale, shrink = lam_path
-            while scale > 1.0:
-                path.append(scale)
-                scale *= shrink
-        for scale in path:
+        scale, shrink = lam_path if lam_path is not None else (1.0, 1.0)
+        factor = shrink
+        while scale > 1.0:
             staged = replace(problem, lam=problem.lam * scale)
             if log is not None:
                 log(f"path: lambda x {scale:.3g}")
@@ -434,6 +432,11 @@ def solve_local_smooth(problem: LocalSmoothProblem, start: np.ndarray, log_prior
             total_newton += newton
             if why == "time limit":
                 break
+            if path_adapt:
+                # a stage that needed many (damped) Newton steps was too long a jump: shorten the
+                # next one (square root of the factor); a quick one lengthens it again
+                factor = math.sqrt(factor) if newton > 3 else max(shrink, factor * factor)
+            scale *= factor
         r, mu, value, gap, products, newton, stopped = _newton(problem, r, mu, log_prior, tol / 10, max_newton,
                                                                max_cg, deadline, log, shrink_limit, block)
         total_products += products
@@ -453,7 +456,8 @@ def estimate_local_smooth(measurements, workload=None, constraints=None, *, step
                           max_newton: int = 100, max_cg: int = 200, time_limit: float | None = None,
                           max_cells: int = 2**27, log=None, shrink_limit: float = STEP_FRACTION,
                           start_mix: float = 0.0, counting: str = "cliques", preconditioner: str = "jacobi",
-                          lam_path: tuple[float, float] | None = None, path_tol: float = 1e-3):
+                          lam_path: tuple[float, float] | None = None, path_tol: float = 1e-3,
+                          path_adapt: bool = False):
     """The local smooth estimate (module notes) of the workload's marginals.
 
     Parameters
@@ -474,7 +478,7 @@ def estimate_local_smooth(measurements, workload=None, constraints=None, *, step
         seconds, and the largest number of clique cells held.
     preconditioner : {"jacobi", "block"}
         CG's preconditioner: the Hessian's diagonal, or :class:`CliqueBlockPreconditioner`.
-    lam_path, path_tol
+    lam_path, path_tol, path_adapt
         A λ homotopy before every step (:func:`solve_local_smooth`).
 
     Returns
@@ -610,7 +614,7 @@ def estimate_local_smooth(measurements, workload=None, constraints=None, *, step
     remaining = None if time_limit is None else max(float(time_limit) - (time.perf_counter() - start_clock), 1e-3)
     solved = solve_local_smooth(problem, start, log_prior, steps=steps, tol=tol, max_newton=max_newton,
                                 max_cg=max_cg, time_limit=remaining, log=log, shrink_limit=shrink_limit,
-                                block=block, lam_path=lam_path, path_tol=path_tol)
+                                block=block, lam_path=lam_path, path_tol=path_tol, path_adapt=path_adapt)
     status = Status.OPTIMAL if solved.converged else (Status.TIME_LIMIT if solved.stopped == "time limit"
                                                       else Status.NUMERICAL_ERROR)
     message = (f"{'certified' if solved.converged else 'not certified (' + solved.stopped + ')'}: relative gap "
