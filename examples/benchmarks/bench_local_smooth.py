@@ -34,6 +34,10 @@ Run::
     DPOPT_SHARED_DATA=/work/shared/data OPENBLAS_NUM_THREADS=1 nice -n 10 \\
         python examples/benchmarks/bench_local_smooth.py --case adult --eps 1 --time-limit 3500 --attrs age \\
         education-num marital-status occupation race capital-loss hours-per-week 'income>50K' sex
+    # session 10: the block preconditioner and a lambda path (certifies proximal step 1 at eps 0.1, not all 3)
+    ... --case adult --eps 0.1 --counting conditional --preconditioner block --lam-path 1000 0.1 \
+        --time-limit 2400 --attrs (as above)
+    ... --case all --k 2 --accounting pure --eps 1 --configs '[{}, {"counting": "conditional"}]'
 """
 
 from __future__ import annotations
