@@ -126,7 +126,7 @@ def test_one_way_estimate_is_the_projected_inverse_variance_average():
     parts = [values[0].reshape(4, 3).sum(1), values[1].reshape(4, 5).sum(1), values[2]]
     w = np.array([1 / (4.0 * 3), 1 / (9.0 * 5), 1 / 1.0])
     mean = sum(wi * pi for wi, pi in zip(w, parts)) / w.sum()
-    floor = 1 / math.sqrt(w.sum())
+    floor = 1 / math.sqrt(w.sum()) / math.sqrt(4)  # s_a / √n_a: the floors' mass is one s.d. of the total
     assert m.sum() == pytest.approx(total) and (m >= floor - 1e-12).all()
     # KKT of min ||m - mean||² on {m >= floor, sum m = total}: m - mean = -tau off the floor,
     # and mean - floor <= -tau on it
@@ -134,6 +134,29 @@ def test_one_way_estimate_is_the_projected_inverse_variance_average():
     tau = float(np.mean(mean[free] - m[free]))
     np.testing.assert_allclose(m[free] - mean[free], -tau, atol=1e-10)
     assert (mean[~free] - floor <= tau + 1e-10).all()
+
+
+def test_the_one_way_floor_holds_one_sd_of_the_total_against_brute_force():
+    # a skewed 8-value attribute measured alone with s.d. 30 per cell: near-empty cells whose noisy
+    # counts fall below zero, so the floor binds. Brute force over every set of cells left above the
+    # floor (each gives the one point of {m >= f, sum m = N} that shifts those cells equally and
+    # holds the others at f; the least-squares point is the best feasible one), with f = s_a / sqrt(n_a):
+    # the floors then hold n_a f = sqrt(n_a) s_a at most, one s.d. of the one-way's total (module notes)
+    v = np.array([610.0, 240, 95, -41, 12, -18, 3, -25])
+    values, sizes, axes, variances, total = [v], [8], [(0,)], [900.0], 880.0
+    m = _one_way(0, 8, total, axes, values, variances, sizes)
+    floor = 30.0 / math.sqrt(8)
+    best, best_cost = None, np.inf
+    for mask in range(1, 2**8):
+        free = np.array([(mask >> j) & 1 for j in range(8)], dtype=bool)
+        tau = (v[free].sum() - (total - (~free).sum() * floor)) / free.sum()
+        x = np.where(free, v - tau, floor)
+        cost = float(np.sum((x - v) ** 2))
+        if (x >= floor - 1e-12).all() and cost < best_cost:
+            best, best_cost = x, cost
+    np.testing.assert_allclose(m, best, rtol=0, atol=1e-9)
+    at_floor = np.isclose(m, floor, rtol=0, atol=1e-9)
+    assert at_floor.sum() >= 3 and m[at_floor].sum() <= math.sqrt(8) * 30.0 + 1e-9
 
 
 @pytest.mark.parametrize("steps", [3, 1])

@@ -545,13 +545,17 @@ def _one_way_average(a: int, n: int, axes, values, variances, sizes) -> tuple[np
 
 
 def _one_way(a: int, n: int, total: float, axes, values, variances, sizes) -> np.ndarray:
-    """The estimated one-way marginal on attribute ``a``, positive, summing to ``total`` (module notes)."""
+    """The estimated one-way marginal on attribute ``a``, positive, summing to ``total``: the
+    inverse-variance average projected onto ``{m ≥ s_a / √n_a, Σ m = N̂}``, or uniform when
+    ``n_a s_a ≥ N̂`` (module notes, *Priors*)."""
     mean, weights = _one_way_average(a, n, axes, values, variances, sizes)
     if weights == 0:
         return np.full(n, total / n)
-    floor = 1.0 / math.sqrt(weights)
-    if n * floor >= total:
+    sd = 1.0 / math.sqrt(weights)
+    if n * sd >= total:
         return np.full(n, total / n)
+    # the floor lifts the factor's total by at most n_a f = √n_a s_a: one s.d. of that total
+    floor = sd / math.sqrt(n)
     return floor + _simplex(mean - floor, total - n * floor)
 
 
