@@ -126,7 +126,7 @@ def test_one_way_estimate_is_the_projected_inverse_variance_average():
     parts = [values[0].reshape(4, 3).sum(1), values[1].reshape(4, 5).sum(1), values[2]]
     w = np.array([1 / (4.0 * 3), 1 / (9.0 * 5), 1 / 1.0])
     mean = sum(wi * pi for wi, pi in zip(w, parts)) / w.sum()
-    floor = 1 / math.sqrt(w.sum())
+    floor = 1 / math.sqrt(w.sum())  # s_a: larger measured sets hold attribute 0
     assert m.sum() == pytest.approx(total) and (m >= floor - 1e-12).all()
     # KKT of min ||m - mean||² on {m >= floor, sum m = total}: m - mean = -tau off the floor,
     # and mean - floor <= -tau on it
@@ -134,6 +134,75 @@ def test_one_way_estimate_is_the_projected_inverse_variance_average():
     tau = float(np.mean(mean[free] - m[free]))
     np.testing.assert_allclose(m[free] - mean[free], -tau, atol=1e-10)
     assert (mean[~free] - floor <= tau + 1e-10).all()
+
+
+def test_a_one_way_measured_alone_is_floored_at_one_sd_of_its_total_against_brute_force():
+    # a skewed 8-value attribute, one-way marginals only (the pure-ε fallback's design), s.d.
+    # 30 per cell: near-empty cells whose noisy counts fall below zero, so the floor binds. Brute
+    # force over every set of cells left above the floor (each gives the one point of
+    # {m >= f, sum m = N} that shifts those cells equally and holds the others at f; the
+    # least-squares point is the best feasible one), with f = s_a / sqrt(n_a): the floors then hold
+    # n_a f = sqrt(n_a) s_a at most, one s.d. of the one-way's total (module notes, *Priors*)
+    v = np.array([610.0, 240, 95, -41, 12, -18, 3, -25])
+    values, sizes, axes, variances, total = [v], [8], [(0,)], [900.0], 880.0
+    m = _one_way(0, 8, total, axes, values, variances, sizes)
+    floor = 30.0 / math.sqrt(8)
+    best, best_cost = None, np.inf
+    for mask in range(1, 2**8):
+        free = np.array([(mask >> j) & 1 for j in range(8)], dtype=bool)
+        tau = (v[free].sum() - (total - (~free).sum() * floor)) / free.sum()
+        x = np.where(free, v - tau, floor)
+        cost = float(np.sum((x - v) ** 2))
+        if (x >= floor - 1e-12).all() and cost < best_cost:
+            best, best_cost = x, cost
+    np.testing.assert_allclose(m, best, rtol=0, atol=1e-9)
+    at_floor = np.isclose(m, floor, rtol=0, atol=1e-9)
+    assert at_floor.sum() >= 3 and m[at_floor].sum() <= math.sqrt(8) * 30.0 + 1e-9
+
+
+def test_the_floor_is_one_sd_per_cell_when_a_larger_set_is_measured():
+    # the same one-way answers, now with a pair on (0, 1) as well (very noisy: the average barely
+    # moves): the steps may lift a cell the pair shows, so each cell keeps one s.d.; and an
+    # attribute that no larger set holds keeps it too once any larger set is measured (module notes)
+    v = np.array([610.0, 240, 95, -41, 12, -18, 3, -25])
+    pair = np.repeat(v / 2, 2)  # sums onto attribute 0 give v
+    sizes, total = [8, 2], 880.0
+    alone = _one_way(0, 8, total, [(0,)], [v], [900.0], sizes)
+    held = _one_way(0, 8, total, [(0,), (0, 1)], [v, pair], [900.0, 1e8], sizes)
+    sd_held = 1 / math.sqrt(1 / 900.0 + 1 / (1e8 * 2))
+    assert alone.min() == pytest.approx(30.0 / math.sqrt(8), rel=1e-12)
+    assert held.min() == pytest.approx(sd_held, rel=1e-12)
+    assert alone.sum() == pytest.approx(total) and held.sum() == pytest.approx(total)
+    beside = _one_way(0, 8, total, [(0,), (1, 2)], [v, np.full(4, 220.0)], [900.0, 1.0], [8, 2, 2])
+    assert beside.min() == pytest.approx(30.0, rel=1e-12)
+
+
+def test_one_way_measurements_only_equal_dense_with_the_lower_floor():
+    # the fallback's design on a small skewed domain (6, 5 and 2 values, 2,000 records): one-way
+    # marginals only, noise s.d. 60 per cell, so near-empty cells fall below zero; the estimate is
+    # the dense engine's with the product prior of attribute_priors, whose factors sit at
+    # s_a / sqrt(n_a) on the cells the projection empties
+    from dpopt.model.data import Dataset
+    from dpopt.model.domain import Domain
+
+    gen = np.random.default_rng(5)  # test data and noise, not privacy noise
+    domain = Domain(("a", "b", "c"), (6, 5, 2))
+    codes = np.stack([gen.choice(6, 2000, p=[0.6, 0.3, 0.07, 0.02, 0.007, 0.003]),
+                      gen.choice(5, 2000, p=[0.5, 0.45, 0.04, 0.008, 0.002]), gen.choice(2, 2000, p=[0.7, 0.3])], 1)
+    data = Dataset(codes, domain)
+    ms = _measure(data, [("a",), ("b",), ("c",)], [60.0, 60.0, 60.0], 4)
+    est = estimate_smooth(ms)
+    assert est.success, est.message
+    axes, values, variances = [(0,), (1,), (2,)], [np.asarray(m.values, float) for m in ms], [3600.0] * 3
+    total = est.info["prior_total"]
+    parts = attribute_priors("per-attribute", total, axes, values, variances, [6, 5, 2], est.info["lambda"], 3)
+    assert [b for _, b in parts] == est.info["prior_weights"] and parts[0][1] == 1.0
+    assert parts[0][0].min() == pytest.approx(60.0 / math.sqrt(6), rel=1e-12)  # the floor binds on "a"
+    dense = reconstruct(ms, ConstraintSet(domain, [NonNegativity()]), "smooth",
+                        prior=_product_table([p for p, _ in parts], total))
+    assert dense.success
+    for t, want in _dense_marginals(domain, dense.x, [("a",), ("b",), ("c",)]).items():
+        np.testing.assert_allclose(est.marginals([t])[t], want, rtol=1e-8, atol=1e-8 * dense.x.sum())
 
 
 @pytest.mark.parametrize("steps", [3, 1])

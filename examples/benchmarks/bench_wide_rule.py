@@ -69,6 +69,8 @@ def main() -> None:
     parser.add_argument("--eval", type=int, default=60, help="with --groups: workload sets scored")
     parser.add_argument("--decisions", action="store_true", help="per seed: the probe's D^, E_all, the share "
                         "of D^ that E_all may reach and the mode chosen; no fit")
+    parser.add_argument("--dump", default="", help="append each run's per-marginal errors to this file (JSON "
+                        "lines), for paired comparisons of two code versions on the same draws")
     parser.add_argument("--verbose", action="store_true", help="per seed: the budget split, the probe, phi, "
                         "the chosen sets (cells) and their exact deviation from independence")
     args = parser.parse_args()
@@ -121,8 +123,13 @@ def main() -> None:
                 continue
             chosen = run_wide_selection(plan, data, budget.accountant(), make_random(seed), mode=cfg.get("mode", "auto"))
             fit = estimate_marginals(chosen.measurements, sets, objective=args.objective).marginals(sets)
-            errs.append(float(np.mean([np.abs(np.asarray(fit[s], float) - truths[s]).sum() / n for s in sets])))
+            per_set = [float(np.abs(np.asarray(fit[s], float) - truths[s]).sum() / n) for s in sets]
+            errs.append(float(np.mean(per_set)))
             rounds.append(len(chosen.chosen))
+            if args.dump:
+                with open(args.dump, "a") as f:
+                    f.write(json.dumps({"net": args.net, "accounting": args.accounting, "eps": args.eps, "seed": seed,
+                                        "config": cfg, "mode": chosen.mode, "errors": {"auto": per_set}}) + "\n")
             if args.verbose:
                 describe(plan, chosen, data, n, independence, errs[-1])
         if args.decisions:

@@ -36,8 +36,19 @@ is Markov on the tree: a one-way factor on a clique holding ``a``), each factor 
 ``N̂/n_a``, or ``m_a``, the estimated one-way. ``m_a`` is post-processing of the noisy
 measurements only: the inverse-variance average of every measured set's marginal on ``a`` (a set
 ``S`` gives variance ``σ_S² D_S / n_a`` per cell; ``s_a²`` the average's variance per cell),
-projected onto ``{m ≥ s_a, Σ m = N̂}`` (a count within one s.d. of zero says only that; the same
-floor as the dense engine's prior total), or uniform when ``n_a s_a ≥ N̂``.
+projected onto ``{m ≥ f_a, Σ m = N̂}``, or uniform when ``n_a s_a ≥ N̂``. The floor is
+``f_a = s_a`` (a count within one s.d. of zero says only that; the same floor as the dense
+engine's prior total), which leaves each cell room for the steps to lift it where a larger
+measured set shows it (each step multiplies the prior). When every measured set is one attribute
+or none — one-way marginals and totals only, the pure-ε fallback of
+:mod:`dpopt.strategy.wide_selection` — no measurement can show a cell above what the average
+does, and the floor only spreads mass over cells the data put at zero: there ``f_a = s_a / √n_a``,
+so the floors hold at most ``n_a f_a = √n_a s_a``, one s.d. of the one-way's total (issue 27,
+session 9: on adult at pure ε 0.1, seed 7, the floor ``s_a`` ≈ 122 put 11,067 records in the 91
+cells of capital-gain whose true count is below ``s_a``, which hold 577; mean L1/n over the 364
+triples 0.418 → 0.398). Not per attribute: the lower floor on an attribute that only one-way
+marginals hold *beside* selected sets lost on a generated 16-value attribute (zCDP ε 0.1, three
+runs, +0.00007 to +0.00010, about 3 s.e.; docs, marginal space).
 
 - ``"uniform"`` (the dense engine's default): every factor uniform.
 - ``"one-way"``: every factor ``m_a`` (where a measured set holds ``a``).
@@ -56,13 +67,15 @@ leave the fraction ``κ_j^K`` of the cell at its prior, with::
 
 A cell with ``κ_j^K > 1/2`` is *unresolved*: the prior decides more of it than the data do (the
 default ``c`` puts the filter's half-way point at signal-to-noise ratio 1, the same place). With
-``m_j`` (at least ``s_a``) for ``x_j``, attribute ``a`` takes the factor ``m_a`` when::
+``m_j`` (at least its floor ``f_a``) for ``x_j``, attribute ``a`` takes the factor ``m_a`` when::
 
     min_j m_j  <  λ s_a² (2^{1/K} − 1)                                                    (8)
 
 and the uniform factor otherwise. With the default ``c = 1/(2^{1/K} − 1)`` the bound is
 ``s_a²/σ̄``; since ``m_j ≥ s_a``, only an attribute whose one-way is noisier than ``σ̄`` per
-cell (``s_a > σ̄``: measured less precisely than the average row) can take its one-way. Why: the
+cell (``s_a > σ̄``: measured less precisely than the average row) can take its one-way; with
+one-way marginals only (floor ``s_a / √n_a``), an attribute with a cell at the floor takes it
+when ``s_a > σ̄ / √n_a`` (adult's fallback, seed 7: 11 of 14 attributes, 5 with the floor ``s_a``). Why: the
 uniform prior puts ``N̂/n_a`` in an unresolved cell, so on a skewed many-valued attribute at
 small ``ε`` its near-empty cells are lifted towards ``N̂/n_a`` and mass lands in empty cells
 (the loss to Private-PGM found in issue 27); when every cell is resolved, the prior hardly moves
@@ -545,13 +558,19 @@ def _one_way_average(a: int, n: int, axes, values, variances, sizes) -> tuple[np
 
 
 def _one_way(a: int, n: int, total: float, axes, values, variances, sizes) -> np.ndarray:
-    """The estimated one-way marginal on attribute ``a``, positive, summing to ``total`` (module notes)."""
+    """The estimated one-way marginal on attribute ``a``, positive, summing to ``total``: the
+    inverse-variance average projected onto ``{m ≥ f_a, Σ m = N̂}``, with ``f_a = s_a / √n_a`` when
+    every measured set is one attribute or none (one-way marginals and totals) and ``f_a = s_a``
+    otherwise; uniform when ``n_a s_a ≥ N̂`` (module notes, *Priors*)."""
     mean, weights = _one_way_average(a, n, axes, values, variances, sizes)
     if weights == 0:
         return np.full(n, total / n)
-    floor = 1.0 / math.sqrt(weights)
-    if n * floor >= total:
+    sd = 1.0 / math.sqrt(weights)
+    if n * sd >= total:
         return np.full(n, total / n)
+    # One-way marginals alone cannot show a cell above what the average does: a floor there only
+    # spreads mass, so the floors hold one s.d. of the total, √n_a s_a (module notes, *Priors*).
+    floor = sd / math.sqrt(n) if all(len(s) <= 1 for s in axes) else sd
     return floor + _simplex(mean - floor, total - n * floor)
 
 
