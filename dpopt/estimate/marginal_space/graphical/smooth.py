@@ -105,6 +105,7 @@ from dpopt.errors import ParameterError, QueryError
 from dpopt.estimate.certificates.verify import CERTIFICATE_TOL
 from dpopt.estimate.engines.smooth import RTOL_FACTOR, STEPS, default_smoothing, dual_backtrack, dual_stalled
 from dpopt.estimate.marginal_space.graphical.junction_tree import JunctionTree, elimination_cliques
+from dpopt.estimate.marginal_space.graphical.prior_risk import risk_difference
 from dpopt.estimate.marginal_space.layout import ResidualIndex, SetFamily, maximal_sets, measured_and_workload_axes
 from dpopt.estimate.marginal_space.result import MarginalEstimate
 from dpopt.estimate.status import Status
@@ -524,9 +525,10 @@ def attribute_priors(prior: str, total: float, axes, values, variances, sizes, l
         0.0 when uniform.
     """
     out = []
+    one_ways_only = all(len(s) <= 1 for s in axes)
     for a, n in enumerate(sizes):
         uniform = np.full(n, total / n)
-        _, weight = _one_way_average(a, n, axes, values, variances, sizes)
+        mean, weight = _one_way_average(a, n, axes, values, variances, sizes)
         if prior == "uniform" or weight == 0 or n == 1:
             out.append((uniform, 0.0))
             continue
@@ -536,9 +538,24 @@ def attribute_priors(prior: str, total: float, axes, values, variances, sizes, l
             continue
         # "per-attribute", equation (8): the one-way where the uniform prior's K steps would leave
         # some cell more than half at the prior (κ_j^K > 1/2), uniform where they resolve every cell
-        unresolved = float(m.min()) < lam / weight * (2.0 ** (1.0 / steps) - 1.0)
-        out.append((m, 1.0) if unresolved else (uniform, 0.0))
+        take = float(m.min()) < lam / weight * (2.0 ** (1.0 / steps) - 1.0)
+        if one_ways_only:
+            # rule (9): with one-way marginals only, the factor whose fit has the smaller Stein
+            # risk estimate, where the two estimates differ by more than one s.d. of their difference
+            take = _risk_rule(take, mean, 1.0 / weight, lam, steps, total, m, math.sqrt(1.0 / weight / n))
+        out.append((m, 1.0) if take else (uniform, 0.0))
     return out
+
+
+def _risk_rule(rule8: bool, mean: np.ndarray, s2: float, lam: float, steps: int, total: float, m: np.ndarray,
+               floor: float) -> bool:
+    """Rule (9) (module notes): rule (8)'s choice unless ``|SURE_u − SURE_o|`` exceeds one s.d.
+    of its estimate, then the factor of the smaller estimate
+    (:func:`~dpopt.estimate.marginal_space.graphical.prior_risk.risk_difference`)."""
+    excess, sd = risk_difference(mean, s2, lam, steps, total, m, floor)
+    if not (np.isfinite(excess) and np.isfinite(sd)) or abs(excess) <= sd:
+        return rule8
+    return excess > 0
 
 
 def _one_way_average(a: int, n: int, axes, values, variances, sizes) -> tuple[np.ndarray, float]:
