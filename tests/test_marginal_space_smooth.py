@@ -671,22 +671,35 @@ def _rule_case(lam):
                                                                          variances, sizes, lam, 3)
 
 
-@pytest.mark.parametrize("lam, attribute, rule8, rule9", [
-    (0.02, 0, False, True),   # rule (8): every cell resolved (uniform); the uniform factor's bias is decisive
-    (0.10, 1, True, False),   # rule (8): unresolved (one-way); near-uniform counts: the uniform factor's risk is smaller
-])
-def test_risk_rule_reverses_rule_8_against_brute_force(lam, attribute, rule8, rule9):
-    sizes, axes, values, variances, total, lam, got = _rule_case(lam)
-    a, n, s2 = attribute, sizes[attribute], variances[attribute]
-    m = _one_way(a, n, total, axes, values, variances, sizes)
-    assert (float(m.min()) < lam * s2 * (2 ** (1 / 3) - 1)) == rule8  # equation (8)
-    excess, sd = _brute_force_risk_difference(values[a], s2, lam, 3, total)
-    assert abs(excess) > sd and (excess > 0) == rule9
-    assert got[a][1] == (1.0 if rule9 else 0.0)
-    np.testing.assert_allclose(got[a][0], m if rule9 else np.full(n, total / n), rtol=1e-12)
+def test_risk_rule_takes_the_one_way_where_rule_8_keeps_uniform_against_brute_force():
+    # the binary attribute at λ = 0.02: every cell resolved, so rule (8) keeps the uniform
+    # factor, but its bias (the cells sit 8,000 from N̂/2) makes its Stein risk exceed the
+    # one-way's by more than one s.d.: rule (9) takes the one-way
+    sizes, axes, values, variances, total, lam, got = _rule_case(0.02)
+    s2 = variances[0]
+    m = _one_way(0, 2, total, axes, values, variances, sizes)
+    assert not float(m.min()) < lam * s2 * (2 ** (1 / 3) - 1)  # equation (8): uniform
+    excess, sd = _brute_force_risk_difference(values[0], s2, lam, 3, total)
+    assert excess > sd > 0
+    assert got[0][1] == 1.0
+    np.testing.assert_allclose(got[0][0], m, rtol=1e-12)
 
 
-def test_risk_rule_keeps_rule_8_where_the_difference_is_within_its_sd():
+def test_risk_rule_never_removes_the_one_way_rule_8_takes():
+    # the near-uniform five-valued attribute at λ = 0.10: rule (8) finds an unresolved cell and
+    # takes the one-way; the risk estimate (squared error) prefers the uniform factor decisively,
+    # but it weighs mass spread thinly over near-empty cells less than the L1 error does, which
+    # is what rule (8) guards against: the one-way stays
+    sizes, axes, values, variances, total, lam, got = _rule_case(0.10)
+    s2 = variances[1]
+    m = _one_way(1, 5, total, axes, values, variances, sizes)
+    assert float(m.min()) < lam * s2 * (2 ** (1 / 3) - 1)  # equation (8): one-way
+    excess, sd = _brute_force_risk_difference(values[1], s2, lam, 3, total)
+    assert excess < -sd
+    assert got[1][1] == 1.0
+
+
+def test_risk_rule_keeps_rule_8_where_the_excess_is_within_its_sd():
     from dpopt.estimate.marginal_space.graphical.prior_risk import risk_difference
 
     sizes, axes, values, variances, total, lam, got = _rule_case(0.01)
@@ -697,7 +710,7 @@ def test_risk_rule_keeps_rule_8_where_the_difference_is_within_its_sd():
         excess, sd = risk_difference(values[a], s2, lam, 3, total, m, math.sqrt(s2 / n))
         want_excess, want_sd = _brute_force_risk_difference(values[a], s2, lam, 3, total)
         assert excess == pytest.approx(want_excess, rel=1e-5, abs=1e-4 * s2) and sd == pytest.approx(want_sd, rel=1e-5)
-        assert got[a][1] == (float(excess > 0) if abs(excess) > sd else float(rule8))
+        assert got[a][1] == float(rule8 or excess > sd)
     # a binary attribute nearer an even split (20,000 / 29,100) at λ = 0.02: Δ > 0 (the one-way
     # by its sign) but within one s.d. of its estimate: rule (8)'s choice, uniform, stays
     y, s2, total = np.array([20000.0, 29100.0]), 790.0**2, 48600.0

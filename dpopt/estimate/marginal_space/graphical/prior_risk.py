@@ -28,11 +28,14 @@ Stein's unbiased risk estimate of either prior's fit ``f`` (cells' noise indepen
 The uniform factor shrinks towards ``N̂/n_a`` (its bias grows with the cells' distance from it,
 which the rule (8) fraction ``κ_j^K`` does not see); the one-way factor ``m_a`` starts at the
 projected average (its Jacobian: the projection's, ``I − 11ᵀ/k`` on the ``k`` cells above the
-floor). Rule (9) takes the factor of the smaller estimate when ``Δ = SURE_u − SURE_o`` exceeds
-one standard deviation of its own estimate in size (delta method,
-``sd = s ‖∇_ȳ (‖f_u − ȳ‖² − ‖f_o − ȳ‖²)‖``), and rule (8)'s choice otherwise: when the two fits
-differ by less than the noise, ``Δ`` is mostly noise, and a choice by its sign follows the noise
-(on binary attributes it picked the worse factor more often than not; issue 27, session 10).
+floor). Rule (9) takes the one-way factor for an attribute rule (8) leaves uniform when
+``Δ = SURE_u − SURE_o`` exceeds one standard deviation of its own estimate (delta method,
+``sd = s ‖∇_ȳ (‖f_u − ȳ‖² − ‖f_o − ȳ‖²)‖``, the divergence term's own variation left out): when
+the two fits differ by less than the noise, ``Δ`` is mostly noise, and a choice by its sign
+follows the noise (on binary attributes it picked the worse factor more often than not; issue
+27, session 10). It never removes the one-way factor rule (8) takes (module notes of
+:mod:`~dpopt.estimate.marginal_space.graphical.smooth`: squared error underweighs the L1 cost
+of mass spread over near-empty cells).
 """
 
 from __future__ import annotations
