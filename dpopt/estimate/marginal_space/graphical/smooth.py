@@ -53,7 +53,8 @@ runs, +0.00007 to +0.00010, about 3 s.e.; docs, marginal space).
 - ``"uniform"`` (the dense engine's default): every factor uniform.
 - ``"one-way"``: every factor ``m_a`` (where a measured set holds ``a``).
 - ``"per-attribute"`` (the default here): ``m_a`` for the attributes whose cells the steps
-  cannot all resolve, uniform for the others (issue 27). Where every attribute is resolved it
+  cannot all resolve (rule (8)) and, with one-way marginals only, for those whose uniform
+  factor's risk estimate is larger beyond its s.d. (rule (9)), uniform for the others (issue 27). Where every attribute is resolved it
   is the uniform prior, i.e. the dense engine's default.
 
 **The per-attribute rule.** The dense engine's notes give the linearised filter of ``K``
