@@ -79,12 +79,12 @@ def rule_8(measurements, domain, total, lam, steps) -> list[bool]:
     sizes = list(domain.sizes)
     out = []
     for a, n in enumerate(sizes):
-        _, weight = smooth._one_way_average(a, n, axes, values, variances, sizes)
+        mean, weight = smooth._one_way_average(a, n, axes, values, variances, sizes)
         if weight == 0 or n == 1:
             out.append(False)
             continue
-        m = smooth._one_way(a, n, total, axes, values, variances, sizes)
-        out.append(float(m.min()) < lam / weight * (2.0 ** (1.0 / steps) - 1.0))
+        m, _ = smooth._project_one_way(mean, weight, total, all(len(s) <= 1 for s in axes))
+        out.append(smooth._unresolved(m, weight, lam, steps))
     return out
 
 

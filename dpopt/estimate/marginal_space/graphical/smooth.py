@@ -563,17 +563,15 @@ def attribute_priors(prior: str, total: float, axes, values, variances, sizes, l
         if prior == "uniform" or weight == 0 or n == 1:
             out.append((uniform, 0.0))
             continue
-        m = _one_way(a, n, total, axes, values, variances, sizes)
+        m, floor = _project_one_way(mean, weight, total, one_ways_only)
         if prior == "one-way":
             out.append((m, 1.0))
             continue
-        # "per-attribute", equation (8): the one-way where the uniform prior's K steps would leave
-        # some cell more than half at the prior (κ_j^K > 1/2), uniform where they resolve every cell
-        take = float(m.min()) < lam / weight * (2.0 ** (1.0 / steps) - 1.0)
+        take = _unresolved(m, weight, lam, steps)
         if one_ways_only and not take:
             # rule (9): with one-way marginals only, also the one-way where the uniform factor's
             # Stein risk exceeds the one-way factor's by more than one s.d. of that estimate
-            excess, sd = risk_difference(mean, 1.0 / weight, lam, steps, total, m, math.sqrt(1.0 / weight / n))
+            excess, sd = risk_difference(mean, 1.0 / weight, lam, steps, total, m, floor)
             take = bool(excess > sd)
         out.append((m, 1.0) if take else (uniform, 0.0))
     return out
@@ -603,13 +601,27 @@ def _one_way(a: int, n: int, total: float, axes, values, variances, sizes) -> np
     mean, weights = _one_way_average(a, n, axes, values, variances, sizes)
     if weights == 0:
         return np.full(n, total / n)
+    return _project_one_way(mean, weights, total, all(len(s) <= 1 for s in axes))[0]
+
+
+def _project_one_way(mean: np.ndarray, weights: float, total: float, one_ways_only: bool) -> tuple[np.ndarray, float]:
+    """``m_a`` from the inverse-variance average ``mean`` and its precision per cell ``weights`` (> 0),
+    and its floor ``f_a``: ``f_a = s_a / √n_a`` when ``one_ways_only`` (every measured set is one
+    attribute or none), ``s_a`` otherwise; ``m_a`` uniform when ``n_a s_a ≥ N̂``."""
+    n = mean.size
     sd = 1.0 / math.sqrt(weights)
-    if n * sd >= total:
-        return np.full(n, total / n)
     # One-way marginals alone cannot show a cell above what the average does: a floor there only
     # spreads mass, so the floors hold one s.d. of the total, √n_a s_a (module notes, *Priors*).
-    floor = sd / math.sqrt(n) if all(len(s) <= 1 for s in axes) else sd
-    return floor + _simplex(mean - floor, total - n * floor)
+    floor = sd / math.sqrt(n) if one_ways_only else sd
+    if n * sd >= total:
+        return np.full(n, total / n), floor
+    return floor + _simplex(mean - floor, total - n * floor), floor
+
+
+def _unresolved(m: np.ndarray, weights: float, lam: float, steps: int) -> bool:
+    """Equation (8): some cell of ``m_a`` below ``λ s_a² (2^{1/K} − 1)``, where the uniform prior's
+    ``K`` steps would leave it more than half at the prior (``κ_j^K > 1/2``)."""
+    return float(m.min()) < lam / weights * (2.0 ** (1.0 / steps) - 1.0)
 
 
 def _simplex(v: np.ndarray, mass: float) -> np.ndarray:
