@@ -99,7 +99,7 @@ def test_the_expected_noise_of_the_doubled_rounds_against_its_closed_form():
         4 * math.sqrt(2 / math.pi) * math.sqrt(1 / (2 * float(measure_cost.rho))), rel=1e-9)
     e = pure.expected_noise_more_rounds
     assert ws.more_rounds_pay(e, 2 * e) and not ws.more_rounds_pay(e, 2 * e * (1 - 1e-9))
-    assert "54, each with a 1/2 share" in "\n".join(pure.lines())
+    assert "27 rounds (or 54, each 1/2 as large, if the expected noise" in "\n".join(pure.lines())
 
 
 def test_pure_epsilon_pairs_fitted_by_least_squares_measure_all_below_half_the_deviation():

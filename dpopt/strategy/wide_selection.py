@@ -406,9 +406,10 @@ class WideSelectionPlan:
                 f"({f(self.one_way)}) and a probe of their model's mean deviation ({f(self.probe)}); then {every}"
                 + (f"a second one-way measurement (at most {f(self.top_up)}) and " if self.top_up is not None else "")
                 + f"{self.rounds} rounds"
-                + (f" ({self.more_rounds}, each with a {Fraction(self.rounds, self.more_rounds)} share, if the expected "
-                   f"noise of their measurements, {self.expected_noise_more_rounds:,.4g} per marginal, is at most "
-                   f"{PAIR_ROUNDS_NOISE_FRACTION} of that deviation: PAIR_ROUNDS_NOISE_FRACTION)" if self.more_rounds else "")
+                + (f" (or {self.more_rounds}, each {Fraction(self.rounds, self.more_rounds)} as large, if the "
+                   f"expected noise of their measurements, {self.expected_noise_more_rounds:,.4g} per marginal, is "
+                   f"at most {PAIR_ROUNDS_NOISE_FRACTION} of that deviation: PAIR_ROUNDS_NOISE_FRACTION)"
+                   if self.more_rounds else "")
                 + ", each an exponential-mechanism choice among "
                 f"{len(self.candidates)} candidates ({f(self.select_cost)}) and its measurement "
                 f"({f(self.measure_cost)}), a pick measured only if the fit of the measured sets stays in reach "
