@@ -178,7 +178,7 @@ benchmark network was run with them; they are judgements, not derived. With sele
 --accounting zcdp --modes all select``, networks 3-5, seeds 1-2 or 1-4; select / "all" at
 ``E_all / D^``) the crossing is not one number: d = 27 selects better at ε 0.1 (0.28-0.36: 0.0050 /
 0.0066), not at ε 0.2 (0.15-0.18: 0.0041 / 0.0034); d = 50 better at ε 0.1-0.2 (0.46-1.06: 0.0039-
-0.0050 / 0.0061-0.0120), not at ε 0.5 (0.21-0.24: 0.0034 / 0.0024); d = 100 at ε 1 not (network 3,
+0.0050 / 0.0061-0.0120), not at ε 0.5 (0.21-0.24: 0.0035 / 0.0024); d = 100 at ε 1 not (network 3,
 0.40-0.42: 0.0030 / 0.0024). Open. Validation of the rule against the old one (``T = d``, fraction 1
 for pairs), networks 3-5, seeds 1-4, paired per seed, s.e. over seeds
 (``bench_wide_modes.py --d D --k 2 --accounting A --eps E --nets 3 4 5 --seeds 1 2 3 4 --modes auto``
