@@ -2,7 +2,8 @@
 
 ``auto``'s wide plan (:mod:`dpopt.strategy.wide_selection`) under a grid of settings — the
 second one-way measurement (``top``: a share of the budget, or the rule), the number of rounds
-(``T``: a multiple of ``d``), the exponential mechanism's share of a round (``sel``) and AIM's
+(``T``: a multiple of ``d``; giving it turns off the doubled rounds of pairs, module notes *Rounds
+for pairs*), the exponential mechanism's share of a round (``sel``) and AIM's
 annealing (``anneal``) — on binary data from ``random_sparse_network(d, seed=NET, window=W)``
 (records seed ``NET + 100``, n = 50,000), over several measurement seeds. bench_wide.py's
 figures use network seed 1 and measurement seed 7: the rule was validated here on other seeds.
