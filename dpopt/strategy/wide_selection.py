@@ -375,6 +375,9 @@ class WideSelectionPlan:
     #: probe's noisy deviation (:func:`more_rounds_pay`).
     more_rounds: int = 0
     expected_noise_more_rounds: float = 0.0
+    #: The exponential mechanism's epsilon in one of those rounds (the same largest top-up): the run
+    #: keeps ``rounds`` when it is blind there (:func:`selection_is_blind`).
+    epsilon_more_rounds: object = 0
 
     def steps(self) -> list:
         """The plan's privacy-spending steps (:class:`~dpopt.algorithms.base.PlannedMeasure`), shares exact:
@@ -491,14 +494,15 @@ def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int
     # Pairs only, at the default T: the rounds the probe may double (module notes, *Rounds for pairs*),
     # never more than there are candidates (each round measures a new one, so the ledger still sums).
     more = min(PAIR_ROUNDS_FACTOR * d, len(candidates)) if default_rounds and all(len(c) == 2 for c in sets) else 0
-    noise_more = 0.0
+    noise_more, eps_more = 0.0, 0
     if more > rounds:
         from dpopt.model.queries.marginal import Marginal
         from dpopt.privacy.mechanisms import calibrate
 
         # Its first round's measurement with the largest top-up for that many rounds (as for `measure_cost`).
         top_more = one_way_top_up(domain, candidates, more, accounting, select_share) if rule else top_up
-        measure_more = _round_costs(_scale(rest, (left - top_more) / left / more), accounting, select_share)[1]
+        _, measure_more, eps_more = _round_costs(_scale(rest, (left - top_more) / left / more), accounting,
+                                                 select_share)
         cells = np.array([domain.project(list(c)).size for c in candidates], dtype=np.float64)
         noise_more = float(np.mean(cells)) * _mean_abs(calibrate(Marginal(domain, candidates[0]), measure_more,
                                                                  mechanism))  # any marginal: sensitivity 1
@@ -511,7 +515,7 @@ def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int
                              all_noise_fraction(all_fit, fit.get("objective", "auto"), min(len(c) for c in sets),
                                                 accounting)
                              if all_fraction is None
-                             else Fraction(all_fraction), more, noise_more)
+                             else Fraction(all_fraction), more, noise_more, eps_more)
 
 
 def expected_noise_all(domain, workload, rest: PrivacyCost, mechanism: str) -> float:
@@ -1024,13 +1028,8 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
     # their smaller epsilon (else the rounds stay as planned, as before this rule).
     rounds = plan.rounds
     if plan.more_rounds and more_rounds_pay(plan.expected_noise_more_rounds, deviation):
-        more = plan.more_rounds
-        x = one_way_top_up(domain, candidates, more, plan.accounting, plan.select_share) if plan.top_up_rule \
-            else (Fraction(0) if plan.top_up is None else _share_of(plan.top_up, plan))
-        eps_more = _round_costs(_scale(plan.rest, (1 - ONE_WAY_SHARE - PROBE_SHARE - x)
-                                       / (1 - ONE_WAY_SHARE - PROBE_SHARE) / more), plan.accounting,
-                                plan.select_share)[2]
-        rounds = plan.rounds if selection_is_blind(len(candidates), eps_more, total) else more
+        blind_more = selection_is_blind(len(candidates), plan.epsilon_more_rounds, total)
+        rounds = plan.rounds if blind_more else plan.more_rounds
     if plan.top_up_rule and top_up is not None:
         # The share of the probe's deviation that the first model's one-way noise explains (public
         # expected noise over a noisy release): the top-up weighs the model's noise by it.
@@ -1201,12 +1200,6 @@ def _sample(n: int, m: int, rng) -> np.ndarray:
 def _minus(a: PrivacyCost, b: PrivacyCost) -> PrivacyCost:
     return PrivacyCost(epsilon=a.epsilon - b.epsilon, delta=a.delta - b.delta,
                        rho=None if a.rho is None else a.rho - b.rho)
-
-
-def _share_of(cost: PrivacyCost, plan: WideSelectionPlan) -> Fraction:
-    """``cost`` as a share of the plan's whole budget (rho under zCDP, else epsilon)."""
-    whole = _sum_costs(plan)
-    return cost.rho / whole.rho if plan.accounting == "zcdp" else cost.epsilon / whole.epsilon
 
 
 def _sum_costs(plan: WideSelectionPlan) -> PrivacyCost:
