@@ -9,6 +9,13 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+# One BLAS thread per process, set before numpy loads (OpenBLAS reads it then; a value already in
+# the environment wins). The suite runs one xdist worker per core (-n 2 on 2 cores): BLAS threads
+# on top oversubscribe the cores and spin while they wait. The 27-attribute auto test took 87 CPU s
+# with OpenBLAS's default threads and 12 s with one (2026-11-28). Subprocesses inherit the setting.
+for _threads in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_threads, "1")
+
 import numpy as np
 import pandas as pd
 import pytest

@@ -13,6 +13,7 @@ Not a test module: the tests start it as a subprocess.
 from __future__ import annotations
 
 import functools
+import signal
 import sys
 import time
 
@@ -36,6 +37,12 @@ def _announce(phase: str, seconds: float):
 def main() -> int:
     phase = sys.argv[1]
     argv = sys.argv[sys.argv.index("--") + 1:]
+    # The harness plays a run at a terminal. A test run started as a background job inherits
+    # SIGINT ignored (shells ignore it for background commands), which dpopt rightly keeps.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    # Likewise SIGHUP: a suite started under nohup inherits it ignored (kept across exec), and dpopt
+    # rightly leaves an ignored signal alone, so the SIGHUP case would sleep through every file.
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
     import dpopt.atomic as atomic
     import dpopt.release.outputs as outputs
     import dpopt.release.pipeline as pipeline

@@ -126,7 +126,7 @@ def test_one_way_estimate_is_the_projected_inverse_variance_average():
     parts = [values[0].reshape(4, 3).sum(1), values[1].reshape(4, 5).sum(1), values[2]]
     w = np.array([1 / (4.0 * 3), 1 / (9.0 * 5), 1 / 1.0])
     mean = sum(wi * pi for wi, pi in zip(w, parts)) / w.sum()
-    floor = 1 / math.sqrt(w.sum())
+    floor = 1 / math.sqrt(w.sum())  # s_a: larger measured sets hold attribute 0
     assert m.sum() == pytest.approx(total) and (m >= floor - 1e-12).all()
     # KKT of min ||m - mean||² on {m >= floor, sum m = total}: m - mean = -tau off the floor,
     # and mean - floor <= -tau on it
@@ -134,6 +134,75 @@ def test_one_way_estimate_is_the_projected_inverse_variance_average():
     tau = float(np.mean(mean[free] - m[free]))
     np.testing.assert_allclose(m[free] - mean[free], -tau, atol=1e-10)
     assert (mean[~free] - floor <= tau + 1e-10).all()
+
+
+def test_a_one_way_measured_alone_is_floored_at_one_sd_of_its_total_against_brute_force():
+    # a skewed 8-value attribute, one-way marginals only (the pure-ε fallback's design), s.d.
+    # 30 per cell: near-empty cells whose noisy counts fall below zero, so the floor binds. Brute
+    # force over every set of cells left above the floor (each gives the one point of
+    # {m >= f, sum m = N} that shifts those cells equally and holds the others at f; the
+    # least-squares point is the best feasible one), with f = s_a / sqrt(n_a): the floors then hold
+    # n_a f = sqrt(n_a) s_a at most, one s.d. of the one-way's total (module notes, *Priors*)
+    v = np.array([610.0, 240, 95, -41, 12, -18, 3, -25])
+    values, sizes, axes, variances, total = [v], [8], [(0,)], [900.0], 880.0
+    m = _one_way(0, 8, total, axes, values, variances, sizes)
+    floor = 30.0 / math.sqrt(8)
+    best, best_cost = None, np.inf
+    for mask in range(1, 2**8):
+        free = np.array([(mask >> j) & 1 for j in range(8)], dtype=bool)
+        tau = (v[free].sum() - (total - (~free).sum() * floor)) / free.sum()
+        x = np.where(free, v - tau, floor)
+        cost = float(np.sum((x - v) ** 2))
+        if (x >= floor - 1e-12).all() and cost < best_cost:
+            best, best_cost = x, cost
+    np.testing.assert_allclose(m, best, rtol=0, atol=1e-9)
+    at_floor = np.isclose(m, floor, rtol=0, atol=1e-9)
+    assert at_floor.sum() >= 3 and m[at_floor].sum() <= math.sqrt(8) * 30.0 + 1e-9
+
+
+def test_the_floor_is_one_sd_per_cell_when_a_larger_set_is_measured():
+    # the same one-way answers, now with a pair on (0, 1) as well (very noisy: the average barely
+    # moves): the steps may lift a cell the pair shows, so each cell keeps one s.d.; and an
+    # attribute that no larger set holds keeps it too once any larger set is measured (module notes)
+    v = np.array([610.0, 240, 95, -41, 12, -18, 3, -25])
+    pair = np.repeat(v / 2, 2)  # sums onto attribute 0 give v
+    sizes, total = [8, 2], 880.0
+    alone = _one_way(0, 8, total, [(0,)], [v], [900.0], sizes)
+    held = _one_way(0, 8, total, [(0,), (0, 1)], [v, pair], [900.0, 1e8], sizes)
+    sd_held = 1 / math.sqrt(1 / 900.0 + 1 / (1e8 * 2))
+    assert alone.min() == pytest.approx(30.0 / math.sqrt(8), rel=1e-12)
+    assert held.min() == pytest.approx(sd_held, rel=1e-12)
+    assert alone.sum() == pytest.approx(total) and held.sum() == pytest.approx(total)
+    beside = _one_way(0, 8, total, [(0,), (1, 2)], [v, np.full(4, 220.0)], [900.0, 1.0], [8, 2, 2])
+    assert beside.min() == pytest.approx(30.0, rel=1e-12)
+
+
+def test_one_way_measurements_only_equal_dense_with_the_lower_floor():
+    # the fallback's design on a small skewed domain (6, 5 and 2 values, 2,000 records): one-way
+    # marginals only, noise s.d. 60 per cell, so near-empty cells fall below zero; the estimate is
+    # the dense engine's with the product prior of attribute_priors, whose factors sit at
+    # s_a / sqrt(n_a) on the cells the projection empties
+    from dpopt.model.data import Dataset
+    from dpopt.model.domain import Domain
+
+    gen = np.random.default_rng(5)  # test data and noise, not privacy noise
+    domain = Domain(("a", "b", "c"), (6, 5, 2))
+    codes = np.stack([gen.choice(6, 2000, p=[0.6, 0.3, 0.07, 0.02, 0.007, 0.003]),
+                      gen.choice(5, 2000, p=[0.5, 0.45, 0.04, 0.008, 0.002]), gen.choice(2, 2000, p=[0.7, 0.3])], 1)
+    data = Dataset(codes, domain)
+    ms = _measure(data, [("a",), ("b",), ("c",)], [60.0, 60.0, 60.0], 4)
+    est = estimate_smooth(ms)
+    assert est.success, est.message
+    axes, values, variances = [(0,), (1,), (2,)], [np.asarray(m.values, float) for m in ms], [3600.0] * 3
+    total = est.info["prior_total"]
+    parts = attribute_priors("per-attribute", total, axes, values, variances, [6, 5, 2], est.info["lambda"], 3)
+    assert [b for _, b in parts] == est.info["prior_weights"] and parts[0][1] == 1.0
+    assert parts[0][0].min() == pytest.approx(60.0 / math.sqrt(6), rel=1e-12)  # the floor binds on "a"
+    dense = reconstruct(ms, ConstraintSet(domain, [NonNegativity()]), "smooth",
+                        prior=_product_table([p for p, _ in parts], total))
+    assert dense.success
+    for t, want in _dense_marginals(domain, dense.x, [("a",), ("b",), ("c",)]).items():
+        np.testing.assert_allclose(est.marginals([t])[t], want, rtol=1e-8, atol=1e-8 * dense.x.sum())
 
 
 @pytest.mark.parametrize("steps", [3, 1])
@@ -490,3 +559,173 @@ def test_near_exact_noise_certifies_and_equals_dense():
     dense = _dense_like(est, ms, data.domain)
     for s, want in _dense_marginals(data.domain, dense.x, sets).items():
         np.testing.assert_allclose(est.marginals(sets)[s], want, rtol=1e-7, atol=1e-7 * dense.x.sum())
+
+
+# ---- rule (9): the per-attribute prior's risk rule with one-way marginals only ----------------------
+def _skewed_one_way_case(seed=5, sigma=60.0):
+    """One-way marginals only (the pure-ε fallback's design) on a small skewed domain."""
+    from dpopt.model.data import Dataset
+    from dpopt.model.domain import Domain
+
+    gen = np.random.default_rng(seed)  # test data and noise, not privacy noise
+    domain = Domain(("a", "b", "c"), (6, 5, 2))
+    codes = np.stack([gen.choice(6, 2000, p=[0.6, 0.3, 0.07, 0.02, 0.007, 0.003]),
+                      gen.choice(5, 2000, p=[0.5, 0.45, 0.04, 0.008, 0.002]), gen.choice(2, 2000, p=[0.7, 0.3])], 1)
+    data = Dataset(codes, domain)
+    return data, _measure(data, [("a",), ("b",), ("c",)], [sigma] * 3, 4)
+
+
+@pytest.mark.parametrize("steps", [3, 1])
+def test_one_way_fit_per_attribute_equals_the_estimate(steps):
+    # with one-way marginals only the estimate is a product whose factor on each attribute is
+    # that attribute's own K proximal steps from its prior factor (prior_risk notes)
+    from dpopt.estimate.marginal_space.graphical.prior_risk import proximal_fit
+
+    data, ms = _skewed_one_way_case()
+    sizes = list(data.domain.sizes)
+    for prior in ("uniform", "one-way"):
+        est = estimate_smooth(ms, prior=prior, steps=steps)
+        assert est.success, est.message
+        total, lam = est.info["prior_total"], est.info["lambda"]
+        for a, name in enumerate(data.domain.attrs):
+            y = np.asarray(ms[a].values, float)
+            start = (np.full(sizes[a], total / sizes[a]) if prior == "uniform" else
+                     _one_way(a, sizes[a], total, [(0,), (1,), (2,)], [np.asarray(m.values, float) for m in ms],
+                              [3600.0] * 3, sizes))
+            fit, _ = proximal_fit(y, 3600.0, lam, steps, total, start)
+            np.testing.assert_allclose(est.marginals([(name,)])[(name,)], fit, rtol=1e-8, atol=1e-8 * total)
+
+
+def _one_way_prior_of(y, s2, total):
+    """``m_a`` of a one-way measured alone (smooth._one_way, floor s/√n)."""
+    return _one_way(0, y.size, total, [(0,)], [y], [s2], [y.size])
+
+
+def _fit_of_y(y, s2, lam, steps, total, prior):
+    from dpopt.estimate.marginal_space.graphical.prior_risk import proximal_fit
+
+    start = np.full(y.size, total / y.size) if prior == "uniform" else _one_way_prior_of(y, s2, total)
+    return proximal_fit(y, s2, lam, steps, total, start)[0]
+
+
+def _brute_force_risk_difference(y, s2, lam, steps, total, h=1e-3):
+    """``SURE_u − SURE_o`` and its delta-method s.d. with every derivative by central differences."""
+    fits, divergence, grads = {}, {}, {}
+    for prior in ("uniform", "one-way"):
+        f = _fit_of_y(y, s2, lam, steps, total, prior)
+        jac = np.empty((y.size, y.size))
+        for j in range(y.size):
+            e = np.zeros(y.size)
+            e[j] = h
+            jac[:, j] = (_fit_of_y(y + e, s2, lam, steps, total, prior) - _fit_of_y(y - e, s2, lam, steps, total, prior)) / (2 * h)
+        fits[prior], divergence[prior] = f, np.trace(jac)
+        grads[prior] = 2 * jac.T @ (f - y) - 2 * (f - y)
+    sure = {p: np.sum((fits[p] - y) ** 2) - y.size * s2 + 2 * s2 * divergence[p] for p in fits}
+    return sure["uniform"] - sure["one-way"], math.sqrt(s2) * np.linalg.norm(grads["uniform"] - grads["one-way"])
+
+
+def test_proximal_fit_jacobian_against_central_differences():
+    from dpopt.estimate.marginal_space.graphical.prior_risk import proximal_fit
+
+    y, s2, lam, total = np.array([4100.0, -60, 900, 30, 2600, 380, 1]), 200.0**2, 0.05, 8000.0
+    for prior in ("uniform", "one-way"):
+        start = np.full(7, total / 7) if prior == "uniform" else _one_way_prior_of(y, s2, total)
+        free = (start > 200.0 / math.sqrt(7) * (1 + 1e-12)).astype(float)
+        jac0 = None if prior == "uniform" else (free, -free[:, None] / free.sum(), free[:, None])
+        assert prior == "uniform" or 0 < free.sum() < 7  # the floor binds on some cells
+        _, (d, U, V) = proximal_fit(y, s2, lam, 3, total, start, jac0)
+        want = np.empty((7, 7))
+        for j in range(7):
+            e = np.zeros(7)
+            e[j] = 1e-3
+            want[:, j] = (_fit_of_y(y + e, s2, lam, 3, total, prior) - _fit_of_y(y - e, s2, lam, 3, total, prior)) / 2e-3
+        np.testing.assert_allclose(np.diag(d) + U @ V.T, want, atol=1e-6)
+
+
+def test_stein_risk_is_unbiased_for_the_uniform_factor_by_simulation():
+    # Stein's identity for the uniform prior's fit under Gaussian noise: the mean of SURE over
+    # draws equals the mean squared error, within 4 standard errors of the difference
+    from dpopt.estimate.marginal_space.graphical.prior_risk import proximal_fit, stein_risk
+
+    x, s2, lam, total = np.array([3000.0, 1200, 500, 250, 50]), 150.0**2, 0.05, 5000.0
+    gen = np.random.default_rng(11)  # test noise, not privacy noise
+    diffs = []
+    for _ in range(600):
+        y = x + gen.normal(0.0, 150.0, 5)
+        fit, jac = proximal_fit(y, s2, lam, 3, total, np.full(5, total / 5))
+        diffs.append(stein_risk(fit, jac, y, s2) - np.sum((fit - x) ** 2))
+    diffs = np.array(diffs)
+    assert abs(diffs.mean()) < 4 * diffs.std(ddof=1) / math.sqrt(diffs.size)
+
+
+def _rule_case(lam):
+    """Three attributes measured alone: a binary one far from an even split (adult's sex at pure
+    ε 0.1: 16,100 / 32,500, s = 790), a near-uniform five-valued one, a skewed three-valued one."""
+    sizes = [2, 5, 3]
+    axes = [(0,), (1,), (2,)]
+    values = [np.array([16100.0, 32500.0]), np.array([9700.0, 9900, 9600, 10100, 9000]),
+              np.array([30000.0, 12000, 6800])]
+    variances = [790.0**2, 700.0**2, 790.0**2]
+    total = 48600.0
+    return sizes, axes, values, variances, total, lam, attribute_priors("per-attribute", total, axes, values,
+                                                                         variances, sizes, lam, 3)
+
+
+def test_risk_rule_takes_the_one_way_where_rule_8_keeps_uniform_against_brute_force():
+    # the binary attribute at λ = 0.02: every cell resolved, so rule (8) keeps the uniform
+    # factor, but its bias (the cells sit 8,000 from N̂/2) makes its Stein risk exceed the
+    # one-way's by more than one s.d.: rule (9) takes the one-way
+    sizes, axes, values, variances, total, lam, got = _rule_case(0.02)
+    s2 = variances[0]
+    m = _one_way(0, 2, total, axes, values, variances, sizes)
+    assert not float(m.min()) < lam * s2 * (2 ** (1 / 3) - 1)  # equation (8): uniform
+    excess, sd = _brute_force_risk_difference(values[0], s2, lam, 3, total)
+    assert excess > sd > 0
+    assert got[0][1] == 1.0
+    np.testing.assert_allclose(got[0][0], m, rtol=1e-12)
+
+
+def test_risk_rule_never_removes_the_one_way_rule_8_takes():
+    # the near-uniform five-valued attribute at λ = 0.10: rule (8) finds an unresolved cell and
+    # takes the one-way; the risk estimate (squared error) prefers the uniform factor decisively,
+    # but it weighs mass spread thinly over near-empty cells less than the L1 error does, which
+    # is what rule (8) guards against: the one-way stays
+    sizes, axes, values, variances, total, lam, got = _rule_case(0.10)
+    s2 = variances[1]
+    m = _one_way(1, 5, total, axes, values, variances, sizes)
+    assert float(m.min()) < lam * s2 * (2 ** (1 / 3) - 1)  # equation (8): one-way
+    excess, sd = _brute_force_risk_difference(values[1], s2, lam, 3, total)
+    assert excess < -sd
+    assert got[1][1] == 1.0
+
+
+def test_risk_rule_keeps_rule_8_where_the_excess_is_within_its_sd():
+    from dpopt.estimate.marginal_space.graphical.prior_risk import risk_difference
+
+    sizes, axes, values, variances, total, lam, got = _rule_case(0.01)
+    for a in range(3):
+        n, s2 = sizes[a], variances[a]
+        m = _one_way(a, n, total, axes, values, variances, sizes)
+        rule8 = float(m.min()) < lam * s2 * (2 ** (1 / 3) - 1)
+        excess, sd = risk_difference(values[a], s2, lam, 3, total, m, math.sqrt(s2 / n))
+        want_excess, want_sd = _brute_force_risk_difference(values[a], s2, lam, 3, total)
+        assert excess == pytest.approx(want_excess, rel=1e-5, abs=1e-4 * s2) and sd == pytest.approx(want_sd, rel=1e-5)
+        assert got[a][1] == float(rule8 or excess > sd)
+    # a binary attribute nearer an even split (20,000 / 29,100) at λ = 0.02: Δ > 0 (the one-way
+    # by its sign) but within one s.d. of its estimate: rule (8)'s choice, uniform, stays
+    y, s2, total = np.array([20000.0, 29100.0]), 790.0**2, 48600.0
+    got = attribute_priors("per-attribute", total, [(0,)], [y], [s2], [2], 0.02, 3)
+    m = _one_way(0, 2, total, [(0,)], [y], [s2], [2])
+    assert not float(m.min()) < 0.02 * s2 * (2 ** (1 / 3) - 1)
+    excess, sd = _brute_force_risk_difference(y, s2, 0.02, 3, total)
+    assert 0 < excess < sd and got[0][1] == 0.0
+
+
+def test_risk_rule_only_with_one_way_marginals_only():
+    # the same binary attribute beside a measured pair: rule (8) decides (the risk rule is the
+    # fallback's, where the fit is a product)
+    sizes, axes, values, variances, total, lam, got = _rule_case(0.02)
+    assert got[0][1] == 1.0
+    pair = np.full(15, 3240.0)
+    mixed = attribute_priors("per-attribute", total, axes + [(1, 2)], values + [pair], variances + [1e6], sizes, lam, 3)
+    assert mixed[0][1] == 0.0

@@ -25,8 +25,9 @@ for differentially private synthetic data", VLDB 2022):
    ``cells x E|noise|``, :func:`expected_noise_all`), is at most ``D^``: AIM's criterion (measure
    a marginal when its expected noise error is below its expected bias, here on average over the
    workload) — or at most ``ALL_L2_NOISE_FRACTION x D^`` (1/2) when the fit of "all" would be least
-   squares and every workload set has three attributes or more (:func:`all_noise_fraction`,
-   :func:`measures_all`; *Which fit each mode gets*, below).
+   squares and every workload set has three attributes or more, or the workload holds pairs under
+   pure (or approximate) ε (:func:`all_noise_fraction`, :func:`measures_all`; *Which fit each mode
+   gets* and *Rounds for pairs*, below).
    Otherwise ``mode = "select"``. Beyond ``CANDIDATE_LIMIT`` candidates (d = 100, all triples: 161,700)
    the probe and selection read a pool drawn independently of the data: every pair and a uniform
    sample of the larger sets (the mean over a fixed list keeps sensitivity 1).
@@ -39,7 +40,8 @@ for differentially private synthetic data", VLDB 2022):
    chosen on the validation networks below: ``phi`` about 0.34 on triples at d = 27, where every
    top-up lost, 0.9-1 on pairs at d = 50 and 100, where it won).
    The two one-way measurements are combined by inverse variance and the model rebuilt. Then
-   ``T`` rounds (default ``T = d``: as many marginals as MST's spanning tree has edges, plus one),
+   ``T`` rounds (default ``T = d``: as many marginals as MST's spanning tree has edges, plus one;
+   a workload of pairs takes ``2d`` when the probe says they pay, *Rounds for pairs* below),
    each with an equal part of what is left. Each round spends ``SELECT_SHARE`` of its
    part on the exponential mechanism (McSherry and Talwar 2007) over the candidates not yet
    measured — the workload's sets and their pairs — with AIM's quality score (its candidate
@@ -137,12 +139,64 @@ at d = 100, ε 0.5, at 0.78-0.84). So **the half applies only to workloads of tr
 (every set of three attributes or more): on triples no run had "all" better at a ratio above 1/2,
 while on pairs a half won at d = 50, ε 0.1 and lost all four runs between the budgets above; a
 workload with pairs keeps AIM's criterion
-(the lead's restriction of stream s27y's rule, at merge). Under pure ε and on
+(the lead's restriction of stream s27y's rule, at merge; pairs under pure ε take the half too since
+*Rounds for pairs*, below, where selection runs ``2d`` rounds). Under pure ε and on
 the many-valued domains "all" was never chosen, so nothing changed there. The figures of the
 change are in the notes of issue 27 (``bench_wide_rule.py --accounting zcdp --eps 0.1``): d = 27
 triples 0.0268 → 0.0095 / 0.0079 / 0.0094 (networks 3 / 4 / 5); d = 50 pairs would have gone
 0.0102 / 0.0123 / 0.0123 → 0.0087 / 0.0079 / 0.0082 under a half for pairs too, which the runs
 between the budgets above ruled out.
+
+**Rounds for pairs** (issue 27, session 11). The one benchmark cell where a peer beat ``auto``:
+binary d = 27, every pair (351), pure ε = 1, n = 50,000 (``bench_wide.py --cases bn``, network 1,
+seed 7). ``auto`` measured "all" (``E_all / D^`` = 0.66, under AIM's criterion) and fitted it by
+least squares: 0.0173 against factored MWEM's 0.0141. Each mode forced on the same cell and draws
+(``bench_wide_modes.py``, mean L1/n): "all" 0.0173, selection (``T = d``) 0.0226, the one-way
+fallback 0.0422; on the validation networks (3-5, seeds 1-4, networks averaged within a seed)
+"all" 0.0171, selection 0.0146, one-way 0.0373, MWEM 0.0115: no mode beat MWEM, and the fit was
+not the cause (a convex entropy-regularised fit of "all" tied least squares, session 10). What
+MWEM does differently is measure about ``2d`` marginals (T = 54 at d = 27); these networks
+(parents within three places) have more dependent pairs than ``d``, so ``d`` rounds leave real
+dependence to the independence prior. Selection with more rounds, validation networks, same
+seeds: ``T = 2d`` 0.0061 (0.0059 without the top-up, 0.0062 at ``T = 3d``, 0.0067 with
+SELECT_SHARE 1/8); d = 50 at pure ε 1, 0.0084 against 0.0094 — but at pure ε 0.1 (d = 50) 0.0608
+against 0.0514: more rounds lose when each round's noise is large against what is left to find.
+So a workload of pairs (every set two attributes, ``T`` not given) runs ``PAIR_ROUNDS_FACTOR x d``
+rounds (capped at the number of candidates) when the expected L1 noise of one of their
+measurements, ``E_more`` (public, with the largest top-up for that many rounds:
+``WideSelectionPlan.expected_noise_more_rounds``), is at most ``PAIR_ROUNDS_NOISE_FRACTION = 1/2``
+of the probe's noisy deviation (:func:`more_rounds_pay`) and the exponential mechanism is not
+blind at their smaller epsilon; else ``d``. ``E_more / D^`` was 0.21-0.28 where ``2d`` won (d = 27,
+pure ε 1), 0.40-0.44 (d = 50, pure ε 1, seed 1) and 0.39-0.43 (d = 50, zCDP ε 0.1 where selection
+ran: 0.0046 against 0.0084, network 3, seed 1), and 0.64-0.86 where it lost (d = 50, pure ε 0.1).
+**The half and the factor 2 were chosen after seeing these runs** (networks 3-5), before the
+benchmark network was run with them; they are judgements, not derived. With selection this strong,
+"all" fitted by least squares no longer pays for pairs under pure ε at ``E_all / D^`` 0.65-0.86
+(0.0171 against 0.0061), so pairs under pure ε take ALL_L2_NOISE_FRACTION as triples do
+(:func:`all_noise_fraction`). Under zCDP pairs keep AIM's criterion: the runs between the budgets
+(above) compared "all" with ``T = d``; against selection with this rule (``bench_wide_modes.py
+--accounting zcdp --modes all select``, networks 3-5, seeds 1-2 or 1-4; select / "all" at
+``E_all / D^``) the crossing is not one number: d = 27 selects better at ε 0.1 (0.28-0.36: 0.0050 /
+0.0066), not at ε 0.2 (0.15-0.18: 0.0041 / 0.0034); d = 50 better at ε 0.1-0.2 (0.46-1.06: 0.0039-
+0.0050 / 0.0061-0.0120), not at ε 0.5 (0.21-0.24: 0.0035 / 0.0024); d = 100 at ε 1 not (network 3,
+0.40-0.42: 0.0030 / 0.0024). Open. Validation of the rule against the old one (``T = d``, fraction 1
+for pairs), networks 3-5, seeds 1-4, paired per seed, s.e. over seeds
+(``bench_wide_modes.py --d D --k 2 --accounting A --eps E --nets 3 4 5 --seeds 1 2 3 4 --modes auto``
+with ``--plan '{}'`` and ``--plan '{"rounds": D, "all_fraction": 1}'``):
+
+* d = 27, pure ε 1: 0.0171 → **0.0061** (−0.0110, s.e. 0.0004, 4 of 4 seeds; every run selects
+  with 54 rounds), factored MWEM 0.0115 (the new rule lower in 12 of 12 runs);
+* d = 50, pure ε 1: 0.0094 → 0.0086 (−0.0008, s.e. 0.0003; 3 of 4 seeds better, none worse; 9 of
+  12 runs took ``2d``);
+* d = 50, zCDP ε 0.1: 0.0116 → 0.0113 (one run of 12 selects, with ``2d``: 0.0084 → 0.0046);
+* d = 27 and 50 at pure ε 0.1 and zCDP ε 1, d = 27 at zCDP ε 0.1: unchanged (no run took ``2d``
+  or changed mode);
+* d = 100 pairs: ``E_more / D^`` 0.54-1.0 at pure ε 0.1 and 1 and zCDP ε 0.1, and zCDP ε 1
+  measures "all", so no run changes (the same draws); triples never take the option.
+
+On the benchmark network (seed 7) only the cell above changes: 0.0173 → **0.0086** (MWEM 0.0141),
+2.8 CPU-s; every other ``bench_wide.py`` cell keeps its mode and rounds (d = 50, pure ε 1:
+``E_more / D^`` 0.56, ``T = d``).
 
 **Can the fit of "all" finish?** A fit that is not certified releases nothing, after the whole
 budget is spent. So the plan decides, before any draw and from public sizes only
@@ -189,7 +243,9 @@ records seed + 100, measurement seeds 1-5; pure ε = 1, n = 50,000, mean L1/n; u
   (0.0165 / 0.0175 / 0.0368 at d = 100 / 50 pairs / 27 triples against 0.0121 / 0.0116 / 0.0265);
   ``T = 2d`` better at d = 50 (0.0097) but worse at d = 100 (0.0143) and d = 27 triples (0.0283);
   a ``T`` from the probe (rounds whose noise stays below its deviation) chose 95 and 108 rounds
-  on pairs (0.0121, 0.0103) but 228 on triples (0.0666): not kept;
+  on pairs (0.0121, 0.0103) but 228 on triples (0.0666): not kept (those figures were least-squares fits; with
+  the smooth fit, pairs take ``2d`` rounds where a round's noise is at most half the deviation:
+  *Rounds for pairs*);
 * annealing from ``T = d`` never fired on triples and lost on d = 100 pairs (0.0127 against
   0.0121): off by default;
 * ``SELECT_SHARE``: 1/2 lost at d = 100 (0.0148 against 0.0123), 1/8 at d = 27 triples (0.0268
@@ -216,7 +272,7 @@ __all__ = ["WideSelectionPlan", "WideSelection", "AllFit", "LeastSquaresReach", 
            "one_way_weights", "selection_is_blind", "selection_scores", "selection_probabilities", "one_way_top_up",
            "measures_all", "all_noise_fraction", "expected_noise_all",
            "ONE_WAY_SHARE", "PROBE_SHARE", "SELECT_SHARE", "CANDIDATE_LIMIT", "ALL_L2_CELLS", "DECOMPOSABLE_L2_CELLS",
-           "ALL_L2_NOISE_FRACTION"]
+           "ALL_L2_NOISE_FRACTION", "PAIR_ROUNDS_FACTOR", "PAIR_ROUNDS_NOISE_FRACTION", "more_rounds_pay"]
 
 #: Share of the budget for the mean-deviation probe that decides between measuring all and selecting.
 PROBE_SHARE = Fraction(1, 100)
@@ -242,6 +298,12 @@ DECOMPOSABLE_L2_CELLS = 2**21
 #: at most this share of the probe's noisy deviation (module notes, *Which fit each mode gets*: a
 #: judgement between measured groups of runs, not derived).
 ALL_L2_NOISE_FRACTION = Fraction(1, 2)
+#: A workload of pairs selects ``PAIR_ROUNDS_FACTOR x d`` rounds instead of ``d`` when the expected L1 noise
+#: of a round's measurement at that many rounds is at most ``PAIR_ROUNDS_NOISE_FRACTION`` of the probe's
+#: noisy deviation (:func:`more_rounds_pay`; module notes, *Rounds for pairs*: a judgement on the validation
+#: networks, not derived).
+PAIR_ROUNDS_FACTOR = 2
+PAIR_ROUNDS_NOISE_FRACTION = Fraction(1, 2)
 #: Denominator of the rational epsilon used for a zCDP selection.
 _EPS_DENOMINATOR = 2**30
 
@@ -307,6 +369,15 @@ class WideSelectionPlan:
     #: of "all" would be least squares; module notes, *Which fit each mode gets*).
     expected_noise_all: float = 0.0
     all_fraction: Fraction = Fraction(1)
+    #: Pairs only (module notes, *Rounds for pairs*): the rounds ``more_rounds`` (0: no such option) run
+    #: instead of ``rounds`` when the expected L1 noise of one of their measurements (public, with the
+    #: largest top-up), ``expected_noise_more_rounds``, is at most PAIR_ROUNDS_NOISE_FRACTION of the
+    #: probe's noisy deviation (:func:`more_rounds_pay`).
+    more_rounds: int = 0
+    expected_noise_more_rounds: float = 0.0
+    #: The exponential mechanism's epsilon in one of those rounds (the same largest top-up): the run
+    #: keeps ``rounds`` when it is blind there (:func:`selection_is_blind`).
+    epsilon_more_rounds: object = 0
 
     def steps(self) -> list:
         """The plan's privacy-spending steps (:class:`~dpopt.algorithms.base.PlannedMeasure`), shares exact:
@@ -327,7 +398,8 @@ class WideSelectionPlan:
                 PlannedMeasure("workload marginals or selected rounds", None, self.mechanism, part(self.rest),
                                self.rest, what=f"every workload marginal ({len(self.workload)}), or "
                                + ("a second one-way measurement and " if self.top_up is not None else "")
-                               + f"{self.rounds} exponential-mechanism choices and their measurements")]
+                               + f"{self.rounds} exponential-mechanism choices and their measurements"
+                               + (f" ({self.more_rounds} when the probe says they pay)" if self.more_rounds else ""))]
 
     def lines(self) -> list[str]:
         f = _amount
@@ -340,7 +412,12 @@ class WideSelectionPlan:
         return [f"what to measure (dpopt.strategy.wide_selection, after MST and AIM): the one-way marginals "
                 f"({f(self.one_way)}) and a probe of their model's mean deviation ({f(self.probe)}); then {every}"
                 + (f"a second one-way measurement (at most {f(self.top_up)}) and " if self.top_up is not None else "")
-                + f"{self.rounds} rounds, each an exponential-mechanism choice among "
+                + f"{self.rounds} rounds"
+                + (f" (or {self.more_rounds}, each {Fraction(self.rounds, self.more_rounds)} as large, if the "
+                   f"expected noise of their measurements, {self.expected_noise_more_rounds:,.4g} per marginal, is "
+                   f"at most {PAIR_ROUNDS_NOISE_FRACTION} of that deviation: PAIR_ROUNDS_NOISE_FRACTION)"
+                   if self.more_rounds else "")
+                + ", each an exponential-mechanism choice among "
                 f"{len(self.candidates)} candidates ({f(self.select_cost)}) and its measurement "
                 f"({f(self.measure_cost)}), a pick measured only if the fit of the measured sets stays in reach "
                 f"(else its measurement's share goes to the rounds to come)"
@@ -387,6 +464,7 @@ def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int
     if not sets:
         raise ParameterError("workload: no marginals to answer")
     d = len(domain.attrs)
+    default_rounds = rounds is None
     rounds = d if rounds is None else int(rounds)
     if rounds < 1:
         raise ParameterError(f"rounds must be >= 1, got {rounds}")
@@ -413,13 +491,31 @@ def plan_wide_selection(domain, workload, budget, mechanism: str, *, rounds: int
         raise DomainError(f"no selection's fit can finish: {fewest.reason}; name fewer or smaller "
                           "marginals" + (", or use estimator 'auto'" if fit.get("objective", "auto") != "auto" else ""))
     all_fit = measure_all_fit(domain, sets, **fit)
+    # Pairs only, at the default T: the rounds the probe may double (module notes, *Rounds for pairs*),
+    # never more than there are candidates (each round measures a new one, so the ledger still sums).
+    more = min(PAIR_ROUNDS_FACTOR * d, len(candidates)) if default_rounds and all(len(c) == 2 for c in sets) else 0
+    noise_more, eps_more = 0.0, 0
+    if more > rounds:
+        from dpopt.model.queries.marginal import Marginal
+        from dpopt.privacy.mechanisms import calibrate
+
+        # Its first round's measurement with the largest top-up for that many rounds (as for `measure_cost`).
+        top_more = one_way_top_up(domain, candidates, more, accounting, select_share) if rule else top_up
+        _, measure_more, eps_more = _round_costs(_scale(rest, (left - top_more) / left / more), accounting,
+                                                 select_share)
+        cells = np.array([domain.project(list(c)).size for c in candidates], dtype=np.float64)
+        noise_more = float(np.mean(cells)) * _mean_abs(calibrate(Marginal(domain, candidates[0]), measure_more,
+                                                                 mechanism))  # any marginal: sensitivity 1
+    else:
+        more = 0
     return WideSelectionPlan(domain, sets, candidates, accounting, mechanism, one_way, probe, rest, rounds,
                              select_cost, measure_cost, eps, select_share, bool(anneal),
                              _scale(rest, top_up / left) if top_up else None, rule, all_fit, fit, rule and not top_up,
                              expected_noise_all(domain, sets, rest, mechanism),
-                             all_noise_fraction(all_fit, fit.get("objective", "auto"), min(len(c) for c in sets))
+                             all_noise_fraction(all_fit, fit.get("objective", "auto"), min(len(c) for c in sets),
+                                                accounting)
                              if all_fraction is None
-                             else Fraction(all_fraction))
+                             else Fraction(all_fraction), more, noise_more, eps_more)
 
 
 def expected_noise_all(domain, workload, rest: PrivacyCost, mechanism: str) -> float:
@@ -436,17 +532,29 @@ def expected_noise_all(domain, workload, rest: PrivacyCost, mechanism: str) -> f
     return float(np.mean(cells) * _mean_abs(law))
 
 
-def all_noise_fraction(all_fit: "AllFit | None", objective: str = "auto", order: int = 3) -> Fraction:
+def all_noise_fraction(all_fit: "AllFit | None", objective: str = "auto", order: int = 3,
+                       accounting: str = "zcdp") -> Fraction:
     """The share of the probe's noisy deviation that ``E_all`` may reach for ``mode = "all"`` to be
     measured (:func:`measures_all`; module notes, *Which fit each mode gets*):
     :data:`ALL_L2_NOISE_FRACTION` when the fit of "all" would be least squares while selection's
-    may be the smooth estimate (``objective`` not ``"l2"``) and the workload's smallest set has
-    ``order >= 3`` attributes; else 1 (AIM's criterion: both modes get the same kind of fit — "all"
-    fitted smooth, or least squares forced for both —, or a workload with pairs, where the measured
-    runs did not support the half). Public: :func:`measure_all_fit` reads sizes and options only."""
-    if all_fit is None or all_fit.objective == "smooth" or objective == "l2" or order < 3:
+    may be the smooth estimate (``objective`` not ``"l2"``) and either the workload's smallest set
+    has ``order >= 3`` attributes or the accounting is pure (or approximate) ε, whose pairs select
+    with more rounds (module notes, *Rounds for pairs*); else 1 (AIM's criterion: both modes get
+    the same kind of fit — "all" fitted smooth, or least squares forced for both —, or a workload
+    with pairs under zCDP, where the measured runs did not support the half). Public:
+    :func:`measure_all_fit` reads sizes and options only."""
+    if all_fit is None or all_fit.objective == "smooth" or objective == "l2" or (order < 3 and accounting == "zcdp"):
         return Fraction(1)
     return Fraction(ALL_L2_NOISE_FRACTION)
+
+
+def more_rounds_pay(expected_noise_more: float, deviation: float) -> bool:
+    """Whether a workload of pairs selects ``WideSelectionPlan.more_rounds`` rounds (module notes,
+    *Rounds for pairs*): when the expected L1 noise of one of their measurements (public) is at most
+    :data:`PAIR_ROUNDS_NOISE_FRACTION` of the probe's noisy deviation ``D^``, the candidates deviate
+    from the model by well above what measuring costs, so twice the measured sets pay for the noise
+    each adds. Reads a public number and a noisy release only."""
+    return float(expected_noise_more) <= float(PAIR_ROUNDS_NOISE_FRACTION) * float(deviation)
 
 
 def measures_all(expected_all: float, deviation: float, fraction) -> bool:
@@ -818,13 +926,15 @@ class WideSelection:
     blind: bool = False
     #: The share of the deviation ``E_all`` could reach for "all" (:func:`all_noise_fraction`).
     all_fraction: Fraction = Fraction(1)
+    #: ``mode = "select"``: the rounds planned, ``T`` or, for pairs, the probe's ``more_rounds``.
+    rounds: int = 0
 
     def info(self) -> dict:
         """For ``release.info``: the decision and its evidence (noisy, hence releasable), the chosen sets."""
         return {"mode": self.mode, "deviation": self.deviation, "expected_noise_all": self.expected_noise_all,
                 "chosen": [list(c) for c in self.chosen], "top_up": str(self.top_up), "phi": self.phi,
                 "steer": self.steer, "blind": self.blind, "all_fraction": str(self.all_fraction),
-                "refused": [[list(c), why] for c, why, _ in self.refused],
+                "rounds": self.rounds, "refused": [[list(c), why] for c, why, _ in self.refused],
                 "all_fit": None if self.all_fit is None else self.all_fit.info()}
 
     def describe(self) -> str:
@@ -913,18 +1023,25 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
     first = calibrate(ones_query, plan.one_way, plan.mechanism)
     steer = model_noise(domain, candidates, _mean_abs(first), total) / max(deviation, 1.0)
     rounds_part, top_up, phi = plan.rest, plan.top_up, None
+    # Pairs (module notes, *Rounds for pairs*): more rounds when their measurements' expected noise
+    # (public) is small against the noisy deviation, and the exponential mechanism is not blind at
+    # their smaller epsilon (else the rounds stay as planned, as before this rule).
+    rounds = plan.rounds
+    if plan.more_rounds and more_rounds_pay(plan.expected_noise_more_rounds, deviation):
+        blind_more = selection_is_blind(len(candidates), plan.epsilon_more_rounds, total)
+        rounds = plan.rounds if blind_more else plan.more_rounds
     if plan.top_up_rule and top_up is not None:
         # The share of the probe's deviation that the first model's one-way noise explains (public
         # expected noise over a noisy release): the top-up weighs the model's noise by it.
         one_cells = np.mean([sum(domain.project([a]).size for a in c) for c in candidates])
         phi = min(1.0, float(one_cells) * _mean_abs(first) / max(deviation, 1.0))
         # Below TOP_UP_NOISE_FRACTION real dependence dominates what selection ranks: no top-up.
-        x = one_way_top_up(domain, candidates, plan.rounds, plan.accounting, plan.select_share, phi) \
+        x = one_way_top_up(domain, candidates, rounds, plan.accounting, plan.select_share, phi) \
             if phi >= TOP_UP_NOISE_FRACTION else Fraction(0)
         top_up = _scale(plan.rest, x / (1 - ONE_WAY_SHARE - PROBE_SHARE)) if x else None
     # The first round's exponential-mechanism epsilon: its utility bound (selection_is_blind).
     first_eps = _round_costs(_scale(plan.rest if top_up is None else _minus(plan.rest, top_up),
-                                    Fraction(1, plan.rounds)), plan.accounting, plan.select_share)[2]
+                                    Fraction(1, rounds)), plan.accounting, plan.select_share)[2]
     blind = selection_is_blind(len(candidates), first_eps, total)
     steers = not (plan.one_way_fallback and steer >= 1)
     if mode == "one-way" or (mode == "auto" and (not steers or blind)):
@@ -947,7 +1064,7 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
     refused: list[tuple] = []  # picks not measured: the fit would be out of reach (step 3)
     open_ = np.ones(len(candidates), dtype=bool)
     sizes = np.array([domain.project(list(c)).size for c in candidates], dtype=np.float64)
-    left, share, t = Fraction(1), Fraction(1, plan.rounds), 0  # of `rounds_part`: still to spend, a round's
+    left, share, t = Fraction(1), Fraction(1, rounds), 0  # of `rounds_part`: still to spend, a round's
     grow = 4 if plan.accounting == "zcdp" else 2  # the noise scale halves (AIM: sigma / 2, epsilon x 2)
     while left > 0 and open_.any():
         part = left if left < 2 * share else share  # AIM: the last round takes all that is left
@@ -992,7 +1109,7 @@ def run_wide_selection(plan: WideSelectionPlan, data, accountant, rng, *, mode: 
     top_share = Fraction(0) if top_up is None else (top_up.rho / whole.rho if plan.accounting == "zcdp"
                                                     else top_up.epsilon / whole.epsilon)
     return WideSelection(measured, "select", deviation, expected_all, chosen, total, plan.all_fit, top_share, phi,
-                         steer, refused, all_fraction=fraction)
+                         steer, refused, all_fraction=fraction, rounds=rounds)
 
 
 def model_noise(domain, candidates, one_way_noise: float, total: float) -> float:

@@ -42,7 +42,8 @@ Cases (``--cases``):
   3-way at d = 27). ``space`` measures the workload; ``space (shrink)`` is the same estimate
   with ``shrink=True`` (empirical-Bayes shrinkage towards independence); ``auto wide`` is ``auto``'s
   plan on wide data (:mod:`dpopt.strategy.wide_selection`: one-way marginals, then every workload
-  marginal, or a second one-way measurement by the module's rule and d marginals chosen by the
+  marginal, or a second one-way measurement by the module's rule and d marginals (2d for pairs
+  where the module's *Rounds for pairs* says they pay) chosen by the
   exponential mechanism, same budget; its time covers measurement, selection and estimation; the
   rule's validation on other networks is ``bench_wide_rule.py``) and ``auto wide records`` its synthetic records;
   ``mwem`` is factored MWEM at its documented defaults (rounds by the rule, block selection,

@@ -2,7 +2,8 @@
 
 ``auto``'s wide plan (:mod:`dpopt.strategy.wide_selection`) under a grid of settings — the
 second one-way measurement (``top``: a share of the budget, or the rule), the number of rounds
-(``T``: a multiple of ``d``), the exponential mechanism's share of a round (``sel``) and AIM's
+(``T``: a multiple of ``d``; giving it turns off the doubled rounds of pairs, module notes *Rounds
+for pairs*), the exponential mechanism's share of a round (``sel``) and AIM's
 annealing (``anneal``) — on binary data from ``random_sparse_network(d, seed=NET, window=W)``
 (records seed ``NET + 100``, n = 50,000), over several measurement seeds. bench_wide.py's
 figures use network seed 1 and measurement seed 7: the rule was validated here on other seeds.
@@ -69,6 +70,8 @@ def main() -> None:
     parser.add_argument("--eval", type=int, default=60, help="with --groups: workload sets scored")
     parser.add_argument("--decisions", action="store_true", help="per seed: the probe's D^, E_all, the share "
                         "of D^ that E_all may reach and the mode chosen; no fit")
+    parser.add_argument("--dump", default="", help="append each run's per-marginal errors to this file (JSON "
+                        "lines), for paired comparisons of two code versions on the same draws")
     parser.add_argument("--verbose", action="store_true", help="per seed: the budget split, the probe, phi, "
                         "the chosen sets (cells) and their exact deviation from independence")
     args = parser.parse_args()
@@ -121,8 +124,13 @@ def main() -> None:
                 continue
             chosen = run_wide_selection(plan, data, budget.accountant(), make_random(seed), mode=cfg.get("mode", "auto"))
             fit = estimate_marginals(chosen.measurements, sets, objective=args.objective).marginals(sets)
-            errs.append(float(np.mean([np.abs(np.asarray(fit[s], float) - truths[s]).sum() / n for s in sets])))
+            per_set = [float(np.abs(np.asarray(fit[s], float) - truths[s]).sum() / n) for s in sets]
+            errs.append(float(np.mean(per_set)))
             rounds.append(len(chosen.chosen))
+            if args.dump:
+                with open(args.dump, "a") as f:
+                    f.write(json.dumps({"net": args.net, "accounting": args.accounting, "eps": args.eps, "seed": seed,
+                                        "config": cfg, "mode": chosen.mode, "errors": {"auto": per_set}}) + "\n")
             if args.verbose:
                 describe(plan, chosen, data, n, independence, errs[-1])
         if args.decisions:

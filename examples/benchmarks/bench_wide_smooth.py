@@ -48,6 +48,7 @@ Run::
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from fractions import Fraction
 
@@ -100,6 +101,8 @@ def main() -> None:
     parser.add_argument("--pgm", action="store_true", help="also Private-PGM (mbi, 1,000 iterations)")
     parser.add_argument("--adult", action="store_true",
                         help="adult_pgm: its chain of triples measured, all 364 triples released")
+    parser.add_argument("--dump", default="", help="append each run's per-marginal errors to this file (JSON "
+                        "lines), for paired comparisons of two code versions on the same draws")
     args = parser.parse_args()
     if args.adult:
         adult(args)
@@ -151,6 +154,11 @@ def main() -> None:
 
                         row = pgm_row(data, ms, sets, truths, n)
                         diff += f"  pgm {row.get('error', float('nan')):.4f} ({row.get('cpu_seconds', 0):.0f} s)"
+                    if args.dump:
+                        with open(args.dump, "a") as f:
+                            f.write(json.dumps({"net": net_seed, "accounting": accounting, "eps": eps, "seed": seed,
+                                                "mode": chosen.mode, "errors": {k: v.tolist()
+                                                                                 for k, v in per_set.items()}}) + "\n")
                     print(f"{net_seed:>3} {accounting:>4} {eps:>4} {seed:>4} {chosen.mode:>6} {tree!s:>10} "
                           f"{ratio:>11.3g} " + " ".join(out) + diff + f"  peak {peak_memory_mb():,.0f} MB", flush=True)
 

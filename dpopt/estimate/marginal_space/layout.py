@@ -46,6 +46,7 @@ from itertools import combinations
 from typing import Iterable, Sequence
 
 import numpy as np
+from scipy import sparse
 
 from dpopt.errors import DomainError, QueryError
 from dpopt.model.domain import Domain
@@ -167,24 +168,39 @@ def _dense_transform(sizes: tuple[int, ...]) -> np.ndarray:
 
 
 # ---- families of sets ----------------------------------------------------------------------------
+#: Pairs (set, larger set) whose overlaps :func:`maximal_sets` forms at once.
+_OVERLAP_PAIRS = 1 << 22
+
+
 def maximal_sets(sets: Iterable[Sequence[int]]) -> list[tuple[int, ...]]:
-    """The sets not contained in another one (sorted tuples, first-seen order, no repeats)."""
+    """The sets not contained in another one (sorted tuples, first-seen order, no repeats).
+
+    A set is dropped when a strictly larger one holds it (distinct sets of one size cannot hold
+    each other), tested for all pairs at once: ``s ⊆ t`` iff ``|s ∩ t| = |s|``, the overlaps
+    being one sparse product of the sets' incidence matrix (attributes as columns).
+    """
     unique = list(dict.fromkeys(tuple(sorted(s)) for s in sets))
-    kept: list[tuple[int, ...]] = []
-    kept_sets: list[frozenset] = []
-    holders: dict[int, list[int]] = {}  # kept sets by attribute: a candidate is compared with those holding its first
-    for s in sorted(unique, key=len, reverse=True):
-        fs = frozenset(s)
-        if s and any(fs <= kept_sets[i] for i in holders.get(s[0], ())):
+    if len(unique) <= 1:
+        return unique
+    sizes = np.fromiter(map(len, unique), dtype=np.int64, count=len(unique))
+    columns = {a: j for j, a in enumerate(dict.fromkeys(a for s in unique for a in s))}
+    members = np.fromiter((columns[a] for s in unique for a in s), dtype=np.int64, count=int(sizes.sum()))
+    incidence = sparse.csr_matrix((np.ones(members.size, dtype=np.int32), members,
+                                   np.concatenate([[0], np.cumsum(sizes)])), shape=(len(unique), len(columns)))
+    held = np.zeros(len(unique), dtype=bool)
+    for k in np.unique(sizes):
+        smaller, larger = np.flatnonzero(sizes == k), np.flatnonzero(sizes > k)
+        if larger.size == 0:
             continue
-        if not s and kept:
+        if k == 0:  # the empty set: inside any other
+            held[smaller] = True
             continue
-        for a in s:
-            holders.setdefault(a, []).append(len(kept))
-        kept.append(s)
-        kept_sets.append(fs)
-    order = {s: i for i, s in enumerate(unique)}
-    return sorted(kept, key=order.__getitem__)
+        supersets = incidence[larger].T.tocsc()
+        step = max(1, _OVERLAP_PAIRS // larger.size)  # bounds the product's memory
+        for start in range(0, smaller.size, step):
+            rows = smaller[start:start + step]
+            held[rows] = (incidence[rows] @ supersets).max(axis=1).toarray().ravel() >= k
+    return [s for s, inside in zip(unique, held) if not inside]
 
 
 def held_cliques(num_attrs: int, axes: Sequence[Sequence[int]]) -> list[tuple[int, ...]]:

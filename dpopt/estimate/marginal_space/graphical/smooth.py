@@ -36,13 +36,25 @@ is Markov on the tree: a one-way factor on a clique holding ``a``), each factor 
 ``N̂/n_a``, or ``m_a``, the estimated one-way. ``m_a`` is post-processing of the noisy
 measurements only: the inverse-variance average of every measured set's marginal on ``a`` (a set
 ``S`` gives variance ``σ_S² D_S / n_a`` per cell; ``s_a²`` the average's variance per cell),
-projected onto ``{m ≥ s_a, Σ m = N̂}`` (a count within one s.d. of zero says only that; the same
-floor as the dense engine's prior total), or uniform when ``n_a s_a ≥ N̂``.
+projected onto ``{m ≥ f_a, Σ m = N̂}``, or uniform when ``n_a s_a ≥ N̂``. The floor is
+``f_a = s_a`` (a count within one s.d. of zero says only that; the same floor as the dense
+engine's prior total), which leaves each cell room for the steps to lift it where a larger
+measured set shows it (each step multiplies the prior). When every measured set is one attribute
+or none — one-way marginals and totals only, the pure-ε fallback of
+:mod:`dpopt.strategy.wide_selection` — no measurement can show a cell above what the average
+does, and the floor only spreads mass over cells the data put at zero: there ``f_a = s_a / √n_a``,
+so the floors hold at most ``n_a f_a = √n_a s_a``, one s.d. of the one-way's total (issue 27,
+session 9: on adult at pure ε 0.1, seed 7, the floor ``s_a`` ≈ 122 put 11,067 records in the 91
+cells of capital-gain whose true count is below ``s_a``, which hold 577; mean L1/n over the 364
+triples 0.418 → 0.398). Not per attribute: the lower floor on an attribute that only one-way
+marginals hold *beside* selected sets lost on a generated 16-value attribute (zCDP ε 0.1, three
+runs, +0.00007 to +0.00010, about 3 s.e.; docs, marginal space).
 
 - ``"uniform"`` (the dense engine's default): every factor uniform.
 - ``"one-way"``: every factor ``m_a`` (where a measured set holds ``a``).
 - ``"per-attribute"`` (the default here): ``m_a`` for the attributes whose cells the steps
-  cannot all resolve, uniform for the others (issue 27). Where every attribute is resolved it
+  cannot all resolve (rule (8)) and, with one-way marginals only, for those whose uniform
+  factor's risk estimate is larger beyond its s.d. (rule (9)), uniform for the others (issue 27). Where every attribute is resolved it
   is the uniform prior, i.e. the dense engine's default.
 
 **The per-attribute rule.** The dense engine's notes give the linearised filter of ``K``
@@ -56,13 +68,15 @@ leave the fraction ``κ_j^K`` of the cell at its prior, with::
 
 A cell with ``κ_j^K > 1/2`` is *unresolved*: the prior decides more of it than the data do (the
 default ``c`` puts the filter's half-way point at signal-to-noise ratio 1, the same place). With
-``m_j`` (at least ``s_a``) for ``x_j``, attribute ``a`` takes the factor ``m_a`` when::
+``m_j`` (at least its floor ``f_a``) for ``x_j``, attribute ``a`` takes the factor ``m_a`` when::
 
     min_j m_j  <  λ s_a² (2^{1/K} − 1)                                                    (8)
 
 and the uniform factor otherwise. With the default ``c = 1/(2^{1/K} − 1)`` the bound is
 ``s_a²/σ̄``; since ``m_j ≥ s_a``, only an attribute whose one-way is noisier than ``σ̄`` per
-cell (``s_a > σ̄``: measured less precisely than the average row) can take its one-way. Why: the
+cell (``s_a > σ̄``: measured less precisely than the average row) can take its one-way; with
+one-way marginals only (floor ``s_a / √n_a``), an attribute with a cell at the floor takes it
+when ``s_a > σ̄ / √n_a`` (adult's fallback, seed 7: 11 of 14 attributes, 5 with the floor ``s_a``). Why: the
 uniform prior puts ``N̂/n_a`` in an unresolved cell, so on a skewed many-valued attribute at
 small ``ε`` its near-empty cells are lifted towards ``N̂/n_a`` and mass lands in empty cells
 (the loss to Private-PGM found in issue 27); when every cell is resolved, the prior hardly moves
@@ -73,6 +87,34 @@ the whole one-way won (docs, marginal space). The rule reads the noisy answers (
 ``m_a``), their variances and ``λ`` (a function of the variances), never the data; 1/2 is the
 filter's half-way point, not a fitted constant. ``info["prior_weights"]`` lists per attribute
 1.0 (one-way) or 0.0 (uniform).
+
+**The risk rule with one-way marginals only (9).** Rule (8)'s fraction ``κ_j^K`` depends on
+``x_j / s_a``, not on how far the cell is from the prior: a resolved cell far from ``N̂/n_a``
+still keeps ``κ_j^K`` of that distance as bias (adult at pure ε 0.1, seed 7: sex, 16,192 /
+32,650 records, is resolved, and the uniform factor's fit is off by 742 records against the
+one-way's 98). When every measured set is one attribute or none, the estimate is a product whose
+factor on ``a`` is that attribute's own ``K`` proximal steps on ``n_a`` cells, solved in closed
+form (Wright's omega) with its exact Jacobian in the noisy average
+(:mod:`~dpopt.estimate.marginal_space.graphical.prior_risk`), so Stein's unbiased risk estimate
+of each factor's fit, ``SURE = ‖f − ȳ‖² − n_a s_a² + 2 s_a² tr ∂f/∂ȳ``, is exact for Gaussian
+noise. An attribute rule (8) leaves uniform takes its one-way when::
+
+    SURE_uniform − SURE_one-way  >  s_a ‖∇_ȳ (‖f_u − ȳ‖² − ‖f_o − ȳ‖²)‖                  (9)
+
+(the excess beyond one s.d. of its own estimate, delta method; the divergence term's own
+variation is left out). Within one s.d. the sign of the excess follows the noise: on binary
+d = 100 pairs (pure ε 0.1) choosing by its sign picked the worse factor for more attributes than
+not. One direction only: where rule (8) takes the one-way (an unresolved cell), a smaller squared
+error risk of the uniform factor does not overrule it, because squared error weighs mass spread
+thinly over many near-empty cells far less than the L1 error does, and that spread is what rule
+(8) guards against (letting (9) overrule it both ways lost on the 128-value fallback grid,
++0.0019, s.e. 0.0002 over 8 seeds). Noise from the Laplace mechanism makes (9) an approximation
+(Stein's identity is Gaussian; the unbiasedness of the squared residual's mean is not).
+Validation (issue 27, session 10; each seed one noise draw shared by the networks; mean over
+seeds of the per-seed difference in mean L1/n over the scored marginals against rule (8), s.e.
+over 8 seeds): adult pure ε 0.1 −0.0026; 128-value grid −0.0071; 32-value grid −0.0008;
+binary d = 100 pairs +0.00005 (s.e. 0.00003, level). With a set of two attributes or more
+measured, (9) does not apply and rule (8) decides alone.
 
 **Scope.** Noisy marginals (and totals) only; public constraints other than non-negativity
 (which the estimate keeps on every cell: it is positive) and public totals are refused with a
@@ -92,6 +134,7 @@ from dpopt.errors import ParameterError, QueryError
 from dpopt.estimate.certificates.verify import CERTIFICATE_TOL
 from dpopt.estimate.engines.smooth import RTOL_FACTOR, STEPS, default_smoothing, dual_backtrack, dual_stalled
 from dpopt.estimate.marginal_space.graphical.junction_tree import JunctionTree, elimination_cliques
+from dpopt.estimate.marginal_space.graphical.prior_risk import risk_difference
 from dpopt.estimate.marginal_space.layout import ResidualIndex, SetFamily, maximal_sets, measured_and_workload_axes
 from dpopt.estimate.marginal_space.result import MarginalEstimate
 from dpopt.estimate.status import Status
@@ -178,8 +221,9 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
         the least-squares estimate).
     prior : {"per-attribute", "uniform", "one-way"}
         The first step's prior (module notes, *Priors*): by default the estimated one-way for
-        the attributes with a cell the steps cannot resolve (equation (8)) and uniform for the
-        others; every factor uniform (the dense engine's default); or every factor the one-way.
+        the attributes with a cell the steps cannot resolve (equation (8)) and, with one-way
+        marginals only, for those whose uniform factor's risk estimate is larger beyond its
+        s.d. (rule (9)), uniform for the others; every factor uniform (the dense engine's default); or every factor the one-way.
     steps : int
         ``K``, the proximal steps (default 3).
     smoothing : float, optional
@@ -493,7 +537,8 @@ def attribute_priors(prior: str, total: float, axes, values, variances, sizes, l
     prior : {"uniform", "one-way", "per-attribute"}
         Each factor uniform; the estimated one-way ``m_a`` (where a measured set holds ``a``); or
         ``m_a`` exactly when some cell has ``m_j < λ s_a² (2^{1/K} − 1)`` (equation (8) of the
-        module notes), else uniform.
+        module notes) or, when every measured set is one attribute or none, when the uniform
+        factor's Stein risk exceeds the one-way's by more than one s.d. (rule (9)), else uniform.
     total : float
         ``N̂``, the prior's total.
     axes, values, variances, sizes
@@ -511,20 +556,24 @@ def attribute_priors(prior: str, total: float, axes, values, variances, sizes, l
         0.0 when uniform.
     """
     out = []
+    one_ways_only = all(len(s) <= 1 for s in axes)
     for a, n in enumerate(sizes):
         uniform = np.full(n, total / n)
-        _, weight = _one_way_average(a, n, axes, values, variances, sizes)
+        mean, weight = _one_way_average(a, n, axes, values, variances, sizes)
         if prior == "uniform" or weight == 0 or n == 1:
             out.append((uniform, 0.0))
             continue
-        m = _one_way(a, n, total, axes, values, variances, sizes)
+        m, floor = _project_one_way(mean, weight, total, one_ways_only)
         if prior == "one-way":
             out.append((m, 1.0))
             continue
-        # "per-attribute", equation (8): the one-way where the uniform prior's K steps would leave
-        # some cell more than half at the prior (κ_j^K > 1/2), uniform where they resolve every cell
-        unresolved = float(m.min()) < lam / weight * (2.0 ** (1.0 / steps) - 1.0)
-        out.append((m, 1.0) if unresolved else (uniform, 0.0))
+        take = _unresolved(m, weight, lam, steps)
+        if one_ways_only and not take:
+            # rule (9): with one-way marginals only, also the one-way where the uniform factor's
+            # Stein risk exceeds the one-way factor's by more than one s.d. of that estimate
+            excess, sd = risk_difference(mean, 1.0 / weight, lam, steps, total, m, floor)
+            take = bool(excess > sd)
+        out.append((m, 1.0) if take else (uniform, 0.0))
     return out
 
 
@@ -545,14 +594,34 @@ def _one_way_average(a: int, n: int, axes, values, variances, sizes) -> tuple[np
 
 
 def _one_way(a: int, n: int, total: float, axes, values, variances, sizes) -> np.ndarray:
-    """The estimated one-way marginal on attribute ``a``, positive, summing to ``total`` (module notes)."""
+    """The estimated one-way marginal on attribute ``a``, positive, summing to ``total``: the
+    inverse-variance average projected onto ``{m ≥ f_a, Σ m = N̂}``, with ``f_a = s_a / √n_a`` when
+    every measured set is one attribute or none (one-way marginals and totals) and ``f_a = s_a``
+    otherwise; uniform when ``n_a s_a ≥ N̂`` (module notes, *Priors*)."""
     mean, weights = _one_way_average(a, n, axes, values, variances, sizes)
     if weights == 0:
         return np.full(n, total / n)
-    floor = 1.0 / math.sqrt(weights)
-    if n * floor >= total:
-        return np.full(n, total / n)
-    return floor + _simplex(mean - floor, total - n * floor)
+    return _project_one_way(mean, weights, total, all(len(s) <= 1 for s in axes))[0]
+
+
+def _project_one_way(mean: np.ndarray, weights: float, total: float, one_ways_only: bool) -> tuple[np.ndarray, float]:
+    """``m_a`` from the inverse-variance average ``mean`` and its precision per cell ``weights`` (> 0),
+    and its floor ``f_a``: ``f_a = s_a / √n_a`` when ``one_ways_only`` (every measured set is one
+    attribute or none), ``s_a`` otherwise; ``m_a`` uniform when ``n_a s_a ≥ N̂``."""
+    n = mean.size
+    sd = 1.0 / math.sqrt(weights)
+    # One-way marginals alone cannot show a cell above what the average does: a floor there only
+    # spreads mass, so the floors hold one s.d. of the total, √n_a s_a (module notes, *Priors*).
+    floor = sd / math.sqrt(n) if one_ways_only else sd
+    if n * sd >= total:
+        return np.full(n, total / n), floor
+    return floor + _simplex(mean - floor, total - n * floor), floor
+
+
+def _unresolved(m: np.ndarray, weights: float, lam: float, steps: int) -> bool:
+    """Equation (8): some cell of ``m_a`` below ``λ s_a² (2^{1/K} − 1)``, where the uniform prior's
+    ``K`` steps would leave it more than half at the prior (``κ_j^K > 1/2``)."""
+    return float(m.min()) < lam / weights * (2.0 ** (1.0 / steps) - 1.0)
 
 
 def _simplex(v: np.ndarray, mass: float) -> np.ndarray:
