@@ -139,7 +139,7 @@ def case_adult(args) -> None:
     for eps in args.eps:
         ms, _ = measure_sets(data, sets, "zcdp", eps, 7)
         cpu = time.process_time()
-        est = estimate_local_smooth(ms, sets, time_limit=args.time_limit, max_newton=200,
+        est = estimate_local_smooth(ms, sets, steps=args.steps, time_limit=args.time_limit, max_newton=200,
                                     shrink_limit=args.shrink_limit, max_cg=args.max_cg, start_mix=args.start_mix,
                                     counting=args.counting, preconditioner=args.preconditioner,
                                     lam_path=args.lam_path, path_tol=args.path_tol, path_adapt=args.path_adapt,
@@ -234,6 +234,8 @@ def main() -> None:
                         help="brute and adult: the counting numbers (local_smooth.py, Weights)")
     parser.add_argument("--data", default="bn", choices=["bn", "adult"])
     parser.add_argument("--attrs", nargs="*", default=None)
+    parser.add_argument("--steps", type=int, default=3,
+                        help="adult: proximal steps K (lambda = c / sigma_bar with smooth's c = 1 / (2^(1/K) - 1))")
     parser.add_argument("--time-limit", type=float, default=3500.0)
     parser.add_argument("--shrink-limit", type=float, default=0.99,
                         help="adult: a Newton step stops at this fraction of the distance to a zero cell")
