@@ -143,7 +143,7 @@ def case_adult(args) -> None:
                                     shrink_limit=args.shrink_limit, max_cg=args.max_cg, start_mix=args.start_mix,
                                     counting=args.counting, preconditioner=args.preconditioner,
                                     lam_path=args.lam_path, path_tol=args.path_tol, path_adapt=args.path_adapt,
-                                    log=lambda m: print(f"  {time.process_time() - cpu:7.0f} CPU-s  {m}", flush=True))
+                                    newton=args.newton, log=lambda m: print(f"  {time.process_time() - cpu:7.0f} CPU-s  {m}", flush=True))
         seconds = time.process_time() - cpu
         print(f"adult {len(attrs)} attributes, {len(sets)} triples, {est.info['clique_cells']:,} cells, zCDP eps "
               f"{eps}: {est.status.name}, error {l1(est, sets, truths, n):.4f}, {seconds:.0f} CPU-s, peak "
@@ -167,7 +167,7 @@ def case_brute(args) -> None:
         q = Marginal(domain, s)
         ms.append(Measurement(q, q.matvec(x) + rng.normal(0, 3, q.num_rows), "gaussian", 3.0, 9.0, label=",".join(s)))
     est = estimate_local_smooth(ms, steps=1, prior="uniform", counting=args.counting,
-                                preconditioner=args.preconditioner, lam_path=args.lam_path)
+                                preconditioner=args.preconditioner, lam_path=args.lam_path, newton=args.newton)
     index, family = est.index, est.family
     dense = np.stack([family.expand(v) for v in np.eye(index.size)], 1)
     measured = SetFamily(index, [tuple(sorted(domain.axes(m.query.attrs))) for m in ms])
@@ -249,6 +249,8 @@ def main() -> None:
     parser.add_argument("--path-tol", type=float, default=1e-3, help="adult: relative gap of the path's stages")
     parser.add_argument("--path-adapt", action="store_true",
                         help="adult: shorten the next lambda stage after a slow one (local_smooth.solve_local_smooth)")
+    parser.add_argument("--newton", default="primal", choices=["primal", "primal-dual"],
+                        help="brute and adult: Newton on r, or with the clique cells as variables (local_smooth._newton_pd)")
     args = parser.parse_args()
     {"all": case_all, "chain": case_chain, "adult": case_adult, "brute": case_brute}[args.case](args)
 

@@ -368,6 +368,119 @@ def _newton(problem: LocalSmoothProblem, r: np.ndarray, mu: np.ndarray, log_prio
     return r, mu, value, gap, products, max_newton, "Newton step limit"
 
 
+#: A primal-dual step lowers a clique cell by at most this factor e^(−LOG_STEP_FLOOR) (no overflow to 0).
+LOG_STEP_FLOOR = 30.0
+
+
+def _newton_pd(problem: LocalSmoothProblem, r: np.ndarray, mu_pd: np.ndarray, log_prior: np.ndarray, tol: float,
+               max_newton: int, max_cg: int, deadline: float | None, log=None, shrink_limit: float = STEP_FRACTION,
+               block: CliqueBlockPreconditioner | None = None):
+    """Primal-dual Newton on (L1): the clique cells ``μ_C`` are variables of their own, tied to ``E_C r``
+    by an equation, so a step is not cut where ``E_C (r + t d)`` would leave ``μ > 0``.
+
+    With ``ν = log(μ_C / π_C)`` the optimality conditions of ``min f_k`` over ``(r, μ_C)`` subject
+    to ``E_C r = μ_C`` (the multiplier is ``y = λ w ν``, substituted) are
+
+        R1 = W (r − r̂) + λ E_Cᵀ (w ν) + λ E_Sᵀ (w log(E_S r / π_S)) = 0,   R3 = E_C r − μ_C = 0   (PD)
+
+    (``S``: the subset cells of the conditional counting numbers, kept primal: they are sums of
+    clique cells and never near zero on adult). Newton on (PD) with ``dμ = μ dν`` eliminates
+    ``dν = (E_C d + R3) / μ_C`` and leaves ``H d = −R1 − λ E_Cᵀ (w R3 / μ_C)`` with the primal
+    Hessian ``H`` at the cells ``(μ_C, E_S r)``: the same CG and preconditioner. The update is
+    ``r + t d`` and, per clique cell, ``μ (1 + t dν)`` where it rises (at ``t = 1`` exactly
+    ``E_C (r + d)``, the primal step) and ``μ exp(max(t dν, −LOG_STEP_FLOOR))`` where it falls: positive
+    for every ``t``, tangent to the Newton step at ``t = 0``. ``t`` backtracks on the merit
+    ``½ R1ᵀ W⁻¹ R1 + ½ Σ (λ w / π_C) R3²`` (Armijo; the first term is the certificate's
+    ``½ gᵀ W⁻¹ g`` when ``R3 = 0``), and only the subset cells keep the fraction-to-boundary rule.
+
+    Only ``r`` is certified: after every step ``μ = E r`` afresh and, where ``μ > 0``, the primal
+    certificate of :meth:`LocalSmoothProblem.gap_bound` (exact, whatever ``μ_C`` is). Returns
+    ``(r, μ, value, relative gap bound, products, Newton steps, why it stopped, μ_C)`` with
+    ``μ = E r`` when certified."""
+    family = problem.family
+    nc = family.parts[0].size if isinstance(family, StackedFamily) else family.size
+    w, lam, free = problem.clique_weight, problem.lam, problem.free
+    penalty = lam * w[:nc] * np.exp(-log_prior[:nc])  # λ w / π_C: curvature at the prior, fixed per problem
+    inverse_weight = np.where(free, 1.0 / problem.weight, 0.0)
+
+    def residuals(r, mu_c, primal):
+        ratio = np.log(np.concatenate([mu_c, primal[nc:]])) - log_prior
+        r1 = problem.weight * (r - problem.target) + lam * family.adjoint(w * ratio)
+        r1[~free] = 0.0
+        r3 = primal[:nc] - mu_c
+        return r1, r3, float(0.5 * np.sum(r1 * r1 * inverse_weight) + 0.5 * np.sum(penalty * r3 * r3))
+
+    def certificate(r, primal):
+        if not primal.min() > 0:
+            return math.nan, math.inf
+        value = problem.value(r, primal, log_prior)
+        return value, problem.gap_bound(problem.gradient(r, primal, log_prior)) / (1.0 + abs(value))
+
+    products = 0
+    primal = family.expand(r)
+    r1, r3, merit = residuals(r, mu_pd, primal)
+    value, gap = certificate(r, primal)
+    products += 3
+    reference = abs(value) if math.isfinite(value) else 1.0
+    for it in range(max_newton + 1):
+        if math.isfinite(value):
+            reference = abs(value)
+        if log is not None:
+            log(f"pd newton {it}: value {value:.9g} gap bound {gap:.2e} merit {merit / (1 + reference):.2e} "
+                f"|E r - mu| {float(np.abs(r3).max()):.1e} smallest cell {float(mu_pd.min()):.3g} "
+                f"(E r {float(primal.min()):.3g}) products {products}")
+        if gap <= tol:
+            return r, primal, value, gap, products, it, "certified", mu_pd
+        if it == max_newton:
+            return r, primal, value, gap, products, it, "Newton step limit", mu_pd
+        if deadline is not None and time.perf_counter() > deadline:
+            return r, primal, value, gap, products, it, "time limit", mu_pd
+        cells = np.concatenate([mu_pd, primal[nc:]])
+        curvature = w / cells
+        diag = problem.weight + lam * squared_adjoint(family, curvature)
+        diag = np.where(free, diag, 1.0)
+        forcing = min(0.5, math.sqrt(merit / (1.0 + reference)))
+        if block is None:
+            precondition = diag.__rtruediv__
+        else:
+            block.update(lam * curvature[:block.family.size], diag)
+            precondition = block
+        rhs = -r1 - lam * family.adjoint(np.concatenate([w[:nc] * r3 / mu_pd, np.zeros(family.size - nc)]))
+        rhs[~free] = 0.0
+        d, used = _pcg(lambda v: problem.hessian_product(v, curvature), rhs, precondition, forcing, max_cg)
+        products += used + 2
+        step_cells = family.expand(d)
+        products += 1
+        log_step = (step_cells[:nc] + r3) / mu_pd
+        t = 1.0
+        falling = step_cells[nc:] < 0  # subset cells: primal, so the fraction-to-boundary rule
+        if falling.any():
+            t = min(1.0, shrink_limit * float(np.min(-primal[nc:][falling] / step_cells[nc:][falling])))
+        rising = log_step >= 0
+        while True:
+            trial_r = r + t * d
+            trial_mu = mu_pd * np.where(rising, 1.0 + t * log_step, np.exp(np.maximum(t * log_step, -LOG_STEP_FLOOR)))
+            trial_primal = primal + t * step_cells
+            if trial_primal[nc:].min(initial=1.0) > 0 and trial_mu.min() > 0:
+                t1, t3, trial_merit = residuals(trial_r, trial_mu, trial_primal)
+                products += 1
+                if trial_merit <= (1.0 - 2e-4 * t) * merit:
+                    fresh = family.expand(trial_r)  # E r afresh, not accumulated
+                    products += 1
+                    if fresh[nc:].min(initial=1.0) > 0:
+                        break
+            t *= 0.5
+            if t < 1e-12:
+                return r, primal, value, gap, products, it, "line search failed", mu_pd
+        if log is not None:
+            log(f"  CG {used} products (forcing {forcing:.1e}), step length {t:.2e}")
+        r, mu_pd, primal = trial_r, trial_mu, fresh
+        r1, r3, merit = residuals(r, mu_pd, primal)
+        value, gap = certificate(r, primal)
+        products += 2
+    return r, primal, value, gap, products, max_newton, "Newton step limit", mu_pd
+
+
 def _pcg(product, b: np.ndarray, precondition, rtol: float, max_iter: int) -> tuple[np.ndarray, int]:
     """Preconditioned conjugate gradients for ``H x = b`` from 0 (``precondition(r) ≈ H⁻¹ r``);
     ``(x, products)``."""
@@ -380,7 +493,12 @@ def _pcg(product, b: np.ndarray, precondition, rtol: float, max_iter: int) -> tu
     used = 0
     for used in range(1, max_iter + 1):
         hp = product(p)
-        alpha = rz / float(p @ hp)
+        curve = float(p @ hp)
+        if not curve > 0:  # not positive definite along p (the primal-dual Hessian off E r = μ): stop
+            if used == 1:
+                x = p.copy()  # the preconditioned steepest descent direction
+            break
+        alpha = rz / curve
         x += alpha * p
         res -= alpha * hp
         if math.sqrt(float(res @ res)) <= target:
@@ -397,7 +515,7 @@ def solve_local_smooth(problem: LocalSmoothProblem, start: np.ndarray, log_prior
                        time_limit: float | None = None, log=None,
                        shrink_limit: float = STEP_FRACTION, block: CliqueBlockPreconditioner | None = None,
                        lam_path: tuple[float, float] | None = None, path_tol: float = 1e-3,
-                       path_adapt: bool = False) -> LocalSmoothSolution:
+                       path_adapt: bool = False, newton: str = "primal") -> LocalSmoothSolution:
     """``K = steps`` proximal steps of (L1) from ``start`` (its ``μ`` strictly positive, fixed
     coordinates at their values), each solved to a relative gap bound ``tol / 10`` and certified
     at ``tol``; the prior of step ``k > 1`` is step ``k − 1``'s ``μ``.
@@ -407,7 +525,9 @@ def solve_local_smooth(problem: LocalSmoothProblem, start: np.ndarray, log_prior
     relative gap ``path_tol``, each warm-started from the last (a homotopy: at large ``λ`` the
     problem is near its prior and well conditioned); only the final ``λ``'s point is certified.
     ``path_adapt``: after a stage of more than 3 Newton steps the next factor is the square root of
-    the last, after a shorter one its square (at most ``shrink``)."""
+    the last, after a shorter one its square (at most ``shrink``). ``newton="primal-dual"``:
+    :func:`_newton_pd` (clique cells as variables of their own) instead of :func:`_newton`; the
+    certificate is the same, on ``r``."""
     clock = time.perf_counter()
     deadline = None if time_limit is None else clock + float(time_limit)
     r = start.copy()
@@ -416,9 +536,22 @@ def solve_local_smooth(problem: LocalSmoothProblem, start: np.ndarray, log_prior
         raise ValueError("the starting point has a clique cell at or below zero")
     total_products, total_newton, records = 0, 0, []
     value, gap, stopped = math.nan, math.inf, "no step"
+    if newton not in ("primal", "primal-dual"):
+        raise ValueError(f"newton must be 'primal' or 'primal-dual', got {newton!r}")
+    clique_cells = problem.family.parts[0].size if isinstance(problem.family, StackedFamily) else problem.family.size
+    mu_pd = mu[:clique_cells].copy()
+
+    def solve(staged, r, mu, mu_pd, stage_tol):
+        if newton == "primal":
+            return (*_newton(staged, r, mu, log_prior, stage_tol, max_newton, max_cg, deadline, log, shrink_limit,
+                             block), mu_pd)
+        return _newton_pd(staged, r, mu_pd, log_prior, stage_tol, max_newton, max_cg, deadline, log, shrink_limit,
+                          block)
+
     for k in range(steps):
         if k > 0:
             log_prior = np.log(mu)
+            mu_pd = mu[:clique_cells].copy()
         tick = time.process_time()
         scale, shrink = lam_path if lam_path is not None else (1.0, 1.0)
         factor = shrink
@@ -426,22 +559,20 @@ def solve_local_smooth(problem: LocalSmoothProblem, start: np.ndarray, log_prior
             staged = replace(problem, lam=problem.lam * scale)
             if log is not None:
                 log(f"path: lambda x {scale:.3g}")
-            r, mu, _, _, products, newton, why = _newton(staged, r, mu, log_prior, path_tol, max_newton, max_cg,
-                                                         deadline, log, shrink_limit, block)
+            r, mu, _, _, products, iterations, why, mu_pd = solve(staged, r, mu, mu_pd, path_tol)
             total_products += products
-            total_newton += newton
+            total_newton += iterations
             if why == "time limit":
                 break
             if path_adapt:
                 # a stage that needed many (damped) Newton steps was too long a jump: shorten the
                 # next one (square root of the factor); a quick one lengthens it again
-                factor = math.sqrt(factor) if newton > 3 else max(shrink, factor * factor)
+                factor = math.sqrt(factor) if iterations > 3 else max(shrink, factor * factor)
             scale *= factor
-        r, mu, value, gap, products, newton, stopped = _newton(problem, r, mu, log_prior, tol / 10, max_newton,
-                                                               max_cg, deadline, log, shrink_limit, block)
+        r, mu, value, gap, products, iterations, stopped, mu_pd = solve(problem, r, mu, mu_pd, tol / 10)
         total_products += products
-        total_newton += newton
-        records.append({"step": k + 1, "gap": gap, "value": value, "products": products, "newton": newton,
+        total_newton += iterations
+        records.append({"step": k + 1, "gap": gap, "value": value, "products": products, "newton": iterations,
                         "stopped": stopped, "cpu_seconds": time.process_time() - tick,
                         "smallest_cell": float(mu.min())})
         if stopped != "certified":
@@ -457,7 +588,7 @@ def estimate_local_smooth(measurements, workload=None, constraints=None, *, step
                           max_cells: int = 2**27, log=None, shrink_limit: float = STEP_FRACTION,
                           start_mix: float = 0.0, counting: str = "cliques", preconditioner: str = "jacobi",
                           lam_path: tuple[float, float] | None = None, path_tol: float = 1e-3,
-                          path_adapt: bool = False):
+                          path_adapt: bool = False, newton: str = "primal"):
     """The local smooth estimate (module notes) of the workload's marginals.
 
     Parameters
@@ -480,6 +611,8 @@ def estimate_local_smooth(measurements, workload=None, constraints=None, *, step
         CG's preconditioner: the Hessian's diagonal, or :class:`CliqueBlockPreconditioner`.
     lam_path, path_tol, path_adapt
         A λ homotopy before every step (:func:`solve_local_smooth`).
+    newton : {"primal", "primal-dual"}
+        Newton's method on ``r`` alone, or with the clique cells as variables (:func:`_newton_pd`).
 
     Returns
     -------
@@ -614,7 +747,8 @@ def estimate_local_smooth(measurements, workload=None, constraints=None, *, step
     remaining = None if time_limit is None else max(float(time_limit) - (time.perf_counter() - start_clock), 1e-3)
     solved = solve_local_smooth(problem, start, log_prior, steps=steps, tol=tol, max_newton=max_newton,
                                 max_cg=max_cg, time_limit=remaining, log=log, shrink_limit=shrink_limit,
-                                block=block, lam_path=lam_path, path_tol=path_tol, path_adapt=path_adapt)
+                                block=block, lam_path=lam_path, path_tol=path_tol, path_adapt=path_adapt,
+                                newton=newton)
     status = Status.OPTIMAL if solved.converged else (Status.TIME_LIMIT if solved.stopped == "time limit"
                                                       else Status.NUMERICAL_ERROR)
     message = (f"{'certified' if solved.converged else 'not certified (' + solved.stopped + ')'}: relative gap "
