@@ -370,6 +370,8 @@ def _newton(problem: LocalSmoothProblem, r: np.ndarray, mu: np.ndarray, log_prio
 
 #: A primal-dual step lowers a clique cell by at most this factor e^(−LOG_STEP_FLOOR) (no overflow to 0).
 LOG_STEP_FLOOR = 30.0
+#: The primal-dual CG's largest relative residual (then the relative merit: quadratic convergence).
+PD_FORCING = 1e-2
 
 
 def _newton_pd(problem: LocalSmoothProblem, r: np.ndarray, mu_pd: np.ndarray, log_prior: np.ndarray, tol: float,
@@ -390,7 +392,7 @@ def _newton_pd(problem: LocalSmoothProblem, r: np.ndarray, mu_pd: np.ndarray, lo
     ``r + t d`` and, per clique cell, ``μ (1 + t dν)`` where it rises (at ``t = 1`` exactly
     ``E_C (r + d)``, the primal step) and ``μ exp(max(t dν, −LOG_STEP_FLOOR))`` where it falls: positive
     for every ``t``, tangent to the Newton step at ``t = 0``. ``t`` backtracks on the merit
-    ``½ R1ᵀ W⁻¹ R1 + ½ Σ (λ w / π_C) R3²`` (Armijo; the first term is the certificate's
+    ``½ R1ᵀ W⁻¹ R1 + ½ Σ (λ w n_C / N) R3²`` (Armijo; the first term is the certificate's
     ``½ gᵀ W⁻¹ g`` when ``R3 = 0``), and only the subset cells keep the fraction-to-boundary rule.
 
     Only ``r`` is certified: after every step ``μ = E r`` afresh and, where ``μ > 0``, the primal
@@ -400,7 +402,12 @@ def _newton_pd(problem: LocalSmoothProblem, r: np.ndarray, mu_pd: np.ndarray, lo
     family = problem.family
     nc = family.parts[0].size if isinstance(family, StackedFamily) else family.size
     w, lam, free = problem.clique_weight, problem.lam, problem.free
-    penalty = lam * w[:nc] * np.exp(-log_prior[:nc])  # λ w / π_C: curvature at the prior, fixed per problem
+    # the merit's weight on R3: λ w at the uniform table's cell N / n_C (fixed; the prior's own cells,
+    # at later proximal steps the last step's μ down to 1e-12, would weigh a barrier cell's R3 ~1e12 ×)
+    cliques = family.parts[0] if isinstance(family, StackedFamily) else family
+    cell_counts = cliques.per_set(cliques.cells.astype(np.float64))
+    total = float(np.exp(log_prior[:nc]).sum()) / len(cliques.cells)
+    penalty = lam * np.abs(w[:nc]) * cell_counts / total
     inverse_weight = np.where(free, 1.0 / problem.weight, 0.0)
 
     def residuals(r, mu_c, primal):
@@ -439,7 +446,10 @@ def _newton_pd(problem: LocalSmoothProblem, r: np.ndarray, mu_pd: np.ndarray, lo
         curvature = w / cells
         diag = problem.weight + lam * squared_adjoint(family, curvature)
         diag = np.where(free, diag, 1.0)
-        forcing = min(0.5, math.sqrt(merit / (1.0 + reference)))
+        # tighter than the primal forcing, in the preconditioned norm: the right side is dominated by
+        # the stiff R3 / μ terms, so a small Euclidean residual can leave the weak directions unsolved
+        # and the direction need not descend on the merit
+        forcing = min(PD_FORCING, merit / (1.0 + reference))
         if block is None:
             precondition = diag.__rtruediv__
         else:
@@ -447,7 +457,8 @@ def _newton_pd(problem: LocalSmoothProblem, r: np.ndarray, mu_pd: np.ndarray, lo
             precondition = block
         rhs = -r1 - lam * family.adjoint(np.concatenate([w[:nc] * r3 / mu_pd, np.zeros(family.size - nc)]))
         rhs[~free] = 0.0
-        d, used = _pcg(lambda v: problem.hessian_product(v, curvature), rhs, precondition, forcing, max_cg)
+        d, used = _pcg(lambda v: problem.hessian_product(v, curvature), rhs, precondition, forcing, max_cg,
+                       energy=True)
         products += used + 2
         step_cells = family.expand(d)
         products += 1
@@ -481,15 +492,18 @@ def _newton_pd(problem: LocalSmoothProblem, r: np.ndarray, mu_pd: np.ndarray, lo
     return r, primal, value, gap, products, max_newton, "Newton step limit", mu_pd
 
 
-def _pcg(product, b: np.ndarray, precondition, rtol: float, max_iter: int) -> tuple[np.ndarray, int]:
+def _pcg(product, b: np.ndarray, precondition, rtol: float, max_iter: int,
+         energy: bool = False) -> tuple[np.ndarray, int]:
     """Preconditioned conjugate gradients for ``H x = b`` from 0 (``precondition(r) ≈ H⁻¹ r``);
-    ``(x, products)``."""
+    ``(x, products)``. Stops at ``||res|| ≤ rtol ||b||``, or with ``energy`` at
+    ``resᵀ M⁻¹ res ≤ rtol² bᵀ M⁻¹ b`` (≈ the error in ``H``'s norm: a right side dominated by a few
+    stiff entries then does not hide the error in the weak directions)."""
     x = np.zeros_like(b)
     res = b.copy()
     z = precondition(res)
     p = z.copy()
     rz = float(res @ z)
-    target = rtol * math.sqrt(float(b @ b))
+    target = rtol * math.sqrt(rz if energy else float(b @ b))
     used = 0
     for used in range(1, max_iter + 1):
         hp = product(p)
@@ -501,10 +515,12 @@ def _pcg(product, b: np.ndarray, precondition, rtol: float, max_iter: int) -> tu
         alpha = rz / curve
         x += alpha * p
         res -= alpha * hp
-        if math.sqrt(float(res @ res)) <= target:
+        if not energy and math.sqrt(float(res @ res)) <= target:
             break
         z = precondition(res)
         rz_new = float(res @ z)
+        if energy and math.sqrt(max(rz_new, 0.0)) <= target:
+            break
         p = z + (rz_new / rz) * p
         rz = rz_new
     return x, used
