@@ -249,7 +249,7 @@ def main() -> None:
     parser.add_argument("--path-tol", type=float, default=1e-3, help="adult: relative gap of the path's stages")
     parser.add_argument("--path-adapt", action="store_true",
                         help="adult: shorten the next lambda stage after a slow one (local_smooth.solve_local_smooth)")
-    parser.add_argument("--newton", default="primal", choices=["primal", "primal-dual"],
+    parser.add_argument("--newton", default="primal", choices=["primal", "primal-dual", "primal-dual-all"],
                         help="brute and adult: Newton on r, or with the clique cells as variables (local_smooth._newton_pd)")
     args = parser.parse_args()
     {"all": case_all, "chain": case_chain, "adult": case_adult, "brute": case_brute}[args.case](args)

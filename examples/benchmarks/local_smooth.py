@@ -376,7 +376,7 @@ PD_FORCING = 1e-2
 
 def _newton_pd(problem: LocalSmoothProblem, r: np.ndarray, mu_pd: np.ndarray, log_prior: np.ndarray, tol: float,
                max_newton: int, max_cg: int, deadline: float | None, log=None, shrink_limit: float = STEP_FRACTION,
-               block: CliqueBlockPreconditioner | None = None):
+               block: CliqueBlockPreconditioner | None = None, subsets: bool = False):
     """Primal-dual Newton on (L1): the clique cells ``μ_C`` are variables of their own, tied to ``E_C r``
     by an equation, so a step is not cut where ``E_C (r + t d)`` would leave ``μ > 0``.
 
@@ -398,15 +398,21 @@ def _newton_pd(problem: LocalSmoothProblem, r: np.ndarray, mu_pd: np.ndarray, lo
     Only ``r`` is certified: after every step ``μ = E r`` afresh and, where ``μ > 0``, the primal
     certificate of :meth:`LocalSmoothProblem.gap_bound` (exact, whatever ``μ_C`` is). Returns
     ``(r, μ, value, relative gap bound, products, Newton steps, why it stopped, μ_C)`` with
-    ``μ = E r`` when certified."""
+    ``μ = E r`` when certified.
+
+    ``subsets``: the subset cells of the conditional counting numbers are variables too (then
+    ``μ_C`` above holds every cell; their weights are negative, so away from ``E r = μ`` the
+    Newton matrix may be indefinite: CG stops at non-positive curvature). Why: with the subsets
+    primal, an infeasible step that sends a clique cell's ``E_C r`` negative drags the subset
+    cells above it towards zero, and their fraction-to-boundary rule cuts the next steps."""
     family = problem.family
-    nc = family.parts[0].size if isinstance(family, StackedFamily) else family.size
+    parts = family.parts if isinstance(family, StackedFamily) else (family,)
+    nc = family.size if subsets else parts[0].size
     w, lam, free = problem.clique_weight, problem.lam, problem.free
-    # the merit's weight on R3: λ w at the uniform table's cell N / n_C (fixed; the prior's own cells,
+    # the merit's weight on R3: λ |w| at the uniform table's cell N / n_C (fixed; the prior's own cells,
     # at later proximal steps the last step's μ down to 1e-12, would weigh a barrier cell's R3 ~1e12 ×)
-    cliques = family.parts[0] if isinstance(family, StackedFamily) else family
-    cell_counts = cliques.per_set(cliques.cells.astype(np.float64))
-    total = float(np.exp(log_prior[:nc]).sum()) / len(cliques.cells)
+    cell_counts = np.concatenate([f.per_set(f.cells.astype(np.float64)) for f in parts])[:nc]
+    total = float(np.exp(log_prior[:parts[0].size]).sum()) / len(parts[0].cells)
     penalty = lam * np.abs(w[:nc]) * cell_counts / total
     inverse_weight = np.where(free, 1.0 / problem.weight, 0.0)
 
@@ -542,8 +548,8 @@ def solve_local_smooth(problem: LocalSmoothProblem, start: np.ndarray, log_prior
     problem is near its prior and well conditioned); only the final ``λ``'s point is certified.
     ``path_adapt``: after a stage of more than 3 Newton steps the next factor is the square root of
     the last, after a shorter one its square (at most ``shrink``). ``newton="primal-dual"``:
-    :func:`_newton_pd` (clique cells as variables of their own) instead of :func:`_newton`; the
-    certificate is the same, on ``r``."""
+    :func:`_newton_pd` (clique cells as variables of their own) instead of :func:`_newton`;
+    ``"primal-dual-all"``: the subset cells too. The certificate is the same, on ``r``."""
     clock = time.perf_counter()
     deadline = None if time_limit is None else clock + float(time_limit)
     r = start.copy()
@@ -552,9 +558,11 @@ def solve_local_smooth(problem: LocalSmoothProblem, start: np.ndarray, log_prior
         raise ValueError("the starting point has a clique cell at or below zero")
     total_products, total_newton, records = 0, 0, []
     value, gap, stopped = math.nan, math.inf, "no step"
-    if newton not in ("primal", "primal-dual"):
-        raise ValueError(f"newton must be 'primal' or 'primal-dual', got {newton!r}")
+    if newton not in ("primal", "primal-dual", "primal-dual-all"):
+        raise ValueError(f"newton must be 'primal', 'primal-dual' or 'primal-dual-all', got {newton!r}")
     clique_cells = problem.family.parts[0].size if isinstance(problem.family, StackedFamily) else problem.family.size
+    if newton == "primal-dual-all":
+        clique_cells = problem.family.size
     mu_pd = mu[:clique_cells].copy()
 
     def solve(staged, r, mu, mu_pd, stage_tol):
@@ -562,7 +570,7 @@ def solve_local_smooth(problem: LocalSmoothProblem, start: np.ndarray, log_prior
             return (*_newton(staged, r, mu, log_prior, stage_tol, max_newton, max_cg, deadline, log, shrink_limit,
                              block), mu_pd)
         return _newton_pd(staged, r, mu_pd, log_prior, stage_tol, max_newton, max_cg, deadline, log, shrink_limit,
-                          block)
+                          block, subsets=newton == "primal-dual-all")
 
     for k in range(steps):
         if k > 0:
@@ -627,8 +635,9 @@ def estimate_local_smooth(measurements, workload=None, constraints=None, *, step
         CG's preconditioner: the Hessian's diagonal, or :class:`CliqueBlockPreconditioner`.
     lam_path, path_tol, path_adapt
         A λ homotopy before every step (:func:`solve_local_smooth`).
-    newton : {"primal", "primal-dual"}
-        Newton's method on ``r`` alone, or with the clique cells as variables (:func:`_newton_pd`).
+    newton : {"primal", "primal-dual", "primal-dual-all"}
+        Newton's method on ``r`` alone, or with the clique cells (and the subset cells) as
+        variables (:func:`_newton_pd`).
 
     Returns
     -------
