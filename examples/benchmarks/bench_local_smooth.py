@@ -143,7 +143,7 @@ def case_adult(args) -> None:
                                     shrink_limit=args.shrink_limit, max_cg=args.max_cg, start_mix=args.start_mix,
                                     counting=args.counting, preconditioner=args.preconditioner,
                                     lam_path=args.lam_path, path_tol=args.path_tol, path_adapt=args.path_adapt,
-                                    newton=args.newton, log=lambda m: print(f"  {time.process_time() - cpu:7.0f} CPU-s  {m}", flush=True))
+                                    newton=args.newton, log_floor=args.log_floor, log=lambda m: print(f"  {time.process_time() - cpu:7.0f} CPU-s  {m}", flush=True))
         seconds = time.process_time() - cpu
         print(f"adult {len(attrs)} attributes, {len(sets)} triples, {est.info['clique_cells']:,} cells, zCDP eps "
               f"{eps}: {est.status.name}, error {l1(est, sets, truths, n):.4f}, {seconds:.0f} CPU-s, peak "
@@ -251,6 +251,8 @@ def main() -> None:
                         help="adult: shorten the next lambda stage after a slow one (local_smooth.solve_local_smooth)")
     parser.add_argument("--newton", default="primal", choices=["primal", "primal-dual", "primal-dual-all"],
                         help="brute and adult: Newton on r, or with the clique cells as variables (local_smooth._newton_pd)")
+    parser.add_argument("--log-floor", type=float, default=30.0,
+                        help="adult: primal-dual, the largest fall of a cell's log per Newton step")
     args = parser.parse_args()
     {"all": case_all, "chain": case_chain, "adult": case_adult, "brute": case_brute}[args.case](args)
 

@@ -370,13 +370,17 @@ def _newton(problem: LocalSmoothProblem, r: np.ndarray, mu: np.ndarray, log_prio
 
 #: A primal-dual step lowers a clique cell by at most this factor e^(−LOG_STEP_FLOOR) (no overflow to 0).
 LOG_STEP_FLOOR = 30.0
+#: The primal-dual merit's weight on ``E r − μ``: "uniform" (``λ |w| n_C / N``, fixed) or "curvature"
+#: (``λ |w| / μ`` at the iterate, fixed along its line search).
+PD_MERIT = "uniform"
 #: The primal-dual CG's largest relative residual (then the relative merit: quadratic convergence).
 PD_FORCING = 1e-2
 
 
 def _newton_pd(problem: LocalSmoothProblem, r: np.ndarray, mu_pd: np.ndarray, log_prior: np.ndarray, tol: float,
                max_newton: int, max_cg: int, deadline: float | None, log=None, shrink_limit: float = STEP_FRACTION,
-               block: CliqueBlockPreconditioner | None = None, subsets: bool = False):
+               block: CliqueBlockPreconditioner | None = None, subsets: bool = False,
+               log_floor: float = LOG_STEP_FLOOR):
     """Primal-dual Newton on (L1): the clique cells ``μ_C`` are variables of their own, tied to ``E_C r``
     by an equation, so a step is not cut where ``E_C (r + t d)`` would leave ``μ > 0``.
 
@@ -416,12 +420,15 @@ def _newton_pd(problem: LocalSmoothProblem, r: np.ndarray, mu_pd: np.ndarray, lo
     penalty = lam * np.abs(w[:nc]) * cell_counts / total
     inverse_weight = np.where(free, 1.0 / problem.weight, 0.0)
 
-    def residuals(r, mu_c, primal):
+    def residuals(r, mu_c, primal, penalty):
         ratio = np.log(np.concatenate([mu_c, primal[nc:]])) - log_prior
         r1 = problem.weight * (r - problem.target) + lam * family.adjoint(w * ratio)
         r1[~free] = 0.0
         r3 = primal[:nc] - mu_c
         return r1, r3, float(0.5 * np.sum(r1 * r1 * inverse_weight) + 0.5 * np.sum(penalty * r3 * r3))
+
+    def weights(mu_c):  # the merit's weight on R3: fixed (uniform cell) or the curvature at the iterate
+        return penalty if PD_MERIT == "uniform" else lam * np.abs(w[:nc]) / mu_c
 
     def certificate(r, primal):
         if not primal.min() > 0:
@@ -431,7 +438,7 @@ def _newton_pd(problem: LocalSmoothProblem, r: np.ndarray, mu_pd: np.ndarray, lo
 
     products = 0
     primal = family.expand(r)
-    r1, r3, merit = residuals(r, mu_pd, primal)
+    r1, r3, merit = residuals(r, mu_pd, primal, weights(mu_pd))
     value, gap = certificate(r, primal)
     products += 3
     reference = abs(value) if math.isfinite(value) else 1.0
@@ -474,12 +481,16 @@ def _newton_pd(problem: LocalSmoothProblem, r: np.ndarray, mu_pd: np.ndarray, lo
         if falling.any():
             t = min(1.0, shrink_limit * float(np.min(-primal[nc:][falling] / step_cells[nc:][falling])))
         rising = log_step >= 0
+        if PD_MERIT != "uniform":  # the merit at this iterate's weights
+            r1, r3, merit = residuals(r, mu_pd, primal, weights(mu_pd))
+            products += 1
+        current = weights(mu_pd)
         while True:
             trial_r = r + t * d
-            trial_mu = mu_pd * np.where(rising, 1.0 + t * log_step, np.exp(np.maximum(t * log_step, -LOG_STEP_FLOOR)))
+            trial_mu = mu_pd * np.where(rising, 1.0 + t * log_step, np.exp(np.maximum(t * log_step, -log_floor)))
             trial_primal = primal + t * step_cells
             if trial_primal[nc:].min(initial=1.0) > 0 and trial_mu.min() > 0:
-                t1, t3, trial_merit = residuals(trial_r, trial_mu, trial_primal)
+                t1, t3, trial_merit = residuals(trial_r, trial_mu, trial_primal, current)
                 products += 1
                 if trial_merit <= (1.0 - 2e-4 * t) * merit:
                     fresh = family.expand(trial_r)  # E r afresh, not accumulated
@@ -492,7 +503,7 @@ def _newton_pd(problem: LocalSmoothProblem, r: np.ndarray, mu_pd: np.ndarray, lo
         if log is not None:
             log(f"  CG {used} products (forcing {forcing:.1e}), step length {t:.2e}")
         r, mu_pd, primal = trial_r, trial_mu, fresh
-        r1, r3, merit = residuals(r, mu_pd, primal)
+        r1, r3, merit = residuals(r, mu_pd, primal, weights(mu_pd))
         value, gap = certificate(r, primal)
         products += 2
     return r, primal, value, gap, products, max_newton, "Newton step limit", mu_pd
@@ -537,7 +548,8 @@ def solve_local_smooth(problem: LocalSmoothProblem, start: np.ndarray, log_prior
                        time_limit: float | None = None, log=None,
                        shrink_limit: float = STEP_FRACTION, block: CliqueBlockPreconditioner | None = None,
                        lam_path: tuple[float, float] | None = None, path_tol: float = 1e-3,
-                       path_adapt: bool = False, newton: str = "primal") -> LocalSmoothSolution:
+                       path_adapt: bool = False, newton: str = "primal",
+                       log_floor: float = LOG_STEP_FLOOR) -> LocalSmoothSolution:
     """``K = steps`` proximal steps of (L1) from ``start`` (its ``μ`` strictly positive, fixed
     coordinates at their values), each solved to a relative gap bound ``tol / 10`` and certified
     at ``tol``; the prior of step ``k > 1`` is step ``k − 1``'s ``μ``.
@@ -570,7 +582,7 @@ def solve_local_smooth(problem: LocalSmoothProblem, start: np.ndarray, log_prior
             return (*_newton(staged, r, mu, log_prior, stage_tol, max_newton, max_cg, deadline, log, shrink_limit,
                              block), mu_pd)
         return _newton_pd(staged, r, mu_pd, log_prior, stage_tol, max_newton, max_cg, deadline, log, shrink_limit,
-                          block, subsets=newton == "primal-dual-all")
+                          block, subsets=newton == "primal-dual-all", log_floor=log_floor)
 
     for k in range(steps):
         if k > 0:
@@ -612,7 +624,7 @@ def estimate_local_smooth(measurements, workload=None, constraints=None, *, step
                           max_cells: int = 2**27, log=None, shrink_limit: float = STEP_FRACTION,
                           start_mix: float = 0.0, counting: str = "cliques", preconditioner: str = "jacobi",
                           lam_path: tuple[float, float] | None = None, path_tol: float = 1e-3,
-                          path_adapt: bool = False, newton: str = "primal"):
+                          path_adapt: bool = False, newton: str = "primal", log_floor: float = LOG_STEP_FLOOR):
     """The local smooth estimate (module notes) of the workload's marginals.
 
     Parameters
@@ -637,7 +649,7 @@ def estimate_local_smooth(measurements, workload=None, constraints=None, *, step
         A λ homotopy before every step (:func:`solve_local_smooth`).
     newton : {"primal", "primal-dual", "primal-dual-all"}
         Newton's method on ``r`` alone, or with the clique cells (and the subset cells) as
-        variables (:func:`_newton_pd`).
+        variables (:func:`_newton_pd`); ``log_floor``: its largest fall of a cell's log per step.
 
     Returns
     -------
@@ -773,7 +785,7 @@ def estimate_local_smooth(measurements, workload=None, constraints=None, *, step
     solved = solve_local_smooth(problem, start, log_prior, steps=steps, tol=tol, max_newton=max_newton,
                                 max_cg=max_cg, time_limit=remaining, log=log, shrink_limit=shrink_limit,
                                 block=block, lam_path=lam_path, path_tol=path_tol, path_adapt=path_adapt,
-                                newton=newton)
+                                newton=newton, log_floor=log_floor)
     status = Status.OPTIMAL if solved.converged else (Status.TIME_LIMIT if solved.stopped == "time limit"
                                                       else Status.NUMERICAL_ERROR)
     message = (f"{'certified' if solved.converged else 'not certified (' + solved.stopped + ')'}: relative gap "
