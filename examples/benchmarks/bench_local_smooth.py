@@ -38,6 +38,12 @@ Run::
     ... --case adult --eps 0.1 --counting conditional --preconditioner block --lam-path 1000 0.1 \
         --time-limit 2400 --attrs (as above)
     ... --case all --k 2 --accounting pure --eps 1 --configs '[{}, {"counting": "conditional"}]'
+    # session 12: K = 1 (its own lambda, c = 1) and the primal-dual Newton step (certifies proximal
+    # steps 1 and 2 at eps 0.1, not step 3; eps 1 step 1 not certified)
+    ... --case adult --eps 0.1 --steps 1 --counting conditional --preconditioner block --lam-path 1000 0.1 \
+        --path-adapt --time-limit 2400 --attrs (as above)
+    ... --case adult --eps 0.1 --steps 3 --counting conditional --preconditioner block --lam-path 1000 0.1 \
+        --newton primal-dual-all --log-floor 5 --time-limit 3000 --attrs (as above)
 """
 
 from __future__ import annotations

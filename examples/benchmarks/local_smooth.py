@@ -442,6 +442,7 @@ def _newton_pd(problem: LocalSmoothProblem, r: np.ndarray, mu_pd: np.ndarray, lo
     value, gap = certificate(r, primal)
     products += 3
     reference = abs(value) if math.isfinite(value) else 1.0
+    restarted = False
     for it in range(max_newton + 1):
         if math.isfinite(value):
             reference = abs(value)
@@ -499,10 +500,22 @@ def _newton_pd(problem: LocalSmoothProblem, r: np.ndarray, mu_pd: np.ndarray, lo
                         break
             t *= 0.5
             if t < 1e-12:
+                break
+        if t < 1e-12:
+            if restarted or not primal.min() > 0:
                 return r, primal, value, gap, products, it, "line search failed", mu_pd
-        if log is not None:
-            log(f"  CG {used} products (forcing {forcing:.1e}), step length {t:.2e}")
-        r, mu_pd, primal = trial_r, trial_mu, fresh
+            # restart from the feasible point μ_C = E_C r (where that is positive): the merit is then
+            # the certificate's, and the infeasibility a long step left (adult eps 1: |E r − μ| 61)
+            # no longer steers the step
+            mu_pd = primal[:nc].copy()
+            restarted = True
+            if log is not None:
+                log("  line search failed: restart at mu = E r")
+        else:
+            if log is not None:
+                log(f"  CG {used} products (forcing {forcing:.1e}), step length {t:.2e}")
+            r, mu_pd, primal = trial_r, trial_mu, fresh
+            restarted = False
         r1, r3, merit = residuals(r, mu_pd, primal, weights(mu_pd))
         value, gap = certificate(r, primal)
         products += 2
