@@ -273,8 +273,9 @@ def test_exact_least_squares_fit_is_returned_as_the_lp_optimum(rng):
 # ---- the measurement residual table, built when read ----------------------------------------------
 @pytest.mark.parametrize("objective", ["l2", "l1"])
 def test_measurement_residuals_are_those_of_the_returned_estimate(geo, rng, objective):
-    """The table is built on first read, from a copy of the estimate as returned: the same table
-    as one built then, even when the caller has since changed ``x`` in place or pickled the result."""
+    """The residual tables are built on first read, the measurements' from a copy of the estimate
+    as returned: the same tables as ones built then, even when the caller has since changed ``x``
+    in place or pickled the result."""
     import pickle
 
     import pandas as pd
@@ -285,7 +286,13 @@ def test_measurement_residuals_are_those_of_the_returned_estimate(geo, rng, obje
     res = reconstruct(ms, cs, objective)
     x0 = res.x.copy()
     expected = measurement_residual_frame(ms, x0)
-    assert "measurement_residuals" not in res  # not built yet
+    assert "measurement_residuals" not in res and "constraint_residuals" not in res  # not built yet
+    table = res.constraint_residuals
+    rows = cs.residuals(x0)
+    assert list(table.columns) == ["constraint", "max_violation", "satisfied"]
+    assert list(table["constraint"]) == [r["constraint"] for r in rows]
+    assert list(table["max_violation"]) == [r["max_violation"] for r in rows]
+    assert res.max_violation == float(table["max_violation"].max()) and table["satisfied"].all()
     copy = pickle.loads(pickle.dumps(res))
     res.x += 1.0  # a caller's change after the solve
     pd.testing.assert_frame_equal(res.measurement_residuals, expected)
