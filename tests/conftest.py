@@ -69,16 +69,3 @@ def sigterm_in_one_second():
     timer = threading.Timer(1.0, kill)
     yield SimpleNamespace(start=timer.start, sent=sent)
     timer.cancel()
-
-
-def pytest_collection_modifyitems(config, items):
-    """The tests of tests/slow_first.txt first, in its order; the rest after them as collected.
-
-    xdist hands tests out in collection order: a long test that starts near the end keeps one
-    worker busy while the other idles (up to ~50 s of the 768 s suite on 2 cores, 2026-11-28).
-    Every test still runs; only the order changes. The Spark tests are not listed: they share a
-    module-scoped session that a split would start twice.
-    """
-    listed = Path(__file__).with_name("slow_first.txt").read_text(encoding="utf-8").split("\n")
-    order = {nodeid: i for i, nodeid in enumerate(n for n in listed if n and not n.startswith("#"))}
-    items.sort(key=lambda item: order.get(item.nodeid, len(order)))  # stable: the rest as collected
