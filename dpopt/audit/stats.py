@@ -33,22 +33,23 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 
 __all__ = ["clopper_pearson_lower", "clopper_pearson_upper", "epsilon_lower_bound", "fisher_pvalue",
            "delta_thinning", "POWER", "alternative", "detection_power", "detectable_excess", "runs_for_excess"]
 
 
 def beta_quantile(q, a, b):
-    """``stats.beta.ppf(q, a, b)``, the same numbers: for ``0 < q < 1`` and ``a, b > 0`` it is the
-    distribution's own quantile function (``beta._ppf``, scipy's hook that ``ppf`` itself calls on
-    such arguments, times scale 1 plus loc 0) without ``ppf``'s generic argument handling, which
-    cost 0.2 ms a call and half of a top-down audit's event search (thousands of small calls);
-    other arguments go through ``ppf``."""
+    """``stats.beta.ppf(q, a, b)``, the same numbers: for ``0 < q < 1`` and ``a, b > 0`` the beta
+    quantile is by definition the inverse of the regularised incomplete beta function,
+    ``scipy.special.betaincinv(a, b, q)`` (the public function; checked equal to ``beta.ppf`` bit
+    for bit on 200,000 random arguments with scipy 1.17), without ``ppf``'s generic argument
+    handling, which cost 0.2 ms a call and half of a top-down audit's event search (thousands of
+    small calls); other arguments go through ``ppf``."""
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     if np.ndim(q) == 0 and 0.0 < float(q) < 1.0 and bool(np.all(a > 0)) and bool(np.all(b > 0)):
-        return stats.beta._ppf(np.float64(q), a, b)
+        return special.betaincinv(a, b, np.float64(q))
     return stats.beta.ppf(q, a, b)
 
 
