@@ -19,6 +19,21 @@ sys.path.insert(0, str(BENCHMARKS))
 from local_smooth import CliqueBlockPreconditioner, estimate_local_smooth, squared_adjoint  # noqa: E402
 
 
+def _three_pairs(sizes, zeros, poisson, seed):
+    """Every pair of three attributes measured once with Gaussian noise of s.d. 3 (a tiny cyclic
+    family), from Poisson counts with the first ``zeros`` cells empty."""
+    rng = np.random.default_rng(seed)
+    domain = Domain(("a", "b", "c"), sizes)
+    x = rng.poisson(poisson, size=domain.size).astype(float)
+    x[:zeros] = 0
+    ms = []
+    for s in [("a", "b"), ("b", "c"), ("a", "c")]:
+        q = Marginal(domain, s)
+        ms.append(Measurement(q, q.matvec(x) + rng.normal(0, 3, q.num_rows), "gaussian", 3.0, 9.0,
+                              label=",".join(s)))
+    return ms
+
+
 def _dense(sizes, cliques, seed):
     """The family, dense ``E``, a curvature spanning ~1e10, ``H = Eᵀ D E``, and the preconditioner
     as a dense matrix on the free residuals (the total, residual 0, held fixed)."""
@@ -53,15 +68,7 @@ def test_overlapping_cliques_give_a_symmetric_positive_definite_preconditioner()
 
 @pytest.mark.parametrize("counting", ["cliques", "conditional"])
 def test_block_preconditioned_newton_reaches_the_jacobi_optimum(counting):
-    rng = np.random.default_rng(0)
-    domain = Domain(("a", "b", "c"), (3, 3, 2))
-    x = rng.poisson(5, size=domain.size).astype(float)
-    x[:4] = 0
-    ms = []
-    for s in [("a", "b"), ("b", "c"), ("a", "c")]:
-        q = Marginal(domain, s)
-        ms.append(Measurement(q, q.matvec(x) + rng.normal(0, 3, q.num_rows), "gaussian", 3.0, 9.0,
-                              label=",".join(s)))
+    ms = _three_pairs((3, 3, 2), zeros=4, poisson=5, seed=0)
     jacobi = estimate_local_smooth(ms, steps=1, prior="uniform", counting=counting)
     block = estimate_local_smooth(ms, steps=1, prior="uniform", counting=counting, preconditioner="block")
     path = estimate_local_smooth(ms, steps=1, prior="uniform", counting=counting, preconditioner="block",
@@ -79,15 +86,7 @@ def test_primal_dual_newton_reaches_the_primal_optimum(counting, steps):
     """The primal-dual step (clique cells as variables, local_smooth._newton_pd) certifies on ``r``
     with the primal certificate, so both optima agree to the certificate's accuracy; data with a
     zero block and λ at a tenth of the default put cells near the barrier."""
-    rng = np.random.default_rng(3)
-    domain = Domain(("a", "b", "c"), (4, 3, 3))
-    x = rng.poisson(4, size=domain.size).astype(float)
-    x[:12] = 0
-    ms = []
-    for s in [("a", "b"), ("b", "c"), ("a", "c")]:
-        q = Marginal(domain, s)
-        ms.append(Measurement(q, q.matvec(x) + rng.normal(0, 3, q.num_rows), "gaussian", 3.0, 9.0,
-                              label=",".join(s)))
+    ms = _three_pairs((4, 3, 3), zeros=12, poisson=4, seed=3)
     options = dict(steps=steps, prior="uniform", counting=counting, preconditioner="block", smoothing=0.1)
     primal = estimate_local_smooth(ms, **options)
     dual = estimate_local_smooth(ms, **options, newton="primal-dual")

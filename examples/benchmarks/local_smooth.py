@@ -669,9 +669,9 @@ def estimate_local_smooth(measurements, workload=None, constraints=None, *, step
     MarginalEstimate
         ``objective == "smooth-local"``; OPTIMAL only when every step's certificate holds.
     """
-    from dpopt.errors import DomainError, ParameterError, QueryError
+    from dpopt.errors import DomainError, ParameterError
     from dpopt.estimate.engines.smooth import default_smoothing
-    from dpopt.estimate.marginal_space.estimator import PRIOR_RATIO, _chi_square, _constraint_parts, marginal_sets
+    from dpopt.estimate.marginal_space.estimator import PRIOR_RATIO, _chi_square, _constraint_parts, sets_and_domain
     from dpopt.estimate.marginal_space.graphical.smooth import SMOOTH_PRIORS, attribute_priors
     from dpopt.estimate.marginal_space.gls import fit_residuals
     from dpopt.estimate.marginal_space.layout import ResidualIndex, maximal_sets, measured_and_workload_axes
@@ -682,13 +682,7 @@ def estimate_local_smooth(measurements, workload=None, constraints=None, *, step
 
     start_clock = time.perf_counter()
     measurements = list(measurements)
-    if not measurements:
-        raise QueryError("estimate_local_smooth: give at least one measurement")
-    sets = marginal_sets(measurements)
-    domain = measurements[0].query.domain
-    for m in measurements[1:]:
-        if m.query.domain != domain:
-            raise QueryError(f"measurement {m.label!r} is over {m.query.domain}, not {domain}")
+    sets, domain = sets_and_domain(measurements, "estimate_local_smooth")
     if prior not in SMOOTH_PRIORS:
         raise ParameterError(f"prior must be one of {', '.join(SMOOTH_PRIORS)}, got {prior!r}")
     if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:

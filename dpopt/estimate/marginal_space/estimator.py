@@ -233,6 +233,19 @@ def marginal_sets(measurements: Sequence[Measurement], who: str = "measurement")
     return out
 
 
+def sets_and_domain(measurements: Sequence[Measurement], caller: str) -> tuple[list[tuple[str, ...]], Domain]:
+    """:func:`marginal_sets` of a non-empty list of measurements and the one domain they share;
+    QueryError (naming ``caller``) when the list is empty or a measurement is over another domain."""
+    if not measurements:
+        raise QueryError(f"{caller}: give at least one measurement")
+    sets = marginal_sets(measurements)
+    domain = measurements[0].query.domain
+    for m in measurements[1:]:
+        if m.query.domain != domain:
+            raise QueryError(f"measurement {m.label!r} is over {m.query.domain}, not {domain}")
+    return sets, domain
+
+
 def estimate_marginals(
     measurements: Sequence[Measurement],
     workload: Iterable[Sequence[str]] | None = None,
@@ -367,13 +380,7 @@ def _estimate_l2(measurements: list[Measurement], workload, constraints, *, tota
                  time_limit, max_iter, max_cells, exact_cells) -> MarginalEstimate:
     """The least-squares estimate (``objective="l2"``; the steps of the module notes)."""
     start = time.perf_counter()
-    if not measurements:
-        raise QueryError("estimate_marginals: give at least one measurement")
-    sets = marginal_sets(measurements)
-    domain = measurements[0].query.domain
-    for m in measurements[1:]:
-        if m.query.domain != domain:
-            raise QueryError(f"measurement {m.label!r} is over {m.query.domain}, not {domain}")
+    sets, domain = sets_and_domain(measurements, "estimate_marginals")
     zeros, exact = [], []
     if constraints is not None:
         zeros, exact = _constraint_parts(constraints, domain)

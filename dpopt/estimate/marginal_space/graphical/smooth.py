@@ -257,17 +257,12 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
         solve with a DomainError naming the set) and the CPU seconds of planning and reading
         (``cpu_seconds``, of which ``plan_cpu_seconds``).
     """
-    from dpopt.estimate.marginal_space.estimator import marginal_sets
+    from dpopt.estimate.marginal_space.estimator import sets_and_domain
 
     start = time.perf_counter()
     measurements = list(measurements)
-    if not measurements:
-        raise QueryError("estimate_smooth: give at least one measurement")
-    sets = marginal_sets(measurements)
-    domain = measurements[0].query.domain
+    sets, domain = sets_and_domain(measurements, "estimate_smooth")
     for m in measurements:
-        if m.query.domain != domain:
-            raise QueryError(f"measurement {m.label!r} is over {m.query.domain}, not {domain}")
         if not float(m.variance) > 0:
             raise ParameterError(f"measurement {m.label!r} is exact (variance 0): the smooth marginal-space "
                                  "estimate takes noisy measurements only; use objective 'l2' for public counts")
