@@ -672,7 +672,7 @@ def estimate_local_smooth(measurements, workload=None, constraints=None, *, step
     from dpopt.errors import DomainError, ParameterError
     from dpopt.estimate.engines.smooth import default_smoothing
     from dpopt.estimate.marginal_space.estimator import PRIOR_RATIO, _chi_square, _constraint_parts, sets_and_domain
-    from dpopt.estimate.marginal_space.graphical.smooth import SMOOTH_PRIORS, attribute_priors
+    from dpopt.estimate.marginal_space.graphical.smooth import attribute_priors, check_smooth_options
     from dpopt.estimate.marginal_space.gls import fit_residuals
     from dpopt.estimate.marginal_space.layout import ResidualIndex, maximal_sets, measured_and_workload_axes
     from dpopt.estimate.marginal_space.polytope.interior import interior_residuals
@@ -683,12 +683,7 @@ def estimate_local_smooth(measurements, workload=None, constraints=None, *, step
     start_clock = time.perf_counter()
     measurements = list(measurements)
     sets, domain = sets_and_domain(measurements, "estimate_local_smooth")
-    if prior not in SMOOTH_PRIORS:
-        raise ParameterError(f"prior must be one of {', '.join(SMOOTH_PRIORS)}, got {prior!r}")
-    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
-        raise ParameterError(f"steps must be a positive whole number, got steps={steps!r}")
-    if smoothing is not None and not (np.isfinite(smoothing) and smoothing > 0):
-        raise ParameterError(f"smoothing must be a positive number, got smoothing={smoothing!r}")
+    check_smooth_options(prior, steps, smoothing)
     zeros, exact = ([], []) if constraints is None else _constraint_parts(constraints, domain)
     if zeros:
         raise ParameterError("the local smooth estimate cannot hold a cell at zero (its entropy is a barrier: "

@@ -140,7 +140,7 @@ from dpopt.estimate.marginal_space.result import MarginalEstimate
 from dpopt.estimate.status import Status
 from dpopt.model.constraints import ConstraintSet
 
-__all__ = ["estimate_smooth", "SMOOTH_PRIORS", "attribute_priors", "read_cells", "tree_cells", "tree_sets"]
+__all__ = ["estimate_smooth", "SMOOTH_PRIORS", "attribute_priors", "check_smooth_options", "read_cells", "tree_cells", "tree_sets"]
 
 #: Newton residuals within this fraction of the largest target are rounding (about 500 ulp).
 ROUNDING_FLOOR = 1e-13
@@ -195,6 +195,17 @@ class _Rows:
             root = self.tree.order[0]
             f[root] = (np.zeros(self.tree.shapes[root]) if f[root] is None else f[root]) + v[-1]
         return f
+
+
+def check_smooth_options(prior, steps, smoothing) -> None:
+    """ParameterError naming the option when the prior, the number of proximal steps ``K`` or the
+    smoothing constant ``c`` is not one the smooth estimate takes."""
+    if prior not in SMOOTH_PRIORS:
+        raise ParameterError(f"prior must be one of {', '.join(SMOOTH_PRIORS)}, got {prior!r}")
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
+        raise ParameterError(f"steps must be a positive whole number, got steps={steps!r}")
+    if smoothing is not None and not (np.isfinite(smoothing) and smoothing > 0):
+        raise ParameterError(f"smoothing must be a positive number, got smoothing={smoothing!r}")
 
 
 def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | None = None,
@@ -271,12 +282,7 @@ def estimate_smooth(measurements: Sequence, workload: Iterable[Sequence[str]] | 
     if isinstance(total, bool) or total not in ("auto", "measured", "free"):
         raise ParameterError(f"total must be 'auto', 'measured' or 'free' for the smooth estimate, got {total!r} "
                              "(a public count belongs in [constraints] invariants, with objective 'l2')")
-    if prior not in SMOOTH_PRIORS:
-        raise ParameterError(f"prior must be one of {', '.join(SMOOTH_PRIORS)}, got {prior!r}")
-    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
-        raise ParameterError(f"steps must be a positive whole number, got steps={steps!r}")
-    if smoothing is not None and not (np.isfinite(smoothing) and smoothing > 0):
-        raise ParameterError(f"smoothing must be a positive number, got smoothing={smoothing!r}")
+    check_smooth_options(prior, steps, smoothing)
     if time_limit is not None and not (float(time_limit) > 0):
         raise ParameterError(f"time_limit must be positive seconds, got {time_limit!r}")
 
