@@ -277,9 +277,7 @@ def _bernoulli_exp_minus_one(n: int, rng: RandomSource) -> np.ndarray:
     active = np.arange(n)
     k = 1
     while active.size:
-        # uniform_below(k, size=active.size) without its argument checks (k >= 1 here): the same
-        # words, the same draws; the checks cost more than the draw in these many small rounds.
-        success = rng._below_u64(np.full(active.size, k, dtype=np.uint64)) == 0
+        success = rng.uniform_below(k, size=int(active.size)) == 0
         if k % 2 == 1:
             out[active[~success]] = True
         active = active[success]
