@@ -19,6 +19,7 @@ import pandas as pd
 from dpopt.algorithms.base import Release, measured_answers
 from dpopt.atomic import MANIFEST_NAME, atomic_directory
 from dpopt.errors import DataError, SolverError
+from dpopt.estimate.result import CONSTRAINT_COLUMNS
 from dpopt.model.data import cells_frame, decode_codes
 from dpopt.model.domain import Domain
 
@@ -76,7 +77,7 @@ class ReleaseResult(Release):
     def constraint_residuals(self) -> pd.DataFrame:
         """Every constraint's largest violation by the released table."""
         rows = self.constraints.residuals(np.asarray(self.counts, dtype=np.float64))
-        return pd.DataFrame(rows, columns=["constraint", "max_violation", "satisfied"])
+        return pd.DataFrame(rows, columns=CONSTRAINT_COLUMNS)
 
 
 def released_counts(p, x: np.ndarray) -> np.ndarray:

@@ -948,9 +948,11 @@ def _keeps_constraints(result, x: np.ndarray, kept: set, fits, cs: ConstraintSet
     """Re-check the constraints ``kept`` at the combination ``x`` of ``fits`` (into ``result``'s
     residuals) and say whether none is broken by more than the worst of the fits breaks it
     (integrality aside: a fractional fit's, by design)."""
+    from dpopt.estimate.result import CONSTRAINT_COLUMNS, largest_violation
+
     rows = [r for r in cs.residuals(x) if r["constraint"] in kept]
-    result.constraint_residuals = pd.DataFrame(rows, columns=["constraint", "max_violation", "satisfied"])
-    result.max_violation = float(result.constraint_residuals["max_violation"].max()) if rows else 0.0
+    result.constraint_residuals = pd.DataFrame(rows, columns=CONSTRAINT_COLUMNS)
+    result.max_violation = largest_violation(rows) if rows else 0.0
     parents = [dict(zip(e.result.constraint_residuals["constraint"], e.result.constraint_residuals["max_violation"]))
                for e in fits]
     scale = max(1.0, float(np.abs(x).max(initial=0.0)))
