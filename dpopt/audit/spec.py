@@ -83,10 +83,9 @@ def _public(spec) -> _Public:
     """The spec's domain, public constraints and data invariants, as a release plans them, without
     planning its algorithm on the full domain (the audit plans it on the audit domain; a plan
     over the full domain can take minutes: the matrix mechanism's strategies on 4,357 cells)."""
-    from dpopt.release.plan import _build_domain, _public_constraints, check_constraints
+    from dpopt.release.plan import check_constraints, declared_constraints
 
-    domain = _build_domain(spec)
-    constraints, invariants = _public_constraints(spec, domain)
+    domain, constraints, invariants = declared_constraints(spec)
     check_constraints(spec, constraints, when="before any audit run")
     return _Public(spec, domain, constraints, invariants, spec.algorithm, spec.budget)
 
