@@ -156,9 +156,10 @@ def test_gap_parts_add_up_to_the_certified_gap():
     [("a", "b", "c"), ("c", "d"), ("b", "d", "e")],   # a cycle: the local relaxation
 ])
 @pytest.mark.parametrize("threshold, path", [("NEWTON_CELLS", "projected Newton"),
-                                             ("ALM_CELLS", "augmented Lagrangian")])
+                                             ("ALM_CELLS", "augmented Lagrangian"),
+                                             ("ADMM_CELLS", "ADMM")])
 def test_large_problem_paths_alone_certify_the_dense_optimum(sets, threshold, path, monkeypatch):
-    """The paths for large cliques (projected Newton, or the augmented Lagrangian method, from
+    """The paths for large cliques (projected Newton, the augmented Lagrangian method or ADMM, from
     kappa = 0, no L-BFGS-B), forced on a small domain: certified alone, and equal to the dense
     constrained least squares where the marginals are decomposable (never worse than it on a cycle)."""
     from dpopt.estimate import reconstruct
@@ -640,3 +641,68 @@ def test_alm_pairs_later_multipliers_with_the_best_primal_point(sets, monkeypatc
         for i, s in enumerate(fam.sets):
             names = tuple(dom.attrs[a] for a in s)
             np.testing.assert_allclose(fam.marginal(m, i).ravel(), Marginal(dom, names).matvec(dense.x), atol=1e-5)
+
+
+@pytest.mark.parametrize("sets", [
+    [("a", "b", "c"), ("b", "c", "d"), ("d", "e")],   # decomposable
+    [("a", "b", "c"), ("c", "d"), ("b", "d", "e")],   # a cycle
+])
+def test_records_lift_every_negative_cell_consistently(sets, monkeypatch):
+    """Equation (8) of polytope.records, checked on the full table: the lift is the clique
+    marginals of a table holding the weighted records, the repaired point is feasible, consistent
+    (its marginals are E x'), keeps a held total, and pairs with the multipliers into a certificate
+    at least as good as the mix towards the interior point wherever it is used."""
+    from dpopt.estimate.marginal_space.polytope.projection import certify_with, repair
+    from dpopt.estimate.marginal_space.polytope.records import lifting_records, record_repair
+
+    dom, ms, problem = _captured_problem(sets, monkeypatch)
+    fam, index = problem.cliques, problem.index
+    x = problem.target.copy()  # the unconstrained fit: many negative cells
+    m = fam.expand(x)
+    assert (m < -1e-9).sum() > 5
+    records, mass, lift = lifting_records(problem, m)
+    assert np.all(mass > 0) and records.shape == (mass.size, len(dom.attrs))
+    table = np.zeros(dom.shape)
+    np.add.at(table, tuple(records.T), mass)
+    for i, axes in enumerate(fam.sets):
+        names = tuple(dom.attrs[a] for a in axes)
+        np.testing.assert_allclose(fam.marginal(lift, i), Marginal(dom, names).matvec(table.ravel()),
+                                   rtol=0, atol=1e-12 * mass.sum())
+    x2, m2 = record_repair(problem, x, m)
+    scale = np.abs(m).max()
+    assert m2.min() >= -1e-12 * scale
+    np.testing.assert_allclose(fam.expand(x2), m2, rtol=0, atol=1e-11 * scale)
+    total_at = index.set_offsets[index.position_of(())]
+    if not problem.total_free:
+        assert x2[total_at] == pytest.approx(x[total_at], rel=1e-12)
+    # a certificate: the records' point against the multipliers of a few ADMM steps, and the mix's
+    from dpopt.estimate.marginal_space.polytope.admm import admm
+
+    point, _ = admm(problem, max_products=60, check_every=50, stop_gap=0.0)
+    kappa = point[2]
+    r = problem.residuals(kappa)
+    mu = fam.expand(r)
+    lifted = certify_with(problem, kappa, r, mu, *record_repair(problem, r, mu))
+    mixed = certify_with(problem, kappa, r, mu, *repair(problem, r, mu))
+    assert lifted[4] <= 1e-9 and lifted[3] <= mixed[3] + 1e-12
+
+
+def test_records_are_not_used_where_they_would_break_a_constraint(monkeypatch):
+    """A fixed residual other than the total (an exact marginal) or a record landing on a
+    structural zero: record_repair says None, and the caller keeps the mix."""
+    from dpopt.estimate.marginal_space.polytope.records import lifting_records, record_repair
+
+    dom, ms, problem = _captured_problem([("a", "b", "c"), ("c", "d"), ("b", "d", "e")], monkeypatch)
+    fam = problem.cliques
+    x = problem.target.copy()
+    m = fam.expand(x)
+    _, _, lift = lifting_records(problem, m)
+    zeros = np.zeros(fam.size, dtype=bool)
+    zeros[np.flatnonzero(lift > 0)[0]] = True
+    problem.zero_cells = zeros
+    assert record_repair(problem, x, m) is None
+    problem.zero_cells = None
+    fixed = problem.fixed.copy()
+    fixed[problem.index.position_of((0,))] = True
+    problem.fixed = fixed
+    assert record_repair(problem, x, m) is None

@@ -67,6 +67,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from dpopt.estimate.marginal_space.polytope.admm import admm as run_admm
 from dpopt.estimate.marginal_space.polytope.augmented_lagrangian import augmented_lagrangian
 from dpopt.estimate.marginal_space.layout import ResidualIndex, SetFamily
 
@@ -88,8 +89,19 @@ NEWTON_CELLS = 2**21
 #: in 104) where the augmented Lagrangian was slower (6 attributes: gap 0.11 after 112 products).
 #: The threshold is a choice between the cases seen, not a rule: on a 9-attribute slice (2.34 M
 #: cells, 84 triples) the rounds stall too (most negative cell -28 after 625 products, against
-#: -0.34 after 132 for the augmented Lagrangian), and neither certified it.
-ALM_CELLS = 2**24
+#: -0.34 after 132 for the augmented Lagrangian), and neither certified it. No longer a default
+#: path (never reached): ADMM (:data:`ADMM_CELLS`) went further on every case; ``alm=True`` or a
+#: lower value still runs it.
+ALM_CELLS = 2**62
+#: From this many clique cells on, :func:`project` starts with ADMM
+#: (:mod:`~dpopt.estimate.marginal_space.polytope.admm`), certified with records added
+#: (:mod:`~dpopt.estimate.marginal_space.polytope.records`), in place of the augmented Lagrangian,
+#: which never certified there: on adult's 364 triples (20.9 M cells, zCDP eps 1) ADMM's gap was
+#: 0.077 after 203 products where the augmented Lagrangian's was 0.75 after 495. Between
+#: :data:`NEWTON_CELLS` and this, ADMM follows projected-Newton rounds that do not certify (they
+#: certify adult's 5- and 6-attribute slices in 28-104 products, and stall on 84 triples: there
+#: ADMM reached 1e-5 after 3,000 products, the augmented Lagrangian 0.026 after 7,052).
+ADMM_CELLS = 2**24
 #: Faces taken by that first projected-Newton pass before L-BFGS-B takes over.
 NEWTON_ROUNDS = 60
 #: That pass solves each face's Newton system inexactly: conjugate gradients stop once the largest
@@ -374,7 +386,8 @@ def polish(problem: ProjectionProblem, kappa: np.ndarray, *, max_iter: int = 900
 def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float = 1e-6,
             max_iter: int = 20000, time_limit: float | None = None, check_every: int = 10,
             memory: int = 10, restarts: int = 5, target: float | None = None,
-            polish_gap: float = 1e-3, newton: bool | None = None, alm: bool | None = None) -> Projection:
+            polish_gap: float = 1e-3, newton: bool | None = None, alm: bool | None = None,
+            admm: bool | None = None) -> Projection:
     """Solve (4) through its dual (5) by L-BFGS-B and :func:`polish`; stop when the certificate
     holds or at a limit.
 
@@ -391,7 +404,11 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
     the negative cells of the unconstrained fit, and each later one is read off the previous
     Newton point (the primal-dual active-set rule of Hintermüller, Ito and Kunisch 2002, with
     Newton systems solved by conjugate gradients). L-BFGS-B starts from its best point only if
-    that pass does not certify. ``alm`` (default: from :data:`ALM_CELLS` clique cells) runs the
+    that pass does not certify. ``admm`` (default: from :data:`ADMM_CELLS` clique cells, and after
+    projected-Newton rounds that do not certify) runs ADMM
+    (:func:`~dpopt.estimate.marginal_space.polytope.admm.admm`) from ``z = max(E r^, 0)``, certified
+    with records added (:mod:`~dpopt.estimate.marginal_space.polytope.records`). ``alm`` (default:
+    from :data:`ALM_CELLS` clique cells, no longer reached) runs the
     augmented Lagrangian method (:func:`~dpopt.estimate.marginal_space.polytope.augmented_lagrangian.
     augmented_lagrangian`) from ``kappa = 0`` in place of that pass; it finishes the active face
     of its outer points once their gap is small (:mod:`~dpopt.estimate.marginal_space.polytope.face_finish`,
@@ -467,6 +484,25 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
         return point[4] <= feasibility and point[3] <= tol
 
     x = np.zeros(cells)
+
+    def admm_path():
+        done = counter["it"]
+
+        def admm_step(step, products, point):  # each certified step, for the record
+            history.append((done + int(products), done + int(products), point[3], point[4]))
+
+        point, products = run_admm(problem, max_products=max(max_iter - done, 1), deadline=deadline,
+                                   stop_gap=tol, feasibility=feasibility, log=admm_step)
+        if polished(point, products):
+            state["stopped"] = "certified (ADMM)"
+        elif deadline is not None and time.perf_counter() > deadline:
+            state["stopped"] = "time limit"
+        return point[2] / s
+
+    admm_after_rounds = admm is None and alm is None and cells >= NEWTON_CELLS
+    if admm if admm is not None else alm is None and cells >= ADMM_CELLS:
+        x = admm_path()
+        alm = newton = admm_after_rounds = False
     if alm if alm is not None else cells >= ALM_CELLS:
         done = counter["it"]
 
@@ -490,6 +526,8 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
         elif deadline is not None and time.perf_counter() > deadline:
             state["stopped"] = "time limit"
         x = point[2] / s
+        if admm_after_rounds and not state["stopped"]:  # the rounds stalled: ADMM from the start
+            x = admm_path()
     failed = ""  # why the last polish did not certify: not a stop (the next attempt polishes again)
     for attempt in range(restarts + 1 if not state["stopped"] else 0):
         remaining = max_iter - counter["it"]

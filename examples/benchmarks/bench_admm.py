@@ -1,0 +1,248 @@
+"""ADMM with a diagonal x-update on the local-polytope projection (issue 27 research, not wired).
+
+Problem (4) of :mod:`dpopt.estimate.marginal_space.polytope.projection` split as
+``min F(r) s.t. E r - z = 0, z >= 0`` (Boyd, Parikh, Chu, Peleato, Eckstein 2011, section 5.2;
+over-relaxation section 3.4.3; adaptive penalty as in OSQP, Stellato et al. 2020, section 5.2).
+With one penalty per clique, ``E^T diag(rho) E`` is diagonal (the residual parts are orthogonal),
+so the x-update is a division and each iteration is one expand and one adjoint.
+
+    OPENBLAS_NUM_THREADS=1 nice -n 10 python examples/benchmarks/bench_admm.py --eps 1 --iters 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_alm_overhead import STAND_IN, capture_problem  # noqa: E402
+
+
+def cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def finish(problem, x, face, kappa, rk, mk, *, steps: int, rounds: int, incumbent=None):
+    """The ADMM point moved onto its own face ``{z = 0}`` (least change in the W metric, LSQR), the
+    face grown by the cells the move leaves negative; each round certified against ``kappa``."""
+    from scipy.sparse.linalg import LinearOperator, lsqr
+
+    from dpopt.estimate.marginal_space.polytope.face_finish import ratio_step
+    from dpopt.estimate.marginal_space.polytope.projection import _better, certify_with
+
+    fam = problem.cliques
+    scale = np.sqrt(problem.inv_w_flat)
+    full = np.zeros(fam.size)
+    m = fam.expand(x)
+    face = face.copy()
+    best, feasible = None, incumbent
+    for _ in range(rounds):
+        face |= m < 0
+        rows = np.flatnonzero(face)
+
+        def matvec(v):
+            return fam.expand(scale * np.ravel(v))[rows]
+
+        def rmatvec(v):
+            full[...] = 0.0
+            full[rows] = np.ravel(v)
+            return scale * fam.adjoint(full)
+
+        op = LinearOperator((rows.size, scale.size), matvec=matvec, rmatvec=rmatvec, dtype=np.float64)
+        y = lsqr(op, -m[rows], atol=0.0, btol=1e-14, iter_lim=steps)[0]
+        x = x + scale * y
+        m = fam.expand(x)
+        point = certify_with(problem, kappa, rk, mk, x, m)
+        if feasible is not None:
+            stepped = certify_with(problem, kappa, rk, mk, *ratio_step(problem, feasible[0], feasible[1], x, m))
+            if _better(stepped, point, 1e-6):
+                point = stepped
+        if best is None or _better(point, best, 1e-6):
+            best = point
+        if point[4] <= 1e-6 and (feasible is None or point[5] < feasible[5]):
+            feasible = point
+        print(f"    finish round: face {rows.size:,}, off-face negative {int(np.count_nonzero(m < -1e-9)):,}, "
+              f"most negative {float(m.min()):.3g}, gap {point[3]:.4g}, F(x) unrepaired-ish {point[5]:.10g}", flush=True)
+    return best
+
+
+def records_repair(problem, x, m):
+    """A feasible point from ``x`` by adding records, not by mixing towards a uniform point.
+
+    A point mass at one full-domain record adds 1 to exactly one cell of every clique: a
+    non-negative combination of records is consistent and non-negative, so ``x`` plus records
+    lifting every negative cell is feasible (with the total held: ``(1 - s) x`` plus records of
+    total ``s N``). Each negative cell ``(T, v_T)`` gets one record agreeing with it on ``T``, its
+    other attributes at the modes of their one-way marginals. Its residuals are those of the
+    records' clique marginals ``v`` divided by ``D`` (a consistent family: ``adjoint(v)_A =
+    D_A c_A``). Returns ``(x', m')`` or None when a fixed residual other than the total exists.
+    """
+    fam = problem.cliques
+    index = problem.index
+    fixed_sets = np.flatnonzero(problem.fixed)
+    total_pos = index.position_of(())
+    if any(int(p) != total_pos for p in fixed_sets):
+        return None
+    neg = m < 0
+    if problem.zero_cells is not None:
+        neg &= ~problem.zero_cells
+    if not neg.any():
+        return x, m
+    sizes = index.sizes
+    d = len(sizes)
+    # modes of the one-way marginals, each read from the first clique holding the attribute
+    mode = np.zeros(d, dtype=np.int64)
+    for a in range(d):
+        i = next(i for i, t in enumerate(fam.sets) if a in t)
+        t = fam.sets[i]
+        table = fam.marginal(m, i).reshape([int(sizes[b]) for b in t])
+        mode[a] = int(np.argmax(table.sum(axis=tuple(j for j in range(len(t)) if t[j] != a))))
+    # records: one per negative cell, (n_neg, d)
+    order = np.argsort(fam.offsets)
+    starts = fam.offsets[order]
+    cells = np.flatnonzero(neg)
+    which = order[np.searchsorted(starts, cells, side="right") - 1]
+    records = np.tile(mode, (cells.size, 1))
+    mass = -m[cells]
+    for i in np.unique(which):
+        rows = np.flatnonzero(which == i)
+        t = fam.sets[i]
+        local = cells[rows] - fam.offsets[i]
+        values = np.unravel_index(local, [int(sizes[b]) for b in t])
+        for j, b in enumerate(t):
+            records[rows, b] = values[j]
+    v = np.zeros(fam.size)
+    for i, t in enumerate(fam.sets):  # every clique's cell of every record
+        flat = np.ravel_multi_index(tuple(records[:, b] for b in t), [int(sizes[b]) for b in t])
+        v[fam.offsets[i]:fam.offsets[i] + fam.cells[i]] += np.bincount(flat, weights=mass,
+                                                                       minlength=int(fam.cells[i]))
+    dr = fam.adjoint(v) / index.per_set(fam.diagonal())
+    if problem.total_free:
+        return x + dr, m + v
+    total = float(x[index.set_offsets[total_pos]])
+    shrink = float(mass.sum()) / total
+    return (1.0 - shrink) * x + dr, (1.0 - shrink) * m + v
+
+
+def admm(problem, *, iters: int, alpha: float, rho_scale: float, adapt_every: int, check_every: int,
+         per_clique: bool, log=print, finish_gap: float = 0.0, finish_steps: int = 300):
+    from dpopt.estimate.marginal_space.polytope.projection import _better, certify_at, certify_with
+
+    fam = problem.cliques
+    free = problem.free_flat
+    w = problem.w_flat
+    target = problem.target
+    zeros = problem.zero_cells
+    # per-set penalties: rho_T = s * (median over T's free residuals of W_A / d_A), or one scalar
+    order = np.argsort(fam.offsets)
+    set_of_cell = np.repeat(order, fam.cells[order])
+    base = rho_scale / problem.lipschitz  # rho L = rho_scale at the tightest residual
+    if per_clique:
+        # each clique's own scale: its largest 1/n_{T\A} over its residuals is 1 (A = T), so
+        # balance W against it through the mean weight of the clique's top residual
+        rho_set = np.full(len(fam.sets), base)
+    else:
+        rho_set = np.full(len(fam.sets), base)
+    rho = rho_set[set_of_cell]
+    z = np.maximum(fam.expand(target), 0.0)
+    if zeros is not None:
+        z[zeros] = 0.0
+    u = np.zeros(fam.size)
+    best = None
+    start = cpu()
+    r = target.copy()
+    for k in range(1, iters + 1):
+        rhs = w * target + fam.adjoint(z - u, weights=rho_set)
+        denom = w + problem.index.per_set(fam.diagonal(weights=rho_set))
+        r = np.where(free, rhs / np.where(free, denom, 1.0), target)
+        er = fam.expand(r)
+        xt = alpha * er + (1 - alpha) * z
+        z_old = z
+        z = np.maximum(xt + u, 0.0)
+        if zeros is not None:
+            z[zeros] = 0.0
+        u = u + xt - z
+        if k % check_every == 0 or k == iters:
+            kappa = -rho * u
+            if zeros is None:
+                kappa = np.maximum(kappa, 0.0)
+            else:
+                kappa = np.where(zeros, kappa, np.maximum(kappa, 0.0))
+            rk = problem.residuals(kappa)
+            mk = fam.expand(rk)
+            p1 = certify_at(problem, kappa, rk, mk)
+            p2 = certify_with(problem, kappa, rk, mk, r, er)
+            cands = [p1, p2]
+            from dpopt.estimate.marginal_space.polytope.records import record_repair
+            repaired = record_repair(problem, r, er)
+            if repaired is not None:
+                p3 = certify_with(problem, kappa, rk, mk, *repaired)
+                drift = float(np.abs(fam.expand(repaired[0]) - repaired[1]).max())
+                from dpopt.estimate.marginal_space.polytope.projection import objective
+                dx = (repaired[0] - rk)[free]
+                quad = 0.5 * float(np.sum(w[free] * dx * dx))
+                lin = float(kappa @ repaired[1])
+                log(f"    F(x) {objective(problem, r):.10g}; F(x') - g = <kappa, m'> {lin:.4g} + 1/2|x' - r(kappa)|^2 {quad:.4g}; "
+                    f"<kappa, m_x> {float(kappa @ er):.4g}; <kappa, lift> {float(kappa @ (repaired[1] - er)):.4g}")
+                cands.append(p3)
+                log(f"    records repair: {int(np.count_nonzero(er < 0)):,} negative cells lifted, gap {p3[3]:.4g}, "
+                    f"violation {p3[4]:.2g}, F {p3[5]:.10g}, |E x' - m'| {drift:.2g}")
+            if finish_gap and min(p1[3], p2[3]) < finish_gap:
+                face = z == 0
+                if zeros is not None:
+                    face |= zeros
+                cands.append(finish(problem, r, face, kappa, rk, mk, steps=finish_steps, rounds=3,
+                                    incumbent=best if best is not None and best[4] <= 1e-6 else None))
+            for p in cands:
+                if best is None or _better(p, best, 1e-6):
+                    best = p
+            prim = float(np.linalg.norm(er - z))
+            dual = float(np.linalg.norm(fam.adjoint(rho * (z - z_old))))
+            log(f"it {k}: gap r(kappa) {p1[3]:.3g} (viol {p1[4]:.2g}), gap x {p2[3]:.3g}; best {best[3]:.3g}; "
+                f"prim {prim:.3g} dual {dual:.3g}; rho L {rho_set.max() * problem.lipschitz:.3g}; "
+                f"face {int(np.count_nonzero(z == 0)):,}; most negative E r {float(er.min()):.3g}; "
+                f"F {p2[5]:.10g} g {p1[6]:.10g}; {cpu() - start:.1f} CPU-s", flush=True)
+            if best[3] <= 1e-7 and best[4] <= 1e-6:
+                break
+            if adapt_every and k % adapt_every == 0:
+                scale_p = prim / max(float(np.linalg.norm(er)), float(np.linalg.norm(z)), 1e-300)
+                scale_d = dual / max(float(np.linalg.norm(fam.adjoint(rho * u))), 1e-300)
+                factor = float(np.sqrt(scale_p / max(scale_d, 1e-300)))
+                if factor > 5 or factor < 0.2:
+                    rho_set = rho_set * factor
+                    rho = rho * factor
+                    u = u / factor
+    return best, k
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--attrs", nargs="+", default=list(STAND_IN))
+    parser.add_argument("--eps", type=float, default=1.0)
+    parser.add_argument("--accounting", choices=["zcdp", "pure"], default="zcdp")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--iters", type=int, default=2000)
+    parser.add_argument("--alpha", type=float, default=1.6)
+    parser.add_argument("--rho-l", type=float, default=1.0)
+    parser.add_argument("--adapt-every", type=int, default=100)
+    parser.add_argument("--check-every", type=int, default=50)
+    parser.add_argument("--finish-gap", type=float, default=0.0)
+    parser.add_argument("--finish-steps", type=int, default=300)
+    args = parser.parse_args()
+    problem = capture_problem(tuple(args.attrs), args.eps, args.accounting, args.seed)
+    print(f"{len(args.attrs)} attributes: {problem.cliques.size:,} clique cells, {problem.index.size:,} residuals, "
+          f"L {problem.lipschitz:.3g}", flush=True)
+    best, k = admm(problem, iters=args.iters, alpha=args.alpha, rho_scale=args.rho_l, adapt_every=args.adapt_every,
+                   check_every=args.check_every, per_clique=False,
+                   finish_gap=args.finish_gap, finish_steps=args.finish_steps)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"ADMM: {k} iterations, best gap {best[3]:.4g}, violation {best[4]:.3g}; peak RSS {peak:,.0f} MB")
+
+
+if __name__ == "__main__":
+    main()
