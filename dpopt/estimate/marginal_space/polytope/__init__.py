@@ -6,8 +6,10 @@ with a duality-gap certificate. Parts:
 
 - :mod:`.projection` — problem (4), its dual, the certificate (a repaired primal point paired with
   the multipliers) and the active-face polish;
-- :mod:`.augmented_lagrangian` — the solver for large cyclic families (semismooth Newton inner
-  solves);
+- :mod:`.admm` — the solver for large cyclic families (one expand and one adjoint a step);
+- :mod:`.records` — a feasible point by adding records, the certificate's repair near the data;
+- :mod:`.augmented_lagrangian` — the earlier solver for large cyclic families (semismooth Newton
+  inner solves; ``project(..., alm=True)``);
 - :mod:`.face_finish` — a feasible point on the dual's active face, when the repair alone leaves
   the gap open;
 - :mod:`.interior` — a strictly positive point of the constraints, the repair's target.

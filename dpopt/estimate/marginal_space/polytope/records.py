@@ -15,7 +15,8 @@ records is a consistent, non-negative family, whatever the cliques. So, with ``m
 
 is feasible: each negative cell ``c_j = (T, v_T)`` gets the record ``δ_j`` that agrees with it on
 ``T`` (so it is lifted to ``-s m_{c_j} >= 0``), and every other cell stays ``(1 - s) m >= 0`` plus
-records. ``s = Σ a_j / N`` when the total ``N`` is held (a fixed residual), 0 when it is free.
+records. Cliques are taken fewest cells first, and a cell that earlier cliques' records have
+already lifted gets only what it still lacks (:func:`lifting_records`). ``s = Σ a_j / N`` when the total ``N`` is held (a fixed residual), 0 when it is free.
 The attributes outside ``T`` take the modes of their one-way marginals, so the other cells a
 record touches are where the fit is largest, off the active face: the repair costs about
 ``Σ_j κ_{c_j} a_j``, first order in the violation cell by cell, where the mix costs the largest
@@ -24,7 +25,7 @@ ratio times ``<κ, m_int>`` over every cell.
 The records' residuals follow from their clique marginals ``v`` alone: for a consistent family
 ``adjoint(v)_A = D_A c_A`` with ``D = E^T E`` diagonal (layout notes), so ``c = adjoint(v) / D``:
 one adjoint, no table. On the 9-attribute stand-in (84 triples of adult, 2.34 M cells) the same
-ADMM points certified at a gap 28 to 42 times smaller than by the mix
+ADMM points certified at a gap 30 to 55 times smaller than by the mix
 (``examples/benchmarks/bench_admm.py``).
 
 Not used (None) where a record would break a constraint: a fixed residual other than the total
