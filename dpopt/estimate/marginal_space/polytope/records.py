@@ -16,11 +16,14 @@ records is a consistent, non-negative family, whatever the cliques. So, with ``m
 is feasible: each negative cell ``c_j = (T, v_T)`` gets the record ``δ_j`` that agrees with it on
 ``T`` (so it is lifted to ``-s m_{c_j} >= 0``), and every other cell stays ``(1 - s) m >= 0`` plus
 records. Cliques are taken fewest cells first, and a cell that earlier cliques' records have
-already lifted gets only what it still lacks (:func:`lifting_records`). ``s = Σ a_j / N`` when the total ``N`` is held (a fixed residual), 0 when it is free.
-The attributes outside ``T`` take the modes of their one-way marginals, so the other cells a
-record touches are where the fit is largest, off the active face: the repair costs about
-``Σ_j κ_{c_j} a_j``, first order in the violation cell by cell, where the mix costs the largest
-ratio times ``<κ, m_int>`` over every cell.
+already lifted gets only what it still lacks (:func:`lifting_records`). ``s = Σ a_j / N`` when
+the total ``N`` is held (a fixed residual), 0 when it is free. The attributes outside ``T`` take
+the modes of their one-way marginals, so that the other cells a record touches tend to be large
+ones. The repair costs ``<κ, lift>`` to first order: the lifted mass times the multipliers at the
+cells the records touch, first order in the violation cell by cell, where the mix costs the
+largest ratio times ``<κ, m_int>`` over every cell. That cost is still most of the certified gap
+(on adult's 5-attribute slice, 7.5 of the absolute gap 8.1 after 50 ADMM steps): records that
+touch fewer cells with ``κ > 0`` would certify sooner.
 
 The records' residuals follow from their clique marginals ``v`` alone: for a consistent family
 ``adjoint(v)_A = D_A c_A`` with ``D = E^T E`` diagonal (layout notes), so ``c = adjoint(v) / D``:
