@@ -1,4 +1,10 @@
-"""ADMM with a diagonal x-update on the local-polytope projection (issue 27 research, not wired).
+"""ADMM on the local-polytope projection, the prototype of polytope/admm.py (issue 27 research).
+
+Prints, at every check, the certified gap of the multipliers' own point, of the step's point
+repaired by the mix towards the interior point ("gap x"), and by adding records (polytope/records.py),
+with the parts of the records' gap; ``--finish-gap`` also tries the face finish (LSQR onto ADMM's
+own face ``{z = 0}``), which pushed about a million cells off the face negative on the stand-in
+(most negative -1.8) and was dropped. Figures: docs/pages/algorithms/marginal-space.md section 2.
 
 Problem (4) of :mod:`dpopt.estimate.marginal_space.polytope.projection` split as
 ``min F(r) s.t. E r - z = 0, z >= 0`` (Boyd, Parikh, Chu, Peleato, Eckstein 2011, section 5.2;
@@ -67,70 +73,12 @@ def finish(problem, x, face, kappa, rk, mk, *, steps: int, rounds: int, incumben
         if point[4] <= 1e-6 and (feasible is None or point[5] < feasible[5]):
             feasible = point
         print(f"    finish round: face {rows.size:,}, off-face negative {int(np.count_nonzero(m < -1e-9)):,}, "
-              f"most negative {float(m.min()):.3g}, gap {point[3]:.4g}, F(x) unrepaired-ish {point[5]:.10g}", flush=True)
+              f"most negative {float(m.min()):.3g}, gap {point[3]:.4g}, F {point[5]:.10g}", flush=True)
     return best
 
 
-def records_repair(problem, x, m):
-    """A feasible point from ``x`` by adding records, not by mixing towards a uniform point.
-
-    A point mass at one full-domain record adds 1 to exactly one cell of every clique: a
-    non-negative combination of records is consistent and non-negative, so ``x`` plus records
-    lifting every negative cell is feasible (with the total held: ``(1 - s) x`` plus records of
-    total ``s N``). Each negative cell ``(T, v_T)`` gets one record agreeing with it on ``T``, its
-    other attributes at the modes of their one-way marginals. Its residuals are those of the
-    records' clique marginals ``v`` divided by ``D`` (a consistent family: ``adjoint(v)_A =
-    D_A c_A``). Returns ``(x', m')`` or None when a fixed residual other than the total exists.
-    """
-    fam = problem.cliques
-    index = problem.index
-    fixed_sets = np.flatnonzero(problem.fixed)
-    total_pos = index.position_of(())
-    if any(int(p) != total_pos for p in fixed_sets):
-        return None
-    neg = m < 0
-    if problem.zero_cells is not None:
-        neg &= ~problem.zero_cells
-    if not neg.any():
-        return x, m
-    sizes = index.sizes
-    d = len(sizes)
-    # modes of the one-way marginals, each read from the first clique holding the attribute
-    mode = np.zeros(d, dtype=np.int64)
-    for a in range(d):
-        i = next(i for i, t in enumerate(fam.sets) if a in t)
-        t = fam.sets[i]
-        table = fam.marginal(m, i).reshape([int(sizes[b]) for b in t])
-        mode[a] = int(np.argmax(table.sum(axis=tuple(j for j in range(len(t)) if t[j] != a))))
-    # records: one per negative cell, (n_neg, d)
-    order = np.argsort(fam.offsets)
-    starts = fam.offsets[order]
-    cells = np.flatnonzero(neg)
-    which = order[np.searchsorted(starts, cells, side="right") - 1]
-    records = np.tile(mode, (cells.size, 1))
-    mass = -m[cells]
-    for i in np.unique(which):
-        rows = np.flatnonzero(which == i)
-        t = fam.sets[i]
-        local = cells[rows] - fam.offsets[i]
-        values = np.unravel_index(local, [int(sizes[b]) for b in t])
-        for j, b in enumerate(t):
-            records[rows, b] = values[j]
-    v = np.zeros(fam.size)
-    for i, t in enumerate(fam.sets):  # every clique's cell of every record
-        flat = np.ravel_multi_index(tuple(records[:, b] for b in t), [int(sizes[b]) for b in t])
-        v[fam.offsets[i]:fam.offsets[i] + fam.cells[i]] += np.bincount(flat, weights=mass,
-                                                                       minlength=int(fam.cells[i]))
-    dr = fam.adjoint(v) / index.per_set(fam.diagonal())
-    if problem.total_free:
-        return x + dr, m + v
-    total = float(x[index.set_offsets[total_pos]])
-    shrink = float(mass.sum()) / total
-    return (1.0 - shrink) * x + dr, (1.0 - shrink) * m + v
-
-
 def admm(problem, *, iters: int, alpha: float, rho_scale: float, adapt_every: int, check_every: int,
-         per_clique: bool, log=print, finish_gap: float = 0.0, finish_steps: int = 300):
+         log=print, finish_gap: float = 0.0, finish_steps: int = 300):
     from dpopt.estimate.marginal_space.polytope.projection import _better, certify_at, certify_with
 
     fam = problem.cliques
@@ -138,16 +86,10 @@ def admm(problem, *, iters: int, alpha: float, rho_scale: float, adapt_every: in
     w = problem.w_flat
     target = problem.target
     zeros = problem.zero_cells
-    # per-set penalties: rho_T = s * (median over T's free residuals of W_A / d_A), or one scalar
+    # one penalty (rho L = rho_scale), held per set so that adjoint and diagonal take it as weights
     order = np.argsort(fam.offsets)
     set_of_cell = np.repeat(order, fam.cells[order])
-    base = rho_scale / problem.lipschitz  # rho L = rho_scale at the tightest residual
-    if per_clique:
-        # each clique's own scale: its largest 1/n_{T\A} over its residuals is 1 (A = T), so
-        # balance W against it through the mean weight of the clique's top residual
-        rho_set = np.full(len(fam.sets), base)
-    else:
-        rho_set = np.full(len(fam.sets), base)
+    rho_set = np.full(len(fam.sets), rho_scale / problem.lipschitz)
     rho = rho_set[set_of_cell]
     z = np.maximum(fam.expand(target), 0.0)
     if zeros is not None:
@@ -187,8 +129,9 @@ def admm(problem, *, iters: int, alpha: float, rho_scale: float, adapt_every: in
                 dx = (repaired[0] - rk)[free]
                 quad = 0.5 * float(np.sum(w[free] * dx * dx))
                 lin = float(kappa @ repaired[1])
-                log(f"    F(x) {objective(problem, r):.10g}; F(x') - g = <kappa, m'> {lin:.4g} + 1/2|x' - r(kappa)|^2 {quad:.4g}; "
-                    f"<kappa, m_x> {float(kappa @ er):.4g}; <kappa, lift> {float(kappa @ (repaired[1] - er)):.4g}")
+                log(f"    F(x) {objective(problem, r):.10g}; F(x') - g = <kappa, m'> {lin:.4g} "
+                    f"+ 1/2|x' - r(kappa)|^2 {quad:.4g}; <kappa, m_x> {float(kappa @ er):.4g}; "
+                    f"<kappa, lift> {float(kappa @ (repaired[1] - er)):.4g}")
                 cands.append(p3)
                 log(f"    records repair: {int(np.count_nonzero(er < 0)):,} negative cells lifted, gap {p3[3]:.4g}, "
                     f"violation {p3[4]:.2g}, F {p3[5]:.10g}, |E x' - m'| {drift:.2g}")
@@ -228,7 +171,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--iters", type=int, default=2000)
     parser.add_argument("--alpha", type=float, default=1.6)
-    parser.add_argument("--rho-l", type=float, default=1.0)
+    parser.add_argument("--rho-l", type=float, default=20.0)
     parser.add_argument("--adapt-every", type=int, default=100)
     parser.add_argument("--check-every", type=int, default=50)
     parser.add_argument("--finish-gap", type=float, default=0.0)
@@ -238,7 +181,7 @@ def main() -> None:
     print(f"{len(args.attrs)} attributes: {problem.cliques.size:,} clique cells, {problem.index.size:,} residuals, "
           f"L {problem.lipschitz:.3g}", flush=True)
     best, k = admm(problem, iters=args.iters, alpha=args.alpha, rho_scale=args.rho_l, adapt_every=args.adapt_every,
-                   check_every=args.check_every, per_clique=False,
+                   check_every=args.check_every,
                    finish_gap=args.finish_gap, finish_steps=args.finish_steps)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"ADMM: {k} iterations, best gap {best[3]:.4g}, violation {best[4]:.3g}; peak RSS {peak:,.0f} MB")
