@@ -21,6 +21,33 @@ def cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def estimate_end_to_end(args) -> None:
+    """``estimate_marginals`` on every triple of ``args.attrs``, as a release would call it."""
+    import json
+    from itertools import combinations
+
+    import pandas as pd
+    from _common import shared_file
+    from bench_wide import measure_sets
+
+    from dpopt.estimate.marginal_space import estimate_marginals
+    from dpopt.model.data import Dataset
+    from dpopt.model.domain import Domain
+
+    sizes = json.loads(shared_file("adult_pgm_domain.json").read_text())
+    frame = pd.read_csv(shared_file("adult_pgm.csv"), usecols=list(args.attrs))[list(args.attrs)]
+    domain = Domain(tuple(args.attrs), tuple(int(sizes[a]) for a in args.attrs))
+    sets = list(combinations(args.attrs, 3))
+    measurements, _ = measure_sets(Dataset.from_frame(frame, domain), sets, args.accounting, args.eps, args.seed)
+    start = cpu()
+    est = estimate_marginals(measurements, sets, objective="l2", max_iter=args.products)
+    cert = est.info["certificate"]
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"estimate_marginals: {est.status.name}, stopped: {est.info.get('stopped')}, polytope "
+          f"{est.info.get('polytope')}, gap {cert['gap']:.4g}, violation {cert['violation']:.3g}, "
+          f"{cpu() - start:.1f} CPU-s, peak RSS {peak:,.0f} MB; {est.message}")
+
+
 def main() -> None:
     from dpopt.estimate.marginal_space.polytope.admm import admm
 
@@ -33,9 +60,14 @@ def main() -> None:
     parser.add_argument("--rho-l", type=float, default=20.0)
     parser.add_argument("--adapt", action="store_true", help="OSQP's penalty update")
     parser.add_argument("--check-every", type=int, default=100)
+    parser.add_argument("--estimate", action="store_true",
+                        help="run estimate_marginals end to end (its own path choice) instead of ADMM alone")
     parser.add_argument("--polish", type=int, default=0, help="rounds of the dual's face polish after ADMM")
     parser.add_argument("--polish-steps", type=int, default=150)
     args = parser.parse_args()
+    if args.estimate:
+        estimate_end_to_end(args)
+        return
     problem = capture_problem(tuple(args.attrs), args.eps, args.accounting, args.seed)
     print(f"{len(args.attrs)} attributes: {problem.cliques.size:,} clique cells, {problem.index.size:,} residuals",
           flush=True)
