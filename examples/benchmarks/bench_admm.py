@@ -2,9 +2,9 @@
 
 Prints, at every check, the certified gap of the multipliers' own point, of the step's point
 repaired by the mix towards the interior point ("gap x"), and by adding records (polytope/records.py),
-with the parts of the records' gap; ``--finish-gap`` also tries the face finish (LSQR onto ADMM's
-own face ``{z = 0}``), which pushed about a million cells off the face negative on the stand-in
-(most negative -1.8) and was dropped. Figures: docs/pages/algorithms/marginal-space.md section 2.
+with the parts of the records' gap. (A face finish from ADMM's point, LSQR onto its own face
+``{z = 0}``, was tried here and dropped: on the stand-in it pushed about a million cells off the
+face below zero, most negative -1.8.) Figures: docs/pages/algorithms/marginal-space.md section 2.
 
 Problem (4) of :mod:`dpopt.estimate.marginal_space.polytope.projection` split as
 ``min F(r) s.t. E r - z = 0, z >= 0`` (Boyd, Parikh, Chu, Peleato, Eckstein 2011, section 5.2;
@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_alm_overhead import STAND_IN, capture_problem  # noqa: E402
+from bench_alm_overhead import add_problem_arguments, capture_problem  # noqa: E402
 
 
 def cpu() -> float:
@@ -33,53 +33,10 @@ def cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def finish(problem, x, face, kappa, rk, mk, *, steps: int, rounds: int, incumbent=None):
-    """The ADMM point moved onto its own face ``{z = 0}`` (least change in the W metric, LSQR), the
-    face grown by the cells the move leaves negative; each round certified against ``kappa``."""
-    from scipy.sparse.linalg import LinearOperator, lsqr
-
-    from dpopt.estimate.marginal_space.polytope.face_finish import ratio_step
-    from dpopt.estimate.marginal_space.polytope.projection import _better, certify_with
-
-    fam = problem.cliques
-    scale = np.sqrt(problem.inv_w_flat)
-    full = np.zeros(fam.size)
-    m = fam.expand(x)
-    face = face.copy()
-    best, feasible = None, incumbent
-    for _ in range(rounds):
-        face |= m < 0
-        rows = np.flatnonzero(face)
-
-        def matvec(v):
-            return fam.expand(scale * np.ravel(v))[rows]
-
-        def rmatvec(v):
-            full[...] = 0.0
-            full[rows] = np.ravel(v)
-            return scale * fam.adjoint(full)
-
-        op = LinearOperator((rows.size, scale.size), matvec=matvec, rmatvec=rmatvec, dtype=np.float64)
-        y = lsqr(op, -m[rows], atol=0.0, btol=1e-14, iter_lim=steps)[0]
-        x = x + scale * y
-        m = fam.expand(x)
-        point = certify_with(problem, kappa, rk, mk, x, m)
-        if feasible is not None:
-            stepped = certify_with(problem, kappa, rk, mk, *ratio_step(problem, feasible[0], feasible[1], x, m))
-            if _better(stepped, point, 1e-6):
-                point = stepped
-        if best is None or _better(point, best, 1e-6):
-            best = point
-        if point[4] <= 1e-6 and (feasible is None or point[5] < feasible[5]):
-            feasible = point
-        print(f"    finish round: face {rows.size:,}, off-face negative {int(np.count_nonzero(m < -1e-9)):,}, "
-              f"most negative {float(m.min()):.3g}, gap {point[3]:.4g}, F {point[5]:.10g}", flush=True)
-    return best
-
-
 def admm(problem, *, iters: int, alpha: float, rho_scale: float, adapt_every: int, check_every: int,
-         log=print, finish_gap: float = 0.0, finish_steps: int = 300):
-    from dpopt.estimate.marginal_space.polytope.projection import _better, certify_at, certify_with
+         log=print):
+    from dpopt.estimate.marginal_space.polytope.projection import _better, certify_at, certify_with, objective
+    from dpopt.estimate.marginal_space.polytope.records import record_repair
 
     fam = problem.cliques
     free = problem.free_flat
@@ -120,12 +77,10 @@ def admm(problem, *, iters: int, alpha: float, rho_scale: float, adapt_every: in
             p1 = certify_at(problem, kappa, rk, mk)
             p2 = certify_with(problem, kappa, rk, mk, r, er)
             cands = [p1, p2]
-            from dpopt.estimate.marginal_space.polytope.records import record_repair
             repaired = record_repair(problem, r, er)
             if repaired is not None:
                 p3 = certify_with(problem, kappa, rk, mk, *repaired)
                 drift = float(np.abs(fam.expand(repaired[0]) - repaired[1]).max())
-                from dpopt.estimate.marginal_space.polytope.projection import objective
                 dx = (repaired[0] - rk)[free]
                 quad = 0.5 * float(np.sum(w[free] * dx * dx))
                 lin = float(kappa @ repaired[1])
@@ -135,12 +90,6 @@ def admm(problem, *, iters: int, alpha: float, rho_scale: float, adapt_every: in
                 cands.append(p3)
                 log(f"    records repair: {int(np.count_nonzero(er < 0)):,} negative cells lifted, gap {p3[3]:.4g}, "
                     f"violation {p3[4]:.2g}, F {p3[5]:.10g}, |E x' - m'| {drift:.2g}")
-            if finish_gap and min(p1[3], p2[3]) < finish_gap:
-                face = z == 0
-                if zeros is not None:
-                    face |= zeros
-                cands.append(finish(problem, r, face, kappa, rk, mk, steps=finish_steps, rounds=3,
-                                    incumbent=best if best is not None and best[4] <= 1e-6 else None))
             for p in cands:
                 if best is None or _better(p, best, 1e-6):
                     best = p
@@ -165,24 +114,18 @@ def admm(problem, *, iters: int, alpha: float, rho_scale: float, adapt_every: in
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--attrs", nargs="+", default=list(STAND_IN))
-    parser.add_argument("--eps", type=float, default=1.0)
-    parser.add_argument("--accounting", choices=["zcdp", "pure"], default="zcdp")
-    parser.add_argument("--seed", type=int, default=7)
+    add_problem_arguments(parser)
     parser.add_argument("--iters", type=int, default=2000)
     parser.add_argument("--alpha", type=float, default=1.6)
     parser.add_argument("--rho-l", type=float, default=20.0)
     parser.add_argument("--adapt-every", type=int, default=100)
     parser.add_argument("--check-every", type=int, default=50)
-    parser.add_argument("--finish-gap", type=float, default=0.0)
-    parser.add_argument("--finish-steps", type=int, default=300)
     args = parser.parse_args()
     problem = capture_problem(tuple(args.attrs), args.eps, args.accounting, args.seed)
     print(f"{len(args.attrs)} attributes: {problem.cliques.size:,} clique cells, {problem.index.size:,} residuals, "
           f"L {problem.lipschitz:.3g}", flush=True)
     best, k = admm(problem, iters=args.iters, alpha=args.alpha, rho_scale=args.rho_l, adapt_every=args.adapt_every,
-                   check_every=args.check_every,
-                   finish_gap=args.finish_gap, finish_steps=args.finish_steps)
+                   check_every=args.check_every)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"ADMM: {k} iterations, best gap {best[3]:.4g}, violation {best[4]:.3g}; peak RSS {peak:,.0f} MB")
 

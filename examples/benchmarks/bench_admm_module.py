@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_alm_overhead import STAND_IN, capture_problem  # noqa: E402
+from bench_alm_overhead import add_problem_arguments, capture_problem  # noqa: E402
 
 
 def cpu() -> float:
@@ -52,10 +52,7 @@ def main() -> None:
     from dpopt.estimate.marginal_space.polytope.admm import admm
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--attrs", nargs="+", default=list(STAND_IN))
-    parser.add_argument("--eps", type=float, default=1.0)
-    parser.add_argument("--accounting", choices=["zcdp", "pure"], default="zcdp")
-    parser.add_argument("--seed", type=int, default=7)
+    add_problem_arguments(parser)
     parser.add_argument("--products", type=int, default=4000)
     parser.add_argument("--rho-l", type=float, default=20.0)
     parser.add_argument("--adapt", action="store_true", help="OSQP's penalty update")

@@ -92,12 +92,17 @@ def usage() -> np.ndarray:
     return np.array([r.ru_utime, r.ru_stime, r.ru_minflt])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_problem_arguments(parser: argparse.ArgumentParser) -> None:
+    """The problem's options (attributes, eps, accounting, seed), shared with the ADMM benchmarks."""
     parser.add_argument("--attrs", nargs="+", default=list(STAND_IN))
     parser.add_argument("--eps", type=float, default=1.0)
     parser.add_argument("--accounting", choices=["zcdp", "pure"], default="zcdp")
     parser.add_argument("--seed", type=int, default=7)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_problem_arguments(parser)
     parser.add_argument("--products", type=int, default=40, help="products of the solve (an expand and an adjoint)")
     parser.add_argument("--diagnose", action="store_true", help="print the parts of every outer point's gap")
     parser.add_argument("--polish", type=int, default=0, help="rounds of the active-face polish after the solve")
