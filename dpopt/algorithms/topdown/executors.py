@@ -276,11 +276,17 @@ def _largest_first(sizes, n: int) -> list[int]:
 
 
 def _single_threaded() -> None:
-    """Worker initialiser: one BLAS thread per process (the pool already uses every core); and on
-    Linux, SIGTERM when the process that started the worker dies, so that a release killed with
-    SIGKILL (which runs no clean-up) leaves no orphaned workers solving on."""
-    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(var, "1")
+    """Worker initialiser: one BLAS/OpenMP thread per process (the pool already uses every core); and
+    on Linux, SIGTERM when the process that started the worker dies, so that a release killed with
+    SIGKILL (which runs no clean-up) leaves no orphaned workers solving on.
+
+    The limit is set through threadpoolctl in the worker itself: under ``fork`` the worker inherits
+    BLAS already loaded and sized by the parent, so setting ``OPENBLAS_NUM_THREADS`` here would limit
+    nothing. The limit is never restored; it lasts the worker's life.
+    """
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1)
     die_with_parent()
 
 
