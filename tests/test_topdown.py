@@ -305,7 +305,8 @@ def test_pool_workers_run_blas_on_one_thread_even_when_the_parent_runs_more():
     from dpopt.algorithms.topdown.executors import PoolExecutor
 
     with threadpool_limits(limits=2, user_api="blas"):
-        assert _blas_threads(None) and set(_blas_threads(None)) == {2}
+        # Other tests may load a single-threaded BLAS build too (the full suite did: [1, 2, 2]).
+        assert max(_blas_threads(None)) == 2
         executor = PoolExecutor(workers=1)
         try:
             (worker,) = executor.map(_blas_threads, [None])
