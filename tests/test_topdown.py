@@ -291,6 +291,30 @@ def test_serial_and_process_pool_release_the_same_tables_bit_for_bit():
     assert pool.info["executor"] == "pool (2 processes)"
 
 
+def _blas_threads(_task) -> list[int]:
+    from threadpoolctl import threadpool_info
+
+    return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+
+def test_pool_workers_run_blas_on_one_thread_even_when_the_parent_runs_more():
+    # Under fork the worker inherits BLAS already loaded with the parent's thread count, so only a
+    # limit applied inside the worker holds; setting OPENBLAS_NUM_THREADS there limited nothing.
+    from threadpoolctl import threadpool_limits
+
+    from dpopt.algorithms.topdown.executors import PoolExecutor
+
+    with threadpool_limits(limits=2, user_api="blas"):
+        # Other tests may load a single-threaded BLAS build too (the full suite did: [1, 2, 2]).
+        assert max(_blas_threads(None)) == 2
+        executor = PoolExecutor(workers=1)
+        try:
+            (worker,) = executor.map(_blas_threads, [None])
+        finally:
+            executor.close()
+    assert worker and set(worker) == {1}
+
+
 # ---- noise, ledger, accuracy -------------------------------------------------------------------------
 def test_each_level_query_is_charged_once_and_its_noise_has_the_planned_law():
     domain = Domain.from_dict({"unit": 300, "c": 4})

@@ -276,16 +276,22 @@ def _largest_first(sizes, n: int) -> list[int]:
 
 
 def _single_threaded() -> None:
-    """Worker initialiser: one BLAS thread per process (the pool already uses every core); and on
-    Linux, SIGTERM when the process that started the worker dies, so that a release killed with
+    """Worker initialiser: one BLAS/OpenMP thread per process (the pool already uses every core); and
+    on Linux, SIGTERM when the process that started the worker dies, so that a release killed with
     SIGKILL (which runs no clean-up) leaves no orphaned workers solving on.
 
-    The variables bind only where the worker loads BLAS afresh (the ``spawn`` and ``forkserver``
-    start methods); a ``fork``ed worker inherits the parent's loaded BLAS, which they no longer
-    change. The limit that holds under every start method is the one each parent solve takes
-    through threadpoolctl (:func:`~dpopt.algorithms.topdown.solve.solve_parent`)."""
+    Two limits, for the two ways a worker gets BLAS: under ``fork`` it inherits BLAS already loaded
+    and sized by the parent, which only threadpoolctl can limit (the variables would change
+    nothing); under ``spawn`` or ``forkserver`` BLAS may load after this runs, sized by the
+    variables. Each parent solve also takes its own threadpoolctl limit
+    (:func:`~dpopt.algorithms.topdown.solve.solve_parent`). Neither is restored: they last the
+    worker's life.
+    """
+    from threadpoolctl import threadpool_limits
+
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
+    threadpool_limits(limits=1)
     die_with_parent()
 
 
