@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_alm_overhead import add_problem_arguments, capture_problem  # noqa: E402
+from bench_alm_overhead import add_problem_arguments, capture_problem, measured_triples  # noqa: E402
 
 
 def cpu() -> float:
@@ -23,22 +23,9 @@ def cpu() -> float:
 
 def estimate_end_to_end(args) -> None:
     """``estimate_marginals`` on every triple of ``args.attrs``, as a release would call it."""
-    import json
-    from itertools import combinations
-
-    import pandas as pd
-    from _common import shared_file
-    from bench_wide import measure_sets
-
     from dpopt.estimate.marginal_space import estimate_marginals
-    from dpopt.model.data import Dataset
-    from dpopt.model.domain import Domain
 
-    sizes = json.loads(shared_file("adult_pgm_domain.json").read_text())
-    frame = pd.read_csv(shared_file("adult_pgm.csv"), usecols=list(args.attrs))[list(args.attrs)]
-    domain = Domain(tuple(args.attrs), tuple(int(sizes[a]) for a in args.attrs))
-    sets = list(combinations(args.attrs, 3))
-    measurements, _ = measure_sets(Dataset.from_frame(frame, domain), sets, args.accounting, args.eps, args.seed)
+    measurements, sets = measured_triples(tuple(args.attrs), args.eps, args.accounting, args.seed)
     start = cpu()
     est = estimate_marginals(measurements, sets, objective="l2", max_iter=args.products)
     cert = est.info["certificate"]

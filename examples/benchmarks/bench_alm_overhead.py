@@ -60,16 +60,21 @@ class _Captured(Exception):
     pass
 
 
+def measured_triples(attrs, eps: float, accounting: str, seed: int):
+    """``(measurements, sets)``: every triple of ``attrs`` of adult_pgm, measured (benchmark noise)."""
+    sizes = json.loads(shared_file("adult_pgm_domain.json").read_text())
+    frame = pd.read_csv(shared_file("adult_pgm.csv"), usecols=list(attrs))[list(attrs)]
+    domain = Domain(tuple(attrs), tuple(int(sizes[a]) for a in attrs))
+    sets = list(combinations(attrs, 3))
+    measurements, _ = measure_sets(Dataset.from_frame(frame, domain), sets, accounting, eps, seed)
+    return measurements, sets
+
+
 def capture_problem(attrs, eps: float, accounting: str, seed: int):
     """The estimator's projection problem on ``attrs``' triples (the solve itself is not run)."""
     from dpopt.estimate.marginal_space import estimator
 
-    sizes = json.loads(shared_file("adult_pgm_domain.json").read_text())
-    frame = pd.read_csv(shared_file("adult_pgm.csv"), usecols=list(attrs))[list(attrs)]
-    domain = Domain(tuple(attrs), tuple(int(sizes[a]) for a in attrs))
-    data = Dataset.from_frame(frame, domain)
-    sets = list(combinations(attrs, 3))
-    measurements, _ = measure_sets(data, sets, accounting, eps, seed)
+    measurements, sets = measured_triples(attrs, eps, accounting, seed)
     captured = {}
 
     def stop(problem, **kw):

@@ -63,7 +63,8 @@ def admm(problem, *, max_products: int, deadline: float | None = None, stop_gap:
     every certified point. Returns the best certified point (the tuple of
     :func:`~dpopt.estimate.marginal_space.polytope.projection.certify_at`) and the products made.
     """
-    from dpopt.estimate.marginal_space.polytope.projection import _better, certify_at, certify_with
+    from dpopt.estimate.marginal_space.polytope.projection import (_better, bounded_multipliers, certify_at,
+                                                                   certify_with)
 
     fam, index, target = problem.cliques, problem.index, problem.target
     free = problem.free_flat
@@ -75,26 +76,9 @@ def admm(problem, *, max_products: int, deadline: float | None = None, stop_gap:
     weighted_target = w * target
     cells = fam.size
 
-    def bound(v: np.ndarray) -> np.ndarray:
-        """``P``: non-negative (when asked), 0 on structural zeros."""
-        out = np.maximum(v, 0.0) if problem.nonnegative else np.array(v)
-        if zeros is not None:
-            out[zeros] = 0.0
-        return out
-
-    def multipliers(u: np.ndarray) -> np.ndarray:
-        kappa = -rho * u
-        if problem.nonnegative:
-            kappa = np.maximum(kappa, 0.0) if zeros is None else np.where(zeros, kappa, np.maximum(kappa, 0.0))
-        elif zeros is not None:
-            kappa = np.where(zeros, kappa, 0.0)
-        else:
-            kappa = np.zeros(cells)
-        return kappa
-
-    products = 0
-    z = bound(fam.expand(target))
-    products += 1
+    products = 1
+    z = np.empty(cells)
+    _bound_into(fam.expand(target), z, problem.nonnegative, zeros)
     # Work vectors made once: on adult's triples a fresh whole vector is a fresh mmap (the
     # augmented Lagrangian's notes), so every step writes into these.
     u = np.zeros(cells)
@@ -121,7 +105,7 @@ def admm(problem, *, max_products: int, deadline: float | None = None, stop_gap:
         u -= z
         if step % check_every and products < max_products - 1 and not _late(deadline):
             continue
-        kappa = multipliers(u)
+        kappa = bounded_multipliers(problem, -rho * u)
         rk = problem.residuals(kappa)
         mk = fam.expand(rk)
         products += 1
@@ -148,7 +132,7 @@ def admm(problem, *, max_products: int, deadline: float | None = None, stop_gap:
                 u /= factor
                 denominator = w + rho * index.per_set(fam.diagonal())
     if best is None:
-        kappa = multipliers(u)
+        kappa = bounded_multipliers(problem, -rho * u)
         rk = problem.residuals(kappa)
         best = certify_at(problem, kappa, rk, fam.expand(rk))
         products += 1

@@ -72,6 +72,7 @@ from dpopt.estimate.marginal_space.polytope.augmented_lagrangian import augmente
 from dpopt.estimate.marginal_space.layout import ResidualIndex, SetFamily
 
 __all__ = ["ProjectionProblem", "Projection", "project", "polish", "dual_value", "objective", "repair", "certify",
+           "bounded_multipliers",
            "certify_at", "certify_with", "gap_parts", "repair_step"]
 
 #: Conjugate-gradient steps on one face before the face is taken again (the adult chain's faces,
@@ -234,6 +235,15 @@ class Projection:
     history: list = field(default_factory=list)
 
 
+def bounded_multipliers(problem: ProjectionProblem, kappa_in: np.ndarray) -> np.ndarray:
+    """``kappa`` within the dual's bounds: ``>= 0`` (0 without non-negativity), free on structural zeros."""
+    kappa = np.maximum(np.array(kappa_in, dtype=np.float64), 0.0) if problem.nonnegative else \
+        np.zeros(problem.cliques.size)
+    if problem.zero_cells is not None:
+        kappa[problem.zero_cells] = np.asarray(kappa_in, dtype=np.float64)[problem.zero_cells]
+    return kappa
+
+
 def certify(problem: ProjectionProblem, kappa_in: np.ndarray) -> tuple:
     """``(r, mu, kappa, gap, violation, F, g)`` at multipliers ``kappa`` (projected onto the bounds).
 
@@ -241,10 +251,7 @@ def certify(problem: ProjectionProblem, kappa_in: np.ndarray) -> tuple:
     (complementarity), and the repair adds ``F(r_repaired) - F(r(kappa))``, a difference of
     quadratics taken as ``1/2 W (r' - r)(r' + r - 2 r^)``.
     """
-    kappa = np.maximum(np.array(kappa_in, dtype=np.float64), 0.0) if problem.nonnegative else \
-        np.zeros(problem.cliques.size)
-    if problem.zero_cells is not None:
-        kappa[problem.zero_cells] = np.asarray(kappa_in, dtype=np.float64)[problem.zero_cells]
+    kappa = bounded_multipliers(problem, kappa_in)
     r = problem.residuals(kappa)
     return certify_at(problem, kappa, r, problem.cliques.expand(r))
 
@@ -486,38 +493,36 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
 
     x = np.zeros(cells)
 
-    def admm_path():
+    def run_path(solve, label: str) -> np.ndarray:
+        """A whole-problem solver from the start; its certified points enter the history. Returns
+        the scaled multipliers of its best point, for the paths after it."""
         done = counter["it"]
 
-        def admm_step(step, products, point):  # each certified step, for the record
+        def logged(products, point):  # each certified point, for the record
             history.append((done + int(products), done + int(products), point[3], point[4]))
 
-        point, products = run_admm(problem, max_products=max(max_iter - done, 1), deadline=deadline,
-                                   stop_gap=tol, feasibility=feasibility, log=admm_step)
+        point, products = solve(done, logged)
         if polished(point, products):
-            state["stopped"] = "certified (ADMM)"
+            state["stopped"] = f"certified ({label})"
         elif deadline is not None and time.perf_counter() > deadline:
             state["stopped"] = "time limit"
         return point[2] / s
+
+    def admm_path():
+        return run_path(lambda done, logged: run_admm(
+            problem, max_products=max(max_iter - done, 1), deadline=deadline, stop_gap=tol, feasibility=feasibility,
+            log=lambda step, products, point: logged(products, point)), "ADMM")
 
     admm_after_rounds = admm is None and alm is None and cells >= NEWTON_CELLS
     if admm if admm is not None else alm is None and cells >= ADMM_CELLS:
         x = admm_path()
         alm = newton = admm_after_rounds = False
     if alm if alm is not None else cells >= ALM_CELLS:
-        done = counter["it"]
-
-        def outer_step(outer, products, rho_l, point, mu):  # each outer step's certificate, for the record
-            history.append((done + int(products), done + int(products), point[3], point[4]))
-
-        point, products = augmented_lagrangian(problem, x, certify_at, _better, max_products=max_iter,
-                                               deadline=deadline, stop_gap=tol, feasibility=feasibility,
-                                               log=outer_step)
-        if polished(point, products):
-            state["stopped"] = "certified (augmented Lagrangian)"
-        elif deadline is not None and time.perf_counter() > deadline:
-            state["stopped"] = "time limit"
-        x = point[2] / s
+        start_kappa = x
+        x = run_path(lambda done, logged: augmented_lagrangian(
+            problem, start_kappa, certify_at, _better, max_products=max_iter, deadline=deadline, stop_gap=tol,
+            feasibility=feasibility, log=lambda outer, products, rho_l, point, mu: logged(products, point)),
+            "augmented Lagrangian")
         newton = False
     if newton if newton is not None else cells >= NEWTON_CELLS:
         point, products = polish(problem, x, max_iter=max_iter, rounds=NEWTON_ROUNDS, deadline=deadline,
