@@ -16,24 +16,27 @@ quadratic-program form of OSQP, Stellato et al., Math. Prog. Comp. 2020, algorit
 with ``P`` the projection onto the bounds and fixed residuals held. With ``s = z + u`` (so that
 ``z = P(s)`` and ``u = s - P(s)``) the three lines are one map of one vector,
 ``s <- s + α (E r - P(s))`` with ``r`` from (10) at ``z - u = 2 P(s) - s``: the relaxed
-Douglas–Rachford iteration (Eckstein and Bertsekas, Math. Prog. 55, 1992), which the code runs. ``E^T E = D`` is *diagonal*
-(the residual parts are orthogonal: layout notes), so (10) is a division: each step costs one
-:meth:`expand` and one :meth:`adjoint`, where the augmented Lagrangian's semismooth Newton steps
-(:mod:`.augmented_lagrangian`) need tens of them per outer step.
+Douglas–Rachford iteration (Eckstein and Bertsekas, Math. Prog. 55, 1992), which the code runs.
+``E^T E = D`` is *diagonal* (the residual parts are orthogonal: layout notes), so (10) is a
+division: each step costs one :meth:`expand` and one :meth:`adjoint`, where the augmented
+Lagrangian's semismooth Newton steps (:mod:`.augmented_lagrangian`) need tens of them per outer
+step.
 
 **Multipliers and certificate.** The scaled dual ``u`` gives the multipliers of (5) as
 ``κ = -ρ u`` (after the z-step ``u <= 0`` wherever ``z = 0``, and ``u = 0`` where ``z > 0``:
 complementary with ``z`` by construction). Every ``check_every`` steps ``κ`` is certified as
 every other path's multipliers are (one more product for ``r(κ)``), paired with a feasible point
 made from the step's ``r`` by adding records (:mod:`.records`: its violation is first order in
-ADMM's primal residual, cell by cell) and with the feasible point of least ``F`` found so far.
+ADMM's primal residual, cell by cell; the records are steered to cells where ``κ`` is small) and
+with the feasible point of least ``F`` found so far.
 Nothing is released that this certificate does not pass.
 
 **Acceleration.** The map's residual falls sublinearly; type-II Anderson acceleration
 (:mod:`.anderson`, equation (11)) extrapolates from the last ``M`` steps, safeguarded by the
 residual of the point it makes, and keeps the cost of a step to an expand and an adjoint.
 On adult's 9-attribute stand-in (84 triples, 2.34 M cells, zCDP ε 1) it cut the products to a
-certified gap of 1e-6 from 7,237 to REPLACE (``examples/benchmarks/bench_admm_module.py``).
+certified gap of 1e-6 from 7,237 to 3,132 (959 to 614 CPU-s: a step costs about 50 % more;
+``examples/benchmarks/bench_admm_module.py --memory 0`` runs it plain).
 
 **The penalty.** ``ρ`` is one number, ``ρ = rho_l / L`` with ``L = max_A D_A / W_A``; 20 was the
 best of 1, 20 and 100 on adult's 9-attribute stand-in (84 triples, 2.34 M cells, zCDP ε 1):
@@ -96,7 +99,8 @@ def admm(problem, *, max_products: int, deadline: float | None = None, stop_gap:
     # fresh mmap (the augmented Lagrangian's notes), so every step writes into these.
     s = np.empty(cells)
     _bound_into(fam.expand(target), s, problem.nonnegative, zeros)
-    z, f, plain, following = np.empty(cells), np.empty(cells), np.empty(cells), np.empty(cells)
+    z, f, plain = np.empty(cells), np.empty(cells), np.empty(cells)
+    following = np.empty(cells) if accelerator is not None else None
     r = target.copy()
     er, difference = np.empty(cells), np.empty(cells)
     best = feasible = None
@@ -136,7 +140,7 @@ def admm(problem, *, max_products: int, deadline: float | None = None, stop_gap:
             points = [certify_at(problem, kappa, rk, mk)]
             # copies: a certified point may hold its primal vectors (when nothing needed lifting), and
             # the work vectors change at the next step
-            lifted = record_repair(problem, r.copy(), er.copy())
+            lifted = record_repair(problem, r.copy(), er.copy(), price=kappa)
             points.append(certify_with(problem, kappa, rk, mk,
                                        *(lifted if lifted is not None else (r.copy(), er.copy()))))
             if feasible is not None:  # the best primal point so far against these multipliers
