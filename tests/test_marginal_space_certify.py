@@ -643,6 +643,29 @@ def test_alm_pairs_later_multipliers_with_the_best_primal_point(sets, monkeypatc
             np.testing.assert_allclose(fam.marginal(m, i).ravel(), Marginal(dom, names).matvec(dense.x), atol=1e-5)
 
 
+def _check_records(dom, problem, x, m, price=None, candidates=8):
+    """Equation (8) checked on the full table: the lift is the clique marginals of a table holding
+    the weighted records, and the repaired point is feasible, consistent (its marginals are
+    ``E x'``) and keeps a held total."""
+    from dpopt.estimate.marginal_space.polytope.records import lifting_records, record_repair
+
+    fam, index = problem.cliques, problem.index
+    records, mass, lift = lifting_records(problem, m, price, candidates)
+    assert np.all(mass > 0) and records.shape == (mass.size, len(dom.attrs))
+    table = np.zeros(dom.shape)
+    np.add.at(table, tuple(records.T), mass)
+    for i, axes in enumerate(fam.sets):
+        names = tuple(dom.attrs[a] for a in axes)
+        np.testing.assert_allclose(fam.marginal(lift, i), Marginal(dom, names).matvec(table.ravel()),
+                                   rtol=0, atol=1e-12 * mass.sum())
+    x2, m2 = record_repair(problem, x, m, price, candidates)
+    scale = np.abs(m).max()
+    assert m2.min() >= -1e-12 * scale
+    np.testing.assert_allclose(fam.expand(x2), m2, rtol=0, atol=1e-11 * scale)
+    total_at = index.set_offsets[index.position_of(())]
+    assert problem.total_free or x2[total_at] == pytest.approx(x[total_at], rel=1e-12)
+
+
 @pytest.mark.parametrize("sets", [
     [("a", "b", "c"), ("b", "c", "d"), ("d", "e")],   # decomposable
     [("a", "b", "c"), ("c", "d"), ("b", "d", "e")],   # a cycle
@@ -653,28 +676,14 @@ def test_records_lift_every_negative_cell_consistently(sets, monkeypatch):
     (its marginals are E x'), keeps a held total, and pairs with the multipliers into a certificate
     at least as good as the mix towards the interior point wherever it is used."""
     from dpopt.estimate.marginal_space.polytope.projection import certify_with, repair
-    from dpopt.estimate.marginal_space.polytope.records import lifting_records, record_repair
+    from dpopt.estimate.marginal_space.polytope.records import record_repair
 
     dom, ms, problem = _captured_problem(sets, monkeypatch)
-    fam, index = problem.cliques, problem.index
+    fam = problem.cliques
     x = problem.target.copy()  # the unconstrained fit: many negative cells
     m = fam.expand(x)
     assert (m < -1e-9).sum() > 5
-    records, mass, lift = lifting_records(problem, m)
-    assert np.all(mass > 0) and records.shape == (mass.size, len(dom.attrs))
-    table = np.zeros(dom.shape)
-    np.add.at(table, tuple(records.T), mass)
-    for i, axes in enumerate(fam.sets):
-        names = tuple(dom.attrs[a] for a in axes)
-        np.testing.assert_allclose(fam.marginal(lift, i), Marginal(dom, names).matvec(table.ravel()),
-                                   rtol=0, atol=1e-12 * mass.sum())
-    x2, m2 = record_repair(problem, x, m)
-    scale = np.abs(m).max()
-    assert m2.min() >= -1e-12 * scale
-    np.testing.assert_allclose(fam.expand(x2), m2, rtol=0, atol=1e-11 * scale)
-    total_at = index.set_offsets[index.position_of(())]
-    if not problem.total_free:
-        assert x2[total_at] == pytest.approx(x[total_at], rel=1e-12)
+    _check_records(dom, problem, x, m)
     # a certificate: the records' point against the multipliers of a few ADMM steps, and the mix's
     from dpopt.estimate.marginal_space.polytope.admm import admm
 
@@ -759,7 +768,7 @@ def test_priced_records_move_only_to_cheaper_cells_and_stay_consistent(monkeypat
     total, exactly as with the modes."""
     from dpopt.estimate.marginal_space.polytope import records as records_module
 
-    dom, ms, problem = _captured_problem([("a", "b", "c"), ("c", "d"), ("b", "d", "e")], monkeypatch)
+    dom, _, problem = _captured_problem([("a", "b", "c"), ("c", "d"), ("b", "d", "e")], monkeypatch)
     fam, sizes = problem.cliques, problem.index.sizes
     gen = np.random.default_rng(5)
     price = gen.uniform(0, 1, fam.size) * (gen.uniform(size=fam.size) < 0.5)
@@ -789,20 +798,7 @@ def test_priced_records_move_only_to_cheaper_cells_and_stay_consistent(monkeypat
         trial = records.copy()
         trial[:, last] = v
         assert np.all(cost_of(records) <= cost_of(trial) + 1e-12)
-    x = problem.target.copy()
-    recs, mass, lift = records_module.lifting_records(problem, m, price, 2)
-    table = np.zeros(dom.shape)
-    np.add.at(table, tuple(recs.T), mass)
-    for i, axes in enumerate(fam.sets):
-        names = tuple(dom.attrs[a] for a in axes)
-        np.testing.assert_allclose(fam.marginal(lift, i), Marginal(dom, names).matvec(table.ravel()),
-                                   rtol=0, atol=1e-12 * mass.sum())
-    x2, m2 = records_module.record_repair(problem, x, m, price, 2)
-    scale = np.abs(m).max()
-    assert m2.min() >= -1e-12 * scale
-    np.testing.assert_allclose(fam.expand(x2), m2, rtol=0, atol=1e-11 * scale)
-    total_at = problem.index.set_offsets[problem.index.position_of(())]
-    assert problem.total_free or x2[total_at] == pytest.approx(x[total_at], rel=1e-12)
+    _check_records(dom, problem, problem.target.copy(), m, price, 2)
 
 
 def test_records_are_not_used_where_they_would_break_a_constraint(monkeypatch):
