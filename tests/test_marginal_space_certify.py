@@ -643,6 +643,29 @@ def test_alm_pairs_later_multipliers_with_the_best_primal_point(sets, monkeypatc
             np.testing.assert_allclose(fam.marginal(m, i).ravel(), Marginal(dom, names).matvec(dense.x), atol=1e-5)
 
 
+def _check_records(dom, problem, x, m, price=None, candidates=8):
+    """Equation (8) checked on the full table: the lift is the clique marginals of a table holding
+    the weighted records, and the repaired point is feasible, consistent (its marginals are
+    ``E x'``) and keeps a held total."""
+    from dpopt.estimate.marginal_space.polytope.records import lifting_records, record_repair
+
+    fam, index = problem.cliques, problem.index
+    records, mass, lift = lifting_records(problem, m, price, candidates)
+    assert np.all(mass > 0) and records.shape == (mass.size, len(dom.attrs))
+    table = np.zeros(dom.shape)
+    np.add.at(table, tuple(records.T), mass)
+    for i, axes in enumerate(fam.sets):
+        names = tuple(dom.attrs[a] for a in axes)
+        np.testing.assert_allclose(fam.marginal(lift, i), Marginal(dom, names).matvec(table.ravel()),
+                                   rtol=0, atol=1e-12 * mass.sum())
+    x2, m2 = record_repair(problem, x, m, price, candidates)
+    scale = np.abs(m).max()
+    assert m2.min() >= -1e-12 * scale
+    np.testing.assert_allclose(fam.expand(x2), m2, rtol=0, atol=1e-11 * scale)
+    total_at = index.set_offsets[index.position_of(())]
+    assert problem.total_free or x2[total_at] == pytest.approx(x[total_at], rel=1e-12)
+
+
 @pytest.mark.parametrize("sets", [
     [("a", "b", "c"), ("b", "c", "d"), ("d", "e")],   # decomposable
     [("a", "b", "c"), ("c", "d"), ("b", "d", "e")],   # a cycle
@@ -653,28 +676,14 @@ def test_records_lift_every_negative_cell_consistently(sets, monkeypatch):
     (its marginals are E x'), keeps a held total, and pairs with the multipliers into a certificate
     at least as good as the mix towards the interior point wherever it is used."""
     from dpopt.estimate.marginal_space.polytope.projection import certify_with, repair
-    from dpopt.estimate.marginal_space.polytope.records import lifting_records, record_repair
+    from dpopt.estimate.marginal_space.polytope.records import record_repair
 
     dom, ms, problem = _captured_problem(sets, monkeypatch)
-    fam, index = problem.cliques, problem.index
+    fam = problem.cliques
     x = problem.target.copy()  # the unconstrained fit: many negative cells
     m = fam.expand(x)
     assert (m < -1e-9).sum() > 5
-    records, mass, lift = lifting_records(problem, m)
-    assert np.all(mass > 0) and records.shape == (mass.size, len(dom.attrs))
-    table = np.zeros(dom.shape)
-    np.add.at(table, tuple(records.T), mass)
-    for i, axes in enumerate(fam.sets):
-        names = tuple(dom.attrs[a] for a in axes)
-        np.testing.assert_allclose(fam.marginal(lift, i), Marginal(dom, names).matvec(table.ravel()),
-                                   rtol=0, atol=1e-12 * mass.sum())
-    x2, m2 = record_repair(problem, x, m)
-    scale = np.abs(m).max()
-    assert m2.min() >= -1e-12 * scale
-    np.testing.assert_allclose(fam.expand(x2), m2, rtol=0, atol=1e-11 * scale)
-    total_at = index.set_offsets[index.position_of(())]
-    if not problem.total_free:
-        assert x2[total_at] == pytest.approx(x[total_at], rel=1e-12)
+    _check_records(dom, problem, x, m)
     # a certificate: the records' point against the multipliers of a few ADMM steps, and the mix's
     from dpopt.estimate.marginal_space.polytope.admm import admm
 
@@ -685,6 +694,111 @@ def test_records_lift_every_negative_cell_consistently(sets, monkeypatch):
     lifted = certify_with(problem, kappa, r, mu, *record_repair(problem, r, mu))
     mixed = certify_with(problem, kappa, r, mu, *repair(problem, r, mu))
     assert lifted[4] <= 1e-9 and lifted[3] <= mixed[3] + 1e-12
+
+
+def test_anderson_solves_a_linear_fixed_point_in_dimension_plus_one_steps():
+    """On an affine map ``s -> A s + b`` type-II Anderson acceleration with memory ``n`` is GMRES
+    (Walker and Ni 2011, §2): the residual vanishes within ``n + 1`` steps, where the plain
+    iteration (contraction 0.99) has barely moved, and the point is the solution of ``(I - A) s = b``."""
+    from dpopt.estimate.marginal_space.polytope.anderson import Anderson
+
+    n = 8
+    gen = np.random.default_rng(4)
+    q, _ = np.linalg.qr(gen.normal(size=(n, n)))
+    a = q @ np.diag(np.linspace(0.0, 0.99, n)) @ q.T
+    b = gen.normal(size=n)
+    exact = np.linalg.solve(np.eye(n) - a, b)
+    accelerator = Anderson(n, n, regularization=0.0)
+    s, plain = np.zeros(n), np.zeros(n)
+    first = np.linalg.norm(b)
+    following = np.empty(n)
+    for _ in range(n + 1):
+        accelerator.step(s, a @ s + b - s, out=following)
+        s = following.copy()
+        plain = a @ plain + b
+    assert np.linalg.norm(a @ s + b - s) <= 1e-8 * first
+    np.testing.assert_allclose(s, exact, rtol=0, atol=1e-7 * np.abs(exact).max())
+    assert np.linalg.norm(a @ plain + b - plain) >= 1e-2 * first
+
+
+@pytest.mark.parametrize("sets", [
+    [("a", "b", "c"), ("b", "c", "d"), ("d", "e")],   # decomposable
+    [("a", "b", "c"), ("c", "d"), ("b", "d", "e")],   # a cycle
+])
+def test_admm_with_and_without_acceleration_certify_the_same_optimum(sets, monkeypatch):
+    """ADMM plain (memory 0) and Anderson-accelerated (the default memory) both certify a gap of
+    1e-9 at the same objective; the accelerated run needs fewer products. And an accelerator that
+    returns nonsense is caught by the safeguard: every bad point is rejected for the plain step,
+    and the run still certifies (at most about twice the plain run's products)."""
+    from dpopt.estimate.marginal_space.polytope import admm as admm_module
+    from dpopt.estimate.marginal_space.polytope.anderson import Anderson
+
+    _, _, problem = _captured_problem(sets, monkeypatch)
+    runs = {}
+    for memory in (0, None):
+        point, products = admm_module.admm(problem, max_products=5000, check_every=10, stop_gap=1e-9,
+                                           feasibility=1e-9, memory=memory)
+        assert point[3] <= 1e-9 and point[4] <= 1e-9
+        assert point[5] == pytest.approx(objective(problem, point[0]), rel=1e-12)
+        runs[memory] = (point, products)
+    assert runs[None][1] < runs[0][1]
+    assert runs[None][0][5] == pytest.approx(runs[0][0][5], rel=1e-8)
+
+    real_step = Anderson.step
+
+    def nonsense(self, s, f, out):
+        real_step(self, s, f, out)  # the history is kept as usual
+        out += 1e3 * np.abs(f).max(initial=1.0)
+        return True
+
+    monkeypatch.setattr(Anderson, "step", nonsense)
+    point, products = admm_module.admm(problem, max_products=5000, check_every=10, stop_gap=1e-9,
+                                       feasibility=1e-9)
+    assert point[3] <= 1e-9 and point[4] <= 1e-9
+    assert point[5] == pytest.approx(runs[0][0][5], rel=1e-8)
+    assert products <= 2 * runs[0][1] + 20
+
+
+def test_priced_records_move_only_to_cheaper_cells_and_stay_consistent(monkeypatch):
+    """Records steered by a price (polytope.records, one sweep of iterated conditional modes):
+    checked by brute force on a cyclic family with a random price (zero on half the cells). Each
+    record's summed price never rises, the clique attributes stay, its cells are its values'
+    cells, no candidate value of the last attribute swept is cheaper; and the lift is the
+    marginals of the records' full table, the repaired point feasible, consistent and with its
+    total, exactly as with the modes."""
+    from dpopt.estimate.marginal_space.polytope import records as records_module
+
+    dom, _, problem = _captured_problem([("a", "b", "c"), ("c", "d"), ("b", "d", "e")], monkeypatch)
+    fam, sizes = problem.cliques, problem.index.sizes
+    gen = np.random.default_rng(5)
+    price = gen.uniform(0, 1, fam.size) * (gen.uniform(size=fam.size) < 0.5)
+    m = fam.expand(problem.target)
+    shapes = [tuple(int(sizes[a]) for a in axes) for axes in fam.sets]
+    plan = records_module._price_plan(fam, m, sizes, shapes, price, None, 2)
+    fixed = fam.sets[0]
+    records = gen.integers(0, sizes, size=(200, len(sizes)))
+
+    def cells_of(recs):
+        return [fam.offsets[j] + np.ravel_multi_index(tuple(recs[:, a] for a in axes), shapes[j])
+                for j, axes in enumerate(fam.sets)]
+
+    def cost_of(recs):
+        return sum(price[c] for c in cells_of(recs))
+
+    before = records.copy()
+    cells = cells_of(records)
+    records_module._cheaper_completions(records, cells, fixed, plan)
+    assert np.all(cost_of(records) <= cost_of(before) + 1e-12)
+    assert cost_of(records).sum() < cost_of(before).sum()
+    assert np.array_equal(records[:, list(fixed)], before[:, list(fixed)])
+    for c, expected in zip(cells, cells_of(records)):
+        assert np.array_equal(c, expected)
+    last = max(a for a in plan["holding"] if a not in fixed)
+    for v in plan["values"][last]:
+        trial = records.copy()
+        trial[:, last] = v
+        assert np.all(cost_of(records) <= cost_of(trial) + 1e-12)
+    _check_records(dom, problem, problem.target.copy(), m, price, 2)
 
 
 def test_records_are_not_used_where_they_would_break_a_constraint(monkeypatch):

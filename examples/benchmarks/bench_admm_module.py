@@ -44,6 +44,8 @@ def main() -> None:
     parser.add_argument("--rho-l", type=float, default=20.0)
     parser.add_argument("--adapt", action="store_true", help="OSQP's penalty update")
     parser.add_argument("--check-every", type=int, default=100)
+    parser.add_argument("--memory", type=int, default=None,
+                        help="Anderson memory (default: the module's rule for the cells; 0: plain ADMM)")
     parser.add_argument("--estimate", action="store_true",
                         help="run estimate_marginals end to end (its own path choice) instead of ADMM alone")
     parser.add_argument("--polish", type=int, default=0, help="rounds of the dual's face polish after ADMM")
@@ -62,7 +64,8 @@ def main() -> None:
               f"g {point[6]:.10g}, {cpu() - start:.1f} CPU-s", flush=True)
 
     point, products = admm(problem, max_products=args.products, stop_gap=1e-7, feasibility=1e-6, rho_l=args.rho_l,
-                           check_every=args.check_every, adapt=args.adapt, log=log)
+                           check_every=args.check_every, adapt=args.adapt, memory=args.memory,
+                           log=log)
     if args.polish:
         import numpy as np
 

@@ -13,18 +13,30 @@ quadratic-program form of OSQP, Stellato et al., Math. Prog. Comp. 2020, algorit
     x ← α E r + (1 - α) z
     z ← P(x + u),      u ← u + x - z
 
-with ``P`` the projection onto the bounds and fixed residuals held. ``E^T E = D`` is *diagonal*
-(the residual parts are orthogonal: layout notes), so (10) is a division: each step costs one
-:meth:`expand` and one :meth:`adjoint`, where the augmented Lagrangian's semismooth Newton steps
-(:mod:`.augmented_lagrangian`) need tens of them per outer step.
+with ``P`` the projection onto the bounds and fixed residuals held. With ``s = z + u`` (so that
+``z = P(s)`` and ``u = s - P(s)``) the three lines are one map of one vector,
+``s <- s + α (E r - P(s))`` with ``r`` from (10) at ``z - u = 2 P(s) - s``: the relaxed
+Douglas–Rachford iteration (Eckstein and Bertsekas, Math. Prog. 55, 1992), which the code runs.
+``E^T E = D`` is *diagonal* (the residual parts are orthogonal: layout notes), so (10) is a
+division: each step costs one :meth:`expand` and one :meth:`adjoint`, where the augmented
+Lagrangian's semismooth Newton steps (:mod:`.augmented_lagrangian`) need tens of them per outer
+step.
 
 **Multipliers and certificate.** The scaled dual ``u`` gives the multipliers of (5) as
 ``κ = -ρ u`` (after the z-step ``u <= 0`` wherever ``z = 0``, and ``u = 0`` where ``z > 0``:
 complementary with ``z`` by construction). Every ``check_every`` steps ``κ`` is certified as
 every other path's multipliers are (one more product for ``r(κ)``), paired with a feasible point
 made from the step's ``r`` by adding records (:mod:`.records`: its violation is first order in
-ADMM's primal residual, cell by cell) and with the feasible point of least ``F`` found so far.
+ADMM's primal residual, cell by cell; the records are steered to cells where ``κ`` is small) and
+with the feasible point of least ``F`` found so far.
 Nothing is released that this certificate does not pass.
+
+**Acceleration.** The map's residual falls sublinearly; type-II Anderson acceleration
+(:mod:`.anderson`, equation (11)) extrapolates from the last ``M`` steps, safeguarded by the
+residual of the point it makes, and keeps the cost of a step to an expand and an adjoint.
+On adult's 9-attribute stand-in (84 triples, 2.34 M cells, zCDP ε 1) it cut the products to a
+certified gap of 1e-6 from 7,237 to 3,132 (959 to 614 CPU-s: a step costs about 50 % more;
+``examples/benchmarks/bench_admm_module.py --memory 0`` runs it plain).
 
 **The penalty.** ``ρ`` is one number, ``ρ = rho_l / L`` with ``L = max_A D_A / W_A``; 20 was the
 best of 1, 20 and 100 on adult's 9-attribute stand-in (84 triples, 2.34 M cells, zCDP ε 1):
@@ -41,6 +53,7 @@ from typing import Callable
 
 import numpy as np
 
+from dpopt.estimate.marginal_space.polytope.anderson import Anderson, anderson_memory
 from dpopt.estimate.marginal_space.polytope.records import record_repair
 
 __all__ = ["admm", "RHO_L", "ALPHA", "CHECK_EVERY", "ADAPT"]
@@ -54,13 +67,15 @@ ADAPT = 5.0
 
 def admm(problem, *, max_products: int, deadline: float | None = None, stop_gap: float = 0.0,
          feasibility: float = 0.0, rho_l: float = RHO_L, alpha: float = ALPHA, check_every: int = CHECK_EVERY,
-         adapt: bool = False, log: Callable | None = None) -> tuple[tuple, int]:
+         adapt: bool = False, memory: int | None = None, log: Callable | None = None) -> tuple[tuple, int]:
     """Solve (4) by (9)–(10) from ``z = max(E r^, 0)``, ``u = 0`` (module notes).
 
     Stops at a certified point (gap within ``stop_gap``, violation within ``feasibility``), after
     ``max_products`` products (an ``expand`` and an ``adjoint`` make one; certificates included),
-    or at ``deadline`` (``time.perf_counter()``). ``log(step, products, point)`` is called with
-    every certified point. Returns the best certified point (the tuple of
+    or at ``deadline`` (``time.perf_counter()``). ``memory`` is the Anderson memory (default
+    :func:`~dpopt.estimate.marginal_space.polytope.anderson.anderson_memory` of the cells; 0 for
+    plain ADMM). ``log(step, products, point)`` is called with every certified point. Returns the
+    best certified point (the tuple of
     :func:`~dpopt.estimate.marginal_space.polytope.projection.certify_at`) and the products made.
     """
     from dpopt.estimate.marginal_space.polytope.projection import (_better, bounded_multipliers, certify_at,
@@ -75,20 +90,27 @@ def admm(problem, *, max_products: int, deadline: float | None = None, stop_gap:
     denominator = w + rho * index.per_set(fam.diagonal())
     weighted_target = w * target
     cells = fam.size
+    memory = anderson_memory(cells) if memory is None else int(memory)
+    accelerator = Anderson(cells, memory) if memory > 0 else None
 
     products = 1
-    z = np.empty(cells)
-    _bound_into(fam.expand(target), z, problem.nonnegative, zeros)
-    # Work vectors made once: on adult's triples a fresh whole vector is a fresh mmap (the
-    # augmented Lagrangian's notes), so every step writes into these.
-    u = np.zeros(cells)
+    # The state is one vector s, with z = P(s) and u = s - z (module notes: (9)-(10) as the map
+    # s -> s + f(s)). Work vectors are made once: on adult's triples a fresh whole vector is a
+    # fresh mmap (the augmented Lagrangian's notes), so every step writes into these.
+    s = np.empty(cells)
+    _bound_into(fam.expand(target), s, problem.nonnegative, zeros)
+    z, f, plain = np.empty(cells), np.empty(cells), np.empty(cells)
+    following = np.empty(cells) if accelerator is not None else None
     r = target.copy()
-    er, difference, spare = np.empty(cells), np.empty(cells), np.empty(cells)
+    er, difference = np.empty(cells), np.empty(cells)
     best = feasible = None
-    step = 0
+    step, next_check = 0, check_every
+    extrapolated, last_norm = False, np.inf
     while products < max_products:
         step += 1
-        np.subtract(z, u, out=difference)
+        _bound_into(s, z, problem.nonnegative, zeros)
+        np.multiply(z, 2.0, out=difference)  # z - u = 2 P(s) - s
+        difference -= s
         fam.adjoint(difference, out=r)
         r *= rho
         r += weighted_target
@@ -96,43 +118,63 @@ def admm(problem, *, max_products: int, deadline: float | None = None, stop_gap:
         r[fixed] = target[fixed]
         fam.expand(r, out=er)
         products += 1
-        # x = alpha E r + (1 - alpha) z, then z = P(x + u), u = u + x - z
-        np.multiply(er, alpha, out=difference)
-        np.multiply(z, 1.0 - alpha, out=spare)
-        difference += spare
-        u += difference
-        _bound_into(u, z, problem.nonnegative, zeros)
-        u -= z
-        if step % check_every and products < max_products - 1 and not _late(deadline):
+        # f = T(s) - s = alpha (E r - z): the step x = alpha E r + (1 - alpha) z, z <- P(x + u),
+        # u <- u + x - z of (10) is s <- x + u = s + f
+        np.subtract(er, z, out=f)
+        f *= alpha
+        norm = float(np.linalg.norm(f))
+        if extrapolated and norm > last_norm:  # the safeguard: back to the plain step (anderson notes)
+            accelerator.reset()
+            s, plain = plain, s
+            extrapolated, last_norm = False, np.inf
             continue
-        kappa = bounded_multipliers(problem, -rho * u)
-        rk = problem.residuals(kappa)
-        mk = fam.expand(rk)
-        products += 1
-        points = [certify_at(problem, kappa, rk, mk)]
-        # copies: a certified point may hold its primal vectors (when nothing needed lifting), and the
-        # work vectors change at the next step
-        lifted = record_repair(problem, r.copy(), er.copy())
-        points.append(certify_with(problem, kappa, rk, mk, *(lifted if lifted is not None else (r.copy(), er.copy()))))
-        if feasible is not None:  # the best primal point so far against these multipliers
-            points.append(certify_with(problem, kappa, rk, mk, feasible[0], feasible[1]))
-        for point in points:
-            if best is None or _better(point, best, feasibility):
-                best = point
-            if point[4] <= feasibility and (feasible is None or point[5] < feasible[5]):
-                feasible = point
-        if log is not None:
-            log(step, products, best)
-        if (best[4] <= feasibility and best[3] <= stop_gap) or _late(deadline):
-            break
-        if adapt:
-            factor = _balance(problem, r, rk, er, z, kappa)
-            if factor > ADAPT or factor < 1.0 / ADAPT:  # OSQP's rule: rescale u, re-form the diagonal
-                rho *= factor
-                u /= factor
-                denominator = w + rho * index.per_set(fam.diagonal())
+        np.add(s, f, out=plain)
+        adapted = False
+        if step >= next_check or products >= max_products - 1 or _late(deadline):
+            next_check = step + check_every
+            _bound_into(plain, z, problem.nonnegative, zeros)  # the multipliers of the plain step
+            kappa = bounded_multipliers(problem, rho * (z - plain))
+            rk = problem.residuals(kappa)
+            mk = fam.expand(rk)
+            products += 1
+            points = [certify_at(problem, kappa, rk, mk)]
+            # copies: a certified point may hold its primal vectors (when nothing needed lifting), and
+            # the work vectors change at the next step
+            lifted = record_repair(problem, r.copy(), er.copy(), price=kappa)
+            points.append(certify_with(problem, kappa, rk, mk,
+                                       *(lifted if lifted is not None else (r.copy(), er.copy()))))
+            if feasible is not None:  # the best primal point so far against these multipliers
+                points.append(certify_with(problem, kappa, rk, mk, feasible[0], feasible[1]))
+            for point in points:
+                if best is None or _better(point, best, feasibility):
+                    best = point
+                if point[4] <= feasibility and (feasible is None or point[5] < feasible[5]):
+                    feasible = point
+            if log is not None:
+                log(step, products, best)
+            if (best[4] <= feasibility and best[3] <= stop_gap) or _late(deadline):
+                break
+            if adapt:
+                factor = _balance(problem, r, rk, er, z, kappa)
+                if factor > ADAPT or factor < 1.0 / ADAPT:  # OSQP's rule: rescale u, re-form the diagonal
+                    rho *= factor
+                    plain -= z  # s = z + u / factor
+                    plain /= factor
+                    plain += z
+                    denominator = w + rho * index.per_set(fam.diagonal())
+                    adapted = True
+        if accelerator is None or adapted:  # after a change of rho, a plain step and a fresh history
+            if accelerator is not None:
+                accelerator.reset()
+                extrapolated, last_norm = False, np.inf
+            s, plain = plain, s
+            continue
+        last_norm = norm
+        extrapolated = accelerator.step(s, f, out=following)
+        s, following = following, s
     if best is None:
-        kappa = bounded_multipliers(problem, -rho * u)
+        _bound_into(s, z, problem.nonnegative, zeros)
+        kappa = bounded_multipliers(problem, rho * (z - s))
         rk = problem.residuals(kappa)
         best = certify_at(problem, kappa, rk, fam.expand(rk))
         products += 1

@@ -1,0 +1,103 @@
+"""Anderson acceleration of a fixed-point iteration ``s <- s + f(s)``: ADMM's speed-up (issue 27).
+
+ADMM (:mod:`.admm`) is a fixed-point iteration on one vector: with ``z = P(s)`` and ``u = s - z``
+its step is ``s <- T(s) = s + α (E r(s) - P(s))``, the relaxed Douglas–Rachford map (Eckstein and
+Bertsekas 1992). Its residual ``f(s) = T(s) - s`` falls sublinearly, and late in a run on adult's
+triples the certified gap fell about 10 % per 200 steps. Type-II Anderson acceleration (Anderson
+1965; Walker and Ni, "Anderson acceleration for fixed-point iterations", SIAM J. Numer. Anal.
+49(4), 2011, eq. (1.2)) extrapolates from the last ``M`` steps: with ``ΔS``, ``ΔF`` the
+differences of the last ``M + 1`` iterates and residuals,
+
+    γ = argmin ||f_k - ΔF γ||²,        s_{k+1} = s_k + f_k - (ΔS + ΔF) γ                     (11)
+
+the secant step that would zero the residual if ``f`` were affine over the span of the history.
+This is A2DR's acceleration of Douglas–Rachford (Fu, Zhang and Boyd, "Anderson accelerated
+Douglas–Rachford splitting", SIAM J. Sci. Comput. 42(6), 2020, algorithm 3.1), and SCS 3's and
+COSMO's of their ADMM. The least squares is solved from the ``M × M`` Gram matrix ``ΔFᵀΔF``
+(one row of ``M`` dot products per step, kept up to date) with a Tikhonov term
+``REGULARIZATION × trace / M`` (Fu et al. §3.2) against its ill-conditioning.
+
+**Safeguard.** An extrapolated point is kept only if its residual is no larger than the
+residual of the point it was made from; otherwise the plain step ``s_k + f_k`` is taken instead
+and the memory is cleared (the non-expansiveness check of Garstka, Cannon and Goulart,
+"Safeguarded Anderson acceleration for parametric nonexpansive operators", ECC 2022, §III, with
+its memory restart). The check costs nothing: the residual is the next step's own. Whatever the
+acceleration does, nothing is released that the certificate does not pass: every check pairs
+multipliers with a feasible point, both recomputed from scratch.
+
+Cost per step: ``3M`` vector operations over the clique cells (the Gram row and the two
+combinations), against an ``expand`` and an ``adjoint``; memory ``2M + 3`` vectors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["MEMORY", "MEMORY_BYTES", "REGULARIZATION", "Anderson", "anderson_memory"]
+
+#: Steps remembered: on adult's 9-attribute stand-in (84 triples, zCDP ε 1) the certified gap
+#: after 1,000 steps was 2.8e-4 plain, 8.7e-5 with 5 and (see the benchmark) lower with 10.
+MEMORY = 10
+#: Largest memory for the history, in bytes (its ``2M`` vectors of 8-byte cells).
+MEMORY_BYTES = 2 * 2 ** 30
+#: The Tikhonov term of (11), relative to the Gram matrix's mean diagonal.
+REGULARIZATION = 1e-8
+
+
+def anderson_memory(cells: int, memory: int = MEMORY, budget: int = MEMORY_BYTES) -> int:
+    """The memory ``M`` for ``cells`` clique cells: ``memory`` steps, fewer when ``2M`` vectors
+    would exceed ``budget`` bytes (0: no acceleration)."""
+    return int(max(0, min(int(memory), int(budget) // (16 * max(int(cells), 1)))))
+
+
+class Anderson:
+    """The history and the step (11) for vectors of ``size`` entries and memory ``memory``."""
+
+    def __init__(self, size: int, memory: int, regularization: float = REGULARIZATION):
+        if memory < 1:
+            raise ValueError(f"Anderson memory must be at least 1, got {memory}")
+        self.memory, self.regularization = int(memory), float(regularization)
+        self.ds = np.empty((self.memory, size))
+        self.df = np.empty((self.memory, size))
+        self.gram = np.zeros((self.memory, self.memory))
+        self.prev_s, self.prev_f, self.combination = np.empty(size), np.empty(size), np.empty(size)
+        self.count, self.started = 0, False
+
+    def reset(self) -> None:
+        """Forget the history (after a rejected step or a change of the map)."""
+        self.count, self.started = 0, False
+
+    def step(self, s: np.ndarray, f: np.ndarray, out: np.ndarray) -> bool:
+        """Write the next iterate (11) from ``s`` and its residual ``f`` into ``out`` (not ``s``
+        or ``f``); True when it is extrapolated, False when it is the plain step ``s + f`` (no
+        history yet, or a least squares that is not finite)."""
+        if self.started:
+            j = self.count % self.memory
+            self.count += 1
+            np.subtract(s, self.prev_s, out=self.ds[j])
+            np.subtract(f, self.prev_f, out=self.df[j])
+            n = min(self.count, self.memory)
+            row = self.df[:n] @ self.df[j]
+            self.gram[j, :n] = row
+            self.gram[:n, j] = row
+        self.prev_s[...] = s
+        self.prev_f[...] = f
+        self.started = True
+        np.add(s, f, out=out)
+        n = min(self.count, self.memory)
+        if n == 0:
+            return False
+        gram = self.gram[:n, :n] + self.regularization * max(float(np.trace(self.gram[:n, :n])) / n, 1e-300) * np.eye(n)
+        try:
+            gamma = np.linalg.solve(gram, self.df[:n] @ f)
+        except np.linalg.LinAlgError:
+            gamma = None
+        if gamma is None or not np.all(np.isfinite(gamma)):
+            self.reset()
+            return False
+        # out = s + f - ΔS γ - ΔF γ, without a fresh vector over the cells
+        np.dot(gamma, self.ds[:n], out=self.combination)
+        out -= self.combination
+        np.dot(gamma, self.df[:n], out=self.combination)
+        out -= self.combination
+        return True
