@@ -7,6 +7,7 @@ with a duality-gap certificate. Parts:
 - :mod:`.projection` — problem (4), its dual, the certificate (a repaired primal point paired with
   the multipliers) and the active-face polish;
 - :mod:`.admm` — the solver for large cyclic families (one expand and one adjoint a step);
+- :mod:`.anderson` — Anderson acceleration of ADMM's fixed-point map;
 - :mod:`.records` — a feasible point by adding records, the certificate's repair near the data;
 - :mod:`.augmented_lagrangian` — the earlier solver for large cyclic families (semismooth Newton
   inner solves; ``project(..., alm=True)``);

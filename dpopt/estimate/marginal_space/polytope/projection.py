@@ -400,7 +400,8 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
     holds or at a limit.
 
     ``tol`` is the relative duality gap a point must reach to be certified, ``target`` (default
-    ``tol / 10``) the gap at which the solver stops early, ``feasibility`` the largest violation
+    ``tol / 10``) the gap at which the solver stops early (ADMM and the augmented Lagrangian stop at
+    ``tol`` itself: their tails are slow), ``feasibility`` the largest violation
     allowed (counts).
     A run of L-BFGS-B is interrupted once its certified gap is within ``polish_gap`` (the face
     is then nearly identified) and its point polished; a run that ends otherwise (a line search
