@@ -151,7 +151,8 @@ def _cheaper_completions(records: np.ndarray, cells: list, fixed: tuple, plan: d
 
     The repair costs about ``Σ_j a_j Σ_C κ_C(record_j)`` (module notes), so a record at cells with
     ``κ = 0`` is free to first order: on adult's 84-triple stand-in (ADMM step 1,000) this
-    halved the repair's cost, 326 to 171 of an absolute gap of 575.
+    halved the repair's cost, 327 to 175 of an absolute gap of 575, and on all 364 adult triples
+    (step 500) cut it from 128,000 to 28,000.
     """
     price, holding, values = plan["price"], plan["holding"], plan["values"]
     total = np.zeros(records.shape[0])
