@@ -774,7 +774,7 @@ def test_priced_records_move_only_to_cheaper_cells_and_stay_consistent(monkeypat
     price = gen.uniform(0, 1, fam.size) * (gen.uniform(size=fam.size) < 0.5)
     m = fam.expand(problem.target)
     shapes = [tuple(int(sizes[a]) for a in axes) for axes in fam.sets]
-    plan = records_module._price_plan(fam, m, sizes, shapes, price, None, 2)
+    plan = records_module._price_plan(fam, records_module._one_way(fam, m, sizes), shapes, price, None, 2)
     fixed = fam.sets[0]
     records = gen.integers(0, sizes, size=(200, len(sizes)))
 

@@ -78,8 +78,7 @@ def admm(problem, *, max_products: int, deadline: float | None = None, stop_gap:
     best certified point (the tuple of
     :func:`~dpopt.estimate.marginal_space.polytope.projection.certify_at`) and the products made.
     """
-    from dpopt.estimate.marginal_space.polytope.projection import (_better, bounded_multipliers, certify_at,
-                                                                   certify_with)
+    from dpopt.estimate.marginal_space.polytope.projection import _better, certify_at, certify_with
 
     fam, index, target = problem.cliques, problem.index, problem.target
     free = problem.free_flat
@@ -132,17 +131,15 @@ def admm(problem, *, max_products: int, deadline: float | None = None, stop_gap:
         adapted = False
         if step >= next_check or products >= max_products - 1 or _late(deadline):
             next_check = step + check_every
-            _bound_into(plain, z, problem.nonnegative, zeros)  # the multipliers of the plain step
-            kappa = bounded_multipliers(problem, rho * (z - plain))
+            kappa = _multipliers(problem, plain, z, rho)  # those of the plain step
             rk = problem.residuals(kappa)
             mk = fam.expand(rk)
             products += 1
             points = [certify_at(problem, kappa, rk, mk)]
             # copies: a certified point may hold its primal vectors (when nothing needed lifting), and
             # the work vectors change at the next step
-            lifted = record_repair(problem, r.copy(), er.copy(), price=kappa)
-            points.append(certify_with(problem, kappa, rk, mk,
-                                       *(lifted if lifted is not None else (r.copy(), er.copy()))))
+            x, m = r.copy(), er.copy()
+            points.append(certify_with(problem, kappa, rk, mk, *(record_repair(problem, x, m, price=kappa) or (x, m))))
             if feasible is not None:  # the best primal point so far against these multipliers
                 points.append(certify_with(problem, kappa, rk, mk, feasible[0], feasible[1]))
             for point in points:
@@ -173,8 +170,7 @@ def admm(problem, *, max_products: int, deadline: float | None = None, stop_gap:
         extrapolated = accelerator.step(s, f, out=following)
         s, following = following, s
     if best is None:
-        _bound_into(s, z, problem.nonnegative, zeros)
-        kappa = bounded_multipliers(problem, rho * (z - s))
+        kappa = _multipliers(problem, s, z, rho)
         rk = problem.residuals(kappa)
         best = certify_at(problem, kappa, rk, fam.expand(rk))
         products += 1
@@ -189,6 +185,14 @@ def _bound_into(v: np.ndarray, out: np.ndarray, nonnegative: bool, zeros) -> Non
         out[...] = v
     if zeros is not None:
         out[zeros] = 0.0
+
+
+def _multipliers(problem, s: np.ndarray, z: np.ndarray, rho: float) -> np.ndarray:
+    """``κ = -ρ u = ρ (P(s) - s)`` within the dual's bounds (``z`` is work space for ``P(s)``)."""
+    from dpopt.estimate.marginal_space.polytope.projection import bounded_multipliers
+
+    _bound_into(s, z, problem.nonnegative, problem.zero_cells)
+    return bounded_multipliers(problem, rho * (z - s))
 
 
 def _balance(problem, r, rk, er, z, kappa) -> float:

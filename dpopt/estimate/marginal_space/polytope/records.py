@@ -94,10 +94,13 @@ def lifting_records(problem, m: np.ndarray, price: np.ndarray | None = None,
     attribute's ``candidates`` most frequent values (:func:`_cheaper_completions`).
     """
     fam, sizes, zeros = problem.cliques, problem.index.sizes, problem.zero_cells
-    mode = _modes(fam, m, sizes)
+    one_way = _one_way(fam, m, sizes)
+    mode = np.zeros(len(sizes), dtype=np.int64)  # 0 for an attribute no clique holds: no cell depends on it
+    for a, counts in one_way.items():
+        mode[a] = int(np.argmax(counts))
     shapes = [tuple(int(sizes[a]) for a in axes) for axes in fam.sets]
     if price is not None:
-        plan = _price_plan(fam, m, sizes, shapes, price, zeros, candidates)
+        plan = _price_plan(fam, one_way, shapes, price, zeros, candidates)
     lift = np.zeros(fam.size)
     all_records, all_mass = [np.zeros((0, len(sizes)), dtype=np.int64)], [np.zeros(0)]
     for i in sorted(range(len(fam.sets)), key=lambda i: fam.cells[i]):  # a loop over sets, not cells
@@ -123,23 +126,19 @@ def lifting_records(problem, m: np.ndarray, price: np.ndarray | None = None,
     return np.concatenate(all_records), np.concatenate(all_mass), lift
 
 
-def _price_plan(fam, m, sizes, shapes, price, zeros, candidates) -> dict:
+def _price_plan(fam, one_way: dict, shapes, price, zeros, candidates) -> dict:
     """What :func:`_cheaper_completions` needs: the price (infinite on structural zeros, where no
     record may land), each attribute's candidate values (its ``candidates`` most frequent under
-    ``m``), the cliques holding it and its stride in each."""
+    its one-way marginal), the cliques holding it and its stride in each."""
     cost = np.array(price, dtype=np.float64)
     if zeros is not None:
         cost[zeros] = np.inf
     holding: dict[int, list[tuple[int, int]]] = {}
-    values: dict[int, np.ndarray] = {}
     for j, axes in enumerate(fam.sets):
         strides = np.cumprod((1,) + shapes[j][::-1])[:-1][::-1] if axes else ()
-        table = fam.marginal(m, j).reshape(shapes[j]) if axes else None
         for k, a in enumerate(axes):
             holding.setdefault(a, []).append((j, int(strides[k])))
-            if a not in values:
-                one_way = table.sum(axis=tuple(q for q in range(len(axes)) if q != k))
-                values[a] = np.argsort(-one_way, kind="stable")[:max(int(candidates), 1)]
+    values = {a: np.argsort(-counts, kind="stable")[:max(int(candidates), 1)] for a, counts in one_way.items()}
     return {"price": cost, "holding": holding, "values": values}
 
 
@@ -188,18 +187,15 @@ def _cheaper_completions(records: np.ndarray, cells: list, fixed: tuple, plan: d
         records[rows[moved], a] = choice[moved]
 
 
-def _modes(fam, m: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """Every attribute's most frequent value under ``m`` (read from the first clique holding it;
-    0 for an attribute no clique holds, which no record's cells depend on)."""
-    mode = np.zeros(len(sizes), dtype=np.int64)
-    seen = np.zeros(len(sizes), dtype=bool)
+def _one_way(fam, m: np.ndarray, sizes: np.ndarray) -> dict:
+    """Every held attribute's one-way marginal under ``m`` (read from the first clique holding it;
+    the family is consistent, so any would do)."""
+    one_way = {}
     for i, axes in enumerate(fam.sets):
-        fresh = [j for j, a in enumerate(axes) if not seen[a]]
+        fresh = [j for j, a in enumerate(axes) if a not in one_way]
         if not fresh:
             continue
         table = fam.marginal(m, i).reshape(tuple(int(sizes[a]) for a in axes))
         for j in fresh:
-            a = axes[j]
-            mode[a] = int(np.argmax(table.sum(axis=tuple(k for k in range(len(axes)) if k != j))))
-            seen[a] = True
-    return mode
+            one_way[axes[j]] = table.sum(axis=tuple(k for k in range(len(axes)) if k != j))
+    return one_way
