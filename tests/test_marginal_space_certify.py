@@ -572,6 +572,55 @@ def _captured_problem(sets, monkeypatch):
     return dom, ms, captured[0]
 
 
+@pytest.mark.parametrize("sets", [
+    [("a", "b", "c"), ("b", "c", "d"), ("d", "e")],
+    [("a", "b", "c"), ("c", "d"), ("b", "d", "e")],
+])
+def test_projected_newton_rounds_stop_only_when_the_negative_mass_stalls(sets, monkeypatch):
+    """``stall``: where the rounds converge (the negative mass halves face after face) the rule
+    changes nothing, bit for bit; where each face takes one CG step (forcing 0.9) the mass falls
+    by less than half a face and the rule ends the pass after ``stall`` such faces, with a point
+    certified like any other."""
+    from dpopt.estimate.marginal_space.polytope.projection import NEWTON_FORCING, NEWTON_STALL
+
+    _, _, problem = _captured_problem(sets, monkeypatch)
+    start = np.zeros(problem.cliques.size)
+    assert problem.cliques.expand(problem.target).min() < -1.0  # the unconstrained fit has negative cells
+    plain, plain_products = polish(problem, start, max_iter=5000, rounds=60, forcing=NEWTON_FORCING, stop_gap=1e-9)
+    ruled, ruled_products = polish(problem, start, max_iter=5000, rounds=60, forcing=NEWTON_FORCING, stop_gap=1e-9,
+                                   stall=NEWTON_STALL)
+    assert plain[3] <= 1e-9 and ruled_products == plain_products
+    assert np.array_equal(ruled[2], plain[2])
+
+    def faces(rounds):  # each face of the unruled pass, one at a time: its starting negative mass, its products
+        out, kappa = [], start
+        for _ in range(rounds):
+            point, products = polish(problem, kappa, max_iter=5000, rounds=1, forcing=0.9)
+            mu = problem.cliques.expand(problem.residuals(kappa))
+            out.append((-float(np.minimum(mu, 0.0).sum()), products))
+            kappa = point[2]
+        return out
+
+    slow, slow_products = polish(problem, start, max_iter=5000, rounds=40, forcing=0.9, stop_gap=1e-9)
+    stalled, stalled_products = polish(problem, start, max_iter=5000, rounds=40, forcing=0.9, stop_gap=1e-9, stall=3)
+    assert stalled_products < slow_products
+    # the pass ended at the first face that was the 3rd in a row not to halve the least mass so far
+    seen = faces(40)
+    least, since, ended = np.inf, 0, None
+    for face, (mass, _) in enumerate(seen):
+        if mass <= 0.5 * least:
+            least, since = mass, 0
+        else:
+            since += 1
+            if since >= 3:
+                ended = face
+                break
+    assert ended is not None and ended < 40
+    assert stalled_products == sum(products for _, products in seen[:ended]) + 1  # and the last face's start
+    point = certify(problem, stalled[2])
+    assert point[3] == stalled[3] and point[4] == stalled[4]
+
+
 def test_ratio_step_is_the_longest_feasible_step(monkeypatch):
     """From a feasible point towards the unconstrained fit (cells negative), the step stops at the
     first cell that reaches zero: feasible, one cell at zero, and no longer feasible step exists
