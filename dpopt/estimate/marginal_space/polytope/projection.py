@@ -106,12 +106,16 @@ ALM_CELLS = 2**62
 ADMM_CELLS = 2**24
 #: Faces taken by that first projected-Newton pass before L-BFGS-B takes over.
 NEWTON_ROUNDS = 60
-#: That pass stops early once this many faces in a row have not halved the negative mass of the
-#: best face so far (``stall`` of :func:`polish`): where the rounds converge the mass falls about
-#: twofold a face (adult's 6-attribute slices, 0.5 M cells: 2.1e5 to 1e-3 in 25 faces, never 3 faces
-#: without halving), and where they stall it does not move: on the 84-triple stand-in (2.34 M cells,
-#: zCDP eps 1) it stayed between 6.0e5 and 1.1e6 from the 2nd face to the 25th, and the 60 faces took
-#: about 2,500 products, a third of the estimate's, before ADMM started.
+#: That pass stops early once this many faces in a row have not halved the least negative mass
+#: seen at a face's start (``stall`` of :func:`polish`). A pass that needs more faces than this per
+#: halving cannot bring a mass of 1e5-1e6 down to the feasibility tolerance (some 35-40 halvings)
+#: within :data:`NEWTON_ROUNDS` faces, and ADMM, which follows, starts afresh: the faces are wasted.
+#: Where the rounds certify the mass halves about every face (adult's 6-attribute slice of 0.5 M
+#: cells, zCDP eps 1: 2.1e5 to 1e-3 in 25 faces, never 3 faces without halving). On the 84-triple
+#: stand-in (2.34 M cells) it stayed between 6.0e5 and 1.1e6 from the 2nd face to the 25th; the 60
+#: faces took about 2,500 products, a third of the estimate's, before ADMM. On a 6-attribute slice
+#: of 5.3 M cells (age, education-num, occupation, capital-gain, capital-loss, hours-per-week) it
+#: fell 15-30 % a face (1.9e3 after 24 faces, ~35 CPU-s each): the rule stops it at the 13th.
 NEWTON_STALL = 5
 #: That pass solves each face's Newton system inexactly: conjugate gradients stop once the largest
 #: face residual has fallen by this factor (inexact Newton, Dembo, Eisenstat and Steihaug 1982),
