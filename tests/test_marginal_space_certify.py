@@ -85,7 +85,7 @@ def test_polish_reaches_the_kkt_point_from_a_rough_dual():
     assert certify(problem, kappa)[3] == point[3]
     # weak duality against the solver's own answer: no point has a smaller objective than the dual bound
     solved = project(problem, tol=1e-8)
-    assert solved.converged
+    assert solved.converged and solved.methods in ((), ("L-BFGS-B and the CG polish",))
     assert objective(problem, solved.r) >= dual_value(problem, kappa) - 1e-9 * abs(solved.fun)
     assert abs(solved.fun - point[5]) <= 1e-8 * (1 + abs(solved.fun))
 
@@ -171,6 +171,7 @@ def test_large_problem_paths_alone_certify_the_dense_optimum(sets, threshold, pa
     est = estimate_marginals(ms, exact_cells=0)
     assert est.status is Status.OPTIMAL, est.message
     assert est.info["stopped"] == f"certified ({path})"
+    assert path in est.message and path in est.solver and "L-BFGS-B" not in est.message  # the method that ran
     cert = est.info["certificate"]
     assert cert["gap"] <= 1e-7 and cert["violation"] <= cert["feasibility_tol"]
     dense = reconstruct(ms, ConstraintSet(dom, [NonNegativity()]), "l2")

@@ -244,6 +244,7 @@ class Projection:
     stopped: str  # why the solve ended
     time: float
     history: list = field(default_factory=list)
+    methods: tuple = ()  # the methods that ran, in order (for the release's message)
 
 
 def bounded_multipliers(problem: ProjectionProblem, kappa_in: np.ndarray) -> np.ndarray:
@@ -483,7 +484,7 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
     class _Done(Exception):
         pass
 
-    state = {"best": best, "stopped": ""}
+    state = {"best": best, "stopped": "", "methods": []}
 
     def callback(scaled):
         counter["it"] += 1
@@ -525,6 +526,7 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
         (ADMM's gap fell about 10 % per 200 steps on adult's stand-in), where a Newton polish
         overshoots to ``tol`` for a few more products."""
         done = counter["it"]
+        state["methods"].append(label)
 
         def logged(products, point):  # each certified point, for the record
             history.append((done + int(products), done + int(products), point[3], point[4]))
@@ -553,6 +555,7 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
             "augmented Lagrangian")
         newton = False
     if newton if newton is not None else cells >= NEWTON_CELLS:
+        state["methods"].append("projected Newton")
         point, products = polish(problem, x, max_iter=max_iter, rounds=NEWTON_ROUNDS, deadline=deadline,
                                  stop_gap=tol, feasibility=feasibility, forcing=NEWTON_FORCING, stall=NEWTON_STALL)
         if polished(point, products):
@@ -564,6 +567,8 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
             x = admm_path()
     failed = ""  # why the last polish did not certify: not a stop (the next attempt polishes again)
     for attempt in range(restarts + 1 if not state["stopped"] else 0):
+        if attempt == 0:
+            state["methods"].append("L-BFGS-B and the CG polish")
         remaining = max_iter - counter["it"]
         if remaining <= 0:
             state["stopped"] = "iteration limit"
@@ -601,13 +606,13 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
     best = state["best"]
     ok = best[4] <= feasibility and best[3] <= accept
     problem.cliques.release_work()  # the estimate keeps the family: not its solve-time work vectors
-    return _outcome(best, counter["it"], counter["f"], ok, state["stopped"], start, history)
+    return _outcome(best, counter["it"], counter["f"], ok, state["stopped"], start, history, state["methods"])
 
 
-def _outcome(point, iterations, evaluations, ok, stopped, start, history) -> Projection:
+def _outcome(point, iterations, evaluations, ok, stopped, start, history, methods=()) -> Projection:
     r, mu, kappa, gap, viol, fun, dual = point
     return Projection(r, mu, kappa, fun, dual, gap, viol, iterations, evaluations, bool(ok), stopped,
-                      time.perf_counter() - start, history)
+                      time.perf_counter() - start, history, tuple(methods))
 
 
 def _better(a, b, feasibility) -> bool:
