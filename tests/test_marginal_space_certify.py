@@ -870,3 +870,33 @@ def test_records_are_not_used_where_they_would_break_a_constraint(monkeypatch):
     fixed[problem.index.position_of((0,))] = True
     problem.fixed = fixed
     assert record_repair(problem, x, m) is None
+
+
+def test_long_solves_report_each_certified_point_to_the_release_progress_bar(monkeypatch):
+    """Within :func:`dpopt.release.pipeline.solver_progress` every certified point of the projection
+    after the start reaches the bar as one line (method, gap, products), the same points as the
+    estimate's history; outside it nothing is reported."""
+    from dpopt.estimate.marginal_space.polytope import projection as projection_module
+    from dpopt.estimate.progress import SOLVER_PROGRESS
+    from dpopt.release.pipeline import solver_progress
+
+    class Bar:
+        def __init__(self):
+            self.lines = []
+
+        def set_postfix_str(self, s="", refresh=True):
+            self.lines.append(s)
+
+    monkeypatch.setattr(projection_module, "ADMM_CELLS", 0)
+    _, ms = _small_measurements([("a", "b", "c"), ("c", "d"), ("b", "d", "e")], sizes=(2, 3, 2, 3, 2))
+    bar = Bar()
+    with solver_progress(bar):
+        est = estimate_marginals(ms, exact_cells=0)
+    assert SOLVER_PROGRESS.get() is None
+    assert est.status is Status.OPTIMAL and est.info["stopped"] == "certified (ADMM)"
+    history = est.info["history"][1:]
+    assert len(bar.lines) == len(history) >= 2
+    for line, (_, products, gap, _) in zip(bar.lines, history):
+        assert line == f"ADMM: gap {gap:.1e} after {products:,} products"
+    silent = estimate_marginals(ms, exact_cells=0)  # no bar: the same solve, nothing sent anywhere
+    assert silent.info["history"] == est.info["history"] and len(bar.lines) == len(history)

@@ -68,6 +68,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dpopt.estimate.marginal_space.polytope.admm import admm as run_admm
+from dpopt.estimate.progress import report_progress
 from dpopt.estimate.marginal_space.polytope.augmented_lagrangian import augmented_lagrangian
 from dpopt.estimate.marginal_space.layout import ResidualIndex, SetFamily
 
@@ -491,7 +492,7 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
         if counter["it"] % check_every:
             return
         point = certify(problem, s * scaled)
-        history.append((counter["it"], counter["f"], point[3], point[4]))
+        noted((counter["it"], counter["f"], point[3], point[4]))
         if _better(point, state["best"], feasibility):
             state["best"] = point
         if point[4] <= feasibility and point[3] <= tol:
@@ -507,12 +508,17 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
     deadline = None if time_limit is None else start + time_limit
     state["polish_at"] = polish_gap
 
+    def noted(entry) -> None:
+        """A certified point for the history, and for the progress line (:mod:`dpopt.estimate.progress`)."""
+        history.append(entry)
+        report_progress(state["methods"][-1], entry[1], entry[2])
+
     def polished(point, products, aim: float = tol) -> bool:
         """Count a polish's products, keep its point if better; True when it is certified (gap
         within ``aim``)."""
         counter["f"] += products
         counter["it"] += products
-        history.append((counter["it"], counter["f"], point[3], point[4]))
+        noted((counter["it"], counter["f"], point[3], point[4]))
         if _better(point, state["best"], feasibility):
             state["best"] = point
         return point[4] <= feasibility and point[3] <= aim
@@ -529,7 +535,7 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
         state["methods"].append(label)
 
         def logged(products, point):  # each certified point, for the record
-            history.append((done + int(products), done + int(products), point[3], point[4]))
+            noted((done + int(products), done + int(products), point[3], point[4]))
 
         point, products = solve(done, logged)
         if polished(point, products, accept):
