@@ -602,7 +602,7 @@ def test_projected_newton_rounds_stop_only_when_the_negative_mass_stalls(sets, m
             kappa = point[2]
         return out
 
-    slow, slow_products = polish(problem, start, max_iter=5000, rounds=40, forcing=0.9, stop_gap=1e-9)
+    _, slow_products = polish(problem, start, max_iter=5000, rounds=40, forcing=0.9, stop_gap=1e-9)
     stalled, stalled_products = polish(problem, start, max_iter=5000, rounds=40, forcing=0.9, stop_gap=1e-9, stall=3)
     assert stalled_products < slow_products
     # the pass ended at the first face that was the 3rd in a row not to halve the least mass so far

@@ -9,7 +9,7 @@ work done: figures of the noisy measurements' post-processing, never of the conf
 from __future__ import annotations
 
 from contextvars import ContextVar
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["SOLVER_PROGRESS", "report_progress"]
 

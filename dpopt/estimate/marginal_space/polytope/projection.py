@@ -68,9 +68,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dpopt.estimate.marginal_space.polytope.admm import admm as run_admm
-from dpopt.estimate.progress import report_progress
 from dpopt.estimate.marginal_space.polytope.augmented_lagrangian import augmented_lagrangian
 from dpopt.estimate.marginal_space.layout import ResidualIndex, SetFamily
+from dpopt.estimate.progress import report_progress
 
 __all__ = ["ProjectionProblem", "Projection", "project", "polish", "dual_value", "objective", "repair", "certify",
            "bounded_multipliers", "NEWTON_STALL",
@@ -573,12 +573,12 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
             x = admm_path()
     failed = ""  # why the last polish did not certify: not a stop (the next attempt polishes again)
     for attempt in range(restarts + 1 if not state["stopped"] else 0):
-        if attempt == 0:
-            state["methods"].append("L-BFGS-B and the CG polish")
         remaining = max_iter - counter["it"]
         if remaining <= 0:
             state["stopped"] = "iteration limit"
             break
+        if attempt == 0:
+            state["methods"].append("L-BFGS-B and the CG polish")
         result = minimize(fun_grad, x, jac=True, method="L-BFGS-B", bounds=bounds, callback=callback,
                           options={"maxiter": remaining, "maxcor": memory, "ftol": 0.0, "gtol": 0.0,
                                    "maxfun": 10 * remaining})
