@@ -85,7 +85,7 @@ def test_polish_reaches_the_kkt_point_from_a_rough_dual():
     assert certify(problem, kappa)[3] == point[3]
     # weak duality against the solver's own answer: no point has a smaller objective than the dual bound
     solved = project(problem, tol=1e-8)
-    assert solved.converged
+    assert solved.converged and solved.methods in ((), ("L-BFGS-B and the CG polish",))
     assert objective(problem, solved.r) >= dual_value(problem, kappa) - 1e-9 * abs(solved.fun)
     assert abs(solved.fun - point[5]) <= 1e-8 * (1 + abs(solved.fun))
 
@@ -171,6 +171,7 @@ def test_large_problem_paths_alone_certify_the_dense_optimum(sets, threshold, pa
     est = estimate_marginals(ms, exact_cells=0)
     assert est.status is Status.OPTIMAL, est.message
     assert est.info["stopped"] == f"certified ({path})"
+    assert path in est.message and path in est.solver and "L-BFGS-B" not in est.message  # the method that ran
     cert = est.info["certificate"]
     assert cert["gap"] <= 1e-7 and cert["violation"] <= cert["feasibility_tol"]
     dense = reconstruct(ms, ConstraintSet(dom, [NonNegativity()]), "l2")
@@ -572,6 +573,55 @@ def _captured_problem(sets, monkeypatch):
     return dom, ms, captured[0]
 
 
+@pytest.mark.parametrize("sets", [
+    [("a", "b", "c"), ("b", "c", "d"), ("d", "e")],
+    [("a", "b", "c"), ("c", "d"), ("b", "d", "e")],
+])
+def test_projected_newton_rounds_stop_only_when_the_negative_mass_stalls(sets, monkeypatch):
+    """``stall``: where the rounds converge (the negative mass halves face after face) the rule
+    changes nothing, bit for bit; where each face takes one CG step (forcing 0.9) the mass falls
+    by less than half a face and the rule ends the pass after ``stall`` such faces, with a point
+    certified like any other."""
+    from dpopt.estimate.marginal_space.polytope.projection import NEWTON_FORCING, NEWTON_STALL
+
+    _, _, problem = _captured_problem(sets, monkeypatch)
+    start = np.zeros(problem.cliques.size)
+    assert problem.cliques.expand(problem.target).min() < -1.0  # the unconstrained fit has negative cells
+    plain, plain_products = polish(problem, start, max_iter=5000, rounds=60, forcing=NEWTON_FORCING, stop_gap=1e-9)
+    ruled, ruled_products = polish(problem, start, max_iter=5000, rounds=60, forcing=NEWTON_FORCING, stop_gap=1e-9,
+                                   stall=NEWTON_STALL)
+    assert plain[3] <= 1e-9 and ruled_products == plain_products
+    assert np.array_equal(ruled[2], plain[2])
+
+    def faces(rounds):  # each face of the unruled pass, one at a time: its starting negative mass, its products
+        out, kappa = [], start
+        for _ in range(rounds):
+            point, products = polish(problem, kappa, max_iter=5000, rounds=1, forcing=0.9)
+            mu = problem.cliques.expand(problem.residuals(kappa))
+            out.append((-float(np.minimum(mu, 0.0).sum()), products))
+            kappa = point[2]
+        return out
+
+    _, slow_products = polish(problem, start, max_iter=5000, rounds=40, forcing=0.9, stop_gap=1e-9)
+    stalled, stalled_products = polish(problem, start, max_iter=5000, rounds=40, forcing=0.9, stop_gap=1e-9, stall=3)
+    assert stalled_products < slow_products
+    # the pass ended at the first face that was the 3rd in a row not to halve the least mass so far
+    seen = faces(40)
+    least, since, ended = np.inf, 0, None
+    for face, (mass, _) in enumerate(seen):
+        if mass <= 0.5 * least:
+            least, since = mass, 0
+        else:
+            since += 1
+            if since >= 3:
+                ended = face
+                break
+    assert ended is not None and ended < 40
+    assert stalled_products == sum(products for _, products in seen[:ended]) + 1  # and the last face's start
+    point = certify(problem, stalled[2])
+    assert point[3] == stalled[3] and point[4] == stalled[4]
+
+
 def test_ratio_step_is_the_longest_feasible_step(monkeypatch):
     """From a feasible point towards the unconstrained fit (cells negative), the step stops at the
     first cell that reaches zero: feasible, one cell at zero, and no longer feasible step exists
@@ -820,3 +870,33 @@ def test_records_are_not_used_where_they_would_break_a_constraint(monkeypatch):
     fixed[problem.index.position_of((0,))] = True
     problem.fixed = fixed
     assert record_repair(problem, x, m) is None
+
+
+def test_long_solves_report_each_certified_point_to_the_release_progress_bar(monkeypatch):
+    """Within :func:`dpopt.release.pipeline.solver_progress` every certified point of the projection
+    after the start reaches the bar as one line (method, gap, products), the same points as the
+    estimate's history; outside it nothing is reported."""
+    from dpopt.estimate.marginal_space.polytope import projection as projection_module
+    from dpopt.estimate.progress import SOLVER_PROGRESS
+    from dpopt.release.pipeline import solver_progress
+
+    class Bar:
+        def __init__(self):
+            self.lines = []
+
+        def set_postfix_str(self, s="", refresh=True):
+            self.lines.append(s)
+
+    monkeypatch.setattr(projection_module, "ADMM_CELLS", 0)
+    _, ms = _small_measurements([("a", "b", "c"), ("c", "d"), ("b", "d", "e")], sizes=(2, 3, 2, 3, 2))
+    bar = Bar()
+    with solver_progress(bar):
+        est = estimate_marginals(ms, exact_cells=0)
+    assert SOLVER_PROGRESS.get() is None
+    assert est.status is Status.OPTIMAL and est.info["stopped"] == "certified (ADMM)"
+    history = est.info["history"][1:]
+    assert len(bar.lines) == len(history) >= 2
+    for line, (_, products, gap, _) in zip(bar.lines, history):
+        assert line == f"ADMM: gap {gap:.1e} after {products:,} products"
+    silent = estimate_marginals(ms, exact_cells=0)  # no bar: the same solve, nothing sent anywhere
+    assert silent.info["history"] == est.info["history"] and len(bar.lines) == len(history)

@@ -180,6 +180,9 @@ class _NoBar:
     def set_description(self, desc: str) -> None:
         pass
 
+    def set_postfix_str(self, s: str = "", refresh: bool = True) -> None:
+        pass
+
 
 @contextlib.contextmanager
 def _progress_bar(progress: bool, steps: int):
@@ -191,6 +194,19 @@ def _progress_bar(progress: bool, steps: int):
 
     with tqdm(total=steps, desc="dpopt", unit="step", file=sys.stderr, leave=False) as bar:
         yield bar
+
+
+@contextlib.contextmanager
+def solver_progress(bar):
+    """Within the block, long solves report their certified points on ``bar``'s postfix
+    (:data:`~dpopt.estimate.progress.SOLVER_PROGRESS`); ``bar`` None: they report nothing."""
+    from dpopt.estimate.progress import SOLVER_PROGRESS
+
+    token = SOLVER_PROGRESS.set(None if bar is None else bar.set_postfix_str)
+    try:
+        yield
+    finally:
+        SOLVER_PROGRESS.reset(token)
 
 
 @contextlib.contextmanager
@@ -294,7 +310,9 @@ def run(
         bar.update(1)
         lap("constraints")
         step(f"running {p.algorithm.name}")
-        algorithm_release = run_algorithm(p, data_set, constraints, verbose=verbose)
+        with solver_progress(bar if progress else None):
+            algorithm_release = run_algorithm(p, data_set, constraints, verbose=verbose)
+        bar.set_postfix_str("")
         release = ReleaseResult(algorithm_release)
         bar.update(1)
         lap(p.algorithm.name)

@@ -309,7 +309,8 @@ def estimate_marginals(
     time_limit : float, optional
         Seconds for the solve; a solve that reaches it is status TIME_LIMIT, not an estimate.
     max_iter : int
-        Iterations: L-BFGS-B steps and the polish's conjugate-gradient steps together.
+        Iterations: products with the clique operator (L-BFGS-B steps, conjugate-gradient steps,
+        ADMM steps) of every method the projection runs, together.
     max_cells : int
         Refuse (DomainError, before any work) cliques holding more cells than this.
     exact_cells : int
@@ -491,16 +492,17 @@ def _estimate_l2(measurements: list[Measurement], workload, constraints, *, tota
                 solved.converged, solved.violation = False, -float(mu.min(initial=0.0))
         what = "marginal polytope: the marginals are decomposable" if polytope == "marginal" else \
             "local polytope: a relaxation"
+        methods = ", then ".join(solved.methods) or "no solver: the fit needed none"
         if solved.converged:
             status = Status.OPTIMAL
             message = (f"certified ({what}): relative duality gap {solved.gap:.1e} (tolerance {tol:g}), largest "
                        f"violation {solved.violation:.1e} (tolerance {feasibility:.1e}); {nit} iterations "
-                       "(L-BFGS-B, CG polish)")
+                       f"({methods})")
         else:
             status = Status.TIME_LIMIT if stopped == "time limit" else Status.NUMERICAL_ERROR
             message = (f"not certified ({stopped}): relative duality gap {solved.gap:.1e} (tolerance {tol:g}), "
                        f"largest violation {solved.violation:.1e} (tolerance {feasibility:.1e}) after {nit} "
-                       "iterations (L-BFGS-B, CG polish); the point is kept as an incumbent, not an estimate")
+                       f"iterations ({methods}); the point is kept as an incumbent, not an estimate")
         certificate = {"gap": solved.gap, "tol": tol, "violation": solved.violation, "feasibility_tol": feasibility,
                        "primal": solved.fun, "dual": solved.dual, "ok": solved.converged}
     measured_family = SetFamily(index, [a for a, m in zip(all_axes, measurements) if m.variance > 0])
@@ -516,7 +518,8 @@ def _estimate_l2(measurements: list[Measurement], workload, constraints, *, tota
         "total": total_choice.info(), "history": history,
     }
     solver = (f"dpopt.estimate.reconstruct ({certificate.get('backend')})" if polytope == "table" else
-              "residual least squares, then the dual by L-BFGS-B (scipy) and CG on its active face")
+              "residual least squares, then the projection onto the polytope by "
+              f"{', then '.join(solved.methods) or 'no solver (the fit was feasible)'}")
     if total_choice.mode != "public":
         message = f"{message}; total {total_choice.reason}"
     return MarginalEstimate(

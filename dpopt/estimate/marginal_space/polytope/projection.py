@@ -70,9 +70,10 @@ import numpy as np
 from dpopt.estimate.marginal_space.polytope.admm import admm as run_admm
 from dpopt.estimate.marginal_space.polytope.augmented_lagrangian import augmented_lagrangian
 from dpopt.estimate.marginal_space.layout import ResidualIndex, SetFamily
+from dpopt.estimate.progress import report_progress
 
 __all__ = ["ProjectionProblem", "Projection", "project", "polish", "dual_value", "objective", "repair", "certify",
-           "bounded_multipliers",
+           "bounded_multipliers", "NEWTON_STALL",
            "certify_at", "certify_with", "gap_parts", "repair_step"]
 
 #: Conjugate-gradient steps on one face before the face is taken again (the adult chain's faces,
@@ -106,6 +107,17 @@ ALM_CELLS = 2**62
 ADMM_CELLS = 2**24
 #: Faces taken by that first projected-Newton pass before L-BFGS-B takes over.
 NEWTON_ROUNDS = 60
+#: That pass stops early once this many faces in a row have not halved the least negative mass
+#: seen at a face's start (``stall`` of :func:`polish`). A pass that needs more faces than this per
+#: halving cannot bring a mass of 1e5-1e6 down to the feasibility tolerance (some 35-40 halvings)
+#: within :data:`NEWTON_ROUNDS` faces, and ADMM, which follows, starts afresh: the faces are wasted.
+#: Where the rounds certify the mass halves about every face (adult's 6-attribute slice of 0.5 M
+#: cells, zCDP eps 1: 2.1e5 to 1e-3 in 25 faces, never 3 faces without halving). On the 84-triple
+#: stand-in (2.34 M cells) it stayed between 6.0e5 and 1.1e6 from the 2nd face to the 25th; the 60
+#: faces took about 2,500 products, a third of the estimate's, before ADMM. On a 6-attribute slice
+#: of 5.3 M cells (age, education-num, occupation, capital-gain, capital-loss, hours-per-week) it
+#: fell 15-30 % a face (1.9e3 after 24 faces, ~35 CPU-s each): the rule stops it at the 13th.
+NEWTON_STALL = 5
 #: That pass solves each face's Newton system inexactly: conjugate gradients stop once the largest
 #: face residual has fallen by this factor (inexact Newton, Dembo, Eisenstat and Steihaug 1982),
 #: and the face is taken again. On adult's slice, 2 CG steps per face took the gap from 0.92 to
@@ -233,6 +245,7 @@ class Projection:
     stopped: str  # why the solve ended
     time: float
     history: list = field(default_factory=list)
+    methods: tuple = ()  # the methods that ran, in order (for the release's message)
 
 
 def bounded_multipliers(problem: ProjectionProblem, kappa_in: np.ndarray) -> np.ndarray:
@@ -322,7 +335,7 @@ def gap_parts(problem: ProjectionProblem, kappa: np.ndarray, r: np.ndarray, mu: 
 
 def polish(problem: ProjectionProblem, kappa: np.ndarray, *, max_iter: int = 900, rounds: int = 6,
            deadline: float | None = None, stop_gap: float = 0.0, feasibility: float = 0.0,
-           forcing: float = 0.0) -> tuple[tuple, int]:
+           forcing: float = 0.0, stall: int = 0) -> tuple[tuple, int]:
     """Projected Newton on the dual (5): conjugate gradients on the active face of ``kappa``.
 
     The face is ``A = {kappa > 0} ∪ {mu(kappa) < 0}`` (structural zeros always in it, their
@@ -334,7 +347,10 @@ def polish(problem: ProjectionProblem, kappa: np.ndarray, *, max_iter: int = 900
     curvature (a singular face), or at ``deadline`` (``time.perf_counter()``). Negative
     multipliers are then zeroed (not for structural zeros), the point certified, and the face
     taken again, ``rounds`` times at most or until the
-    certified gap is within ``stop_gap`` (with the violation within ``feasibility``).
+    certified gap is within ``stop_gap`` (with the violation within ``feasibility``), or (``stall``
+    > 0, with non-negativity) once ``stall`` faces in a row have not halved the smallest negative
+    mass ``sum max(-mu, 0)`` seen at a face's start (structural zeros aside): the active set is not
+    settling, and the caller's next method does better with the products (:data:`NEWTON_STALL`).
 
     Returns the best certified point (:func:`certify`'s tuple) among the rounds and the number
     of products with ``H`` or ``E`` made (CG steps and one per round).
@@ -353,9 +369,18 @@ def polish(problem: ProjectionProblem, kappa: np.ndarray, *, max_iter: int = 900
 
     best = None
     budget = max_iter
+    least_mass, since = np.inf, 0
     for _ in range(rounds):
         mu = fam.expand(target + inv_w * fam.adjoint(kappa))
         products += 1
+        if stall and problem.nonnegative:
+            mass = -float(np.minimum(mu, 0.0).sum(where=~free))
+            if mass <= 0.5 * least_mass:
+                least_mass, since = mass, 0
+            else:
+                since += 1
+                if since >= stall:
+                    break
         face = free | (kappa > 0) | ((mu < 0) if problem.nonnegative else False)
         residual = np.where(face, -mu, 0.0)
         if np.abs(residual).max(initial=0.0) <= floor or budget <= 0:
@@ -460,14 +485,14 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
     class _Done(Exception):
         pass
 
-    state = {"best": best, "stopped": ""}
+    state = {"best": best, "stopped": "", "methods": []}
 
     def callback(scaled):
         counter["it"] += 1
         if counter["it"] % check_every:
             return
         point = certify(problem, s * scaled)
-        history.append((counter["it"], counter["f"], point[3], point[4]))
+        noted((counter["it"], counter["f"], point[3], point[4]))
         if _better(point, state["best"], feasibility):
             state["best"] = point
         if point[4] <= feasibility and point[3] <= tol:
@@ -483,12 +508,17 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
     deadline = None if time_limit is None else start + time_limit
     state["polish_at"] = polish_gap
 
+    def noted(entry) -> None:
+        """A certified point for the history, and for the progress line (:mod:`dpopt.estimate.progress`)."""
+        history.append(entry)
+        report_progress(state["methods"][-1], entry[1], entry[2])
+
     def polished(point, products, aim: float = tol) -> bool:
         """Count a polish's products, keep its point if better; True when it is certified (gap
         within ``aim``)."""
         counter["f"] += products
         counter["it"] += products
-        history.append((counter["it"], counter["f"], point[3], point[4]))
+        noted((counter["it"], counter["f"], point[3], point[4]))
         if _better(point, state["best"], feasibility):
             state["best"] = point
         return point[4] <= feasibility and point[3] <= aim
@@ -502,9 +532,10 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
         (ADMM's gap fell about 10 % per 200 steps on adult's stand-in), where a Newton polish
         overshoots to ``tol`` for a few more products."""
         done = counter["it"]
+        state["methods"].append(label)
 
         def logged(products, point):  # each certified point, for the record
-            history.append((done + int(products), done + int(products), point[3], point[4]))
+            noted((done + int(products), done + int(products), point[3], point[4]))
 
         point, products = solve(done, logged)
         if polished(point, products, accept):
@@ -530,8 +561,9 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
             "augmented Lagrangian")
         newton = False
     if newton if newton is not None else cells >= NEWTON_CELLS:
+        state["methods"].append("projected Newton")
         point, products = polish(problem, x, max_iter=max_iter, rounds=NEWTON_ROUNDS, deadline=deadline,
-                                 stop_gap=tol, feasibility=feasibility, forcing=NEWTON_FORCING)
+                                 stop_gap=tol, feasibility=feasibility, forcing=NEWTON_FORCING, stall=NEWTON_STALL)
         if polished(point, products):
             state["stopped"] = "certified (projected Newton)"
         elif deadline is not None and time.perf_counter() > deadline:
@@ -545,6 +577,8 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
         if remaining <= 0:
             state["stopped"] = "iteration limit"
             break
+        if attempt == 0:
+            state["methods"].append("L-BFGS-B and the CG polish")
         result = minimize(fun_grad, x, jac=True, method="L-BFGS-B", bounds=bounds, callback=callback,
                           options={"maxiter": remaining, "maxcor": memory, "ftol": 0.0, "gtol": 0.0,
                                    "maxfun": 10 * remaining})
@@ -578,13 +612,13 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
     best = state["best"]
     ok = best[4] <= feasibility and best[3] <= accept
     problem.cliques.release_work()  # the estimate keeps the family: not its solve-time work vectors
-    return _outcome(best, counter["it"], counter["f"], ok, state["stopped"], start, history)
+    return _outcome(best, counter["it"], counter["f"], ok, state["stopped"], start, history, state["methods"])
 
 
-def _outcome(point, iterations, evaluations, ok, stopped, start, history) -> Projection:
+def _outcome(point, iterations, evaluations, ok, stopped, start, history, methods=()) -> Projection:
     r, mu, kappa, gap, viol, fun, dual = point
     return Projection(r, mu, kappa, fun, dual, gap, viol, iterations, evaluations, bool(ok), stopped,
-                      time.perf_counter() - start, history)
+                      time.perf_counter() - start, history, tuple(methods))
 
 
 def _better(a, b, feasibility) -> bool:
