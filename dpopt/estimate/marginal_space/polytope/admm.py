@@ -30,8 +30,9 @@ made from the step's ``r``, first by moving each clique's own top residual
 (:mod:`.local_repair`: moves that keep every lower margin and every other clique) and then, for
 what is still negative, by adding records (:mod:`.records`: its violation is first order in
 ADMM's primal residual, cell by cell; the records are steered to cells where ``κ`` is small), and
-with the feasible point of least ``F`` found so far. On the 84-triple stand-in's step 1,000 the
-local step cut the repair's cost from 54.7 to 5.4 (relative gap 4.0e-5 to 1.6e-5).
+with the feasible point of least ``F`` found so far. The local step cut the repair's cost from
+54.7 to 5.4 at the 84-triple stand-in's step 1,000 (relative gap 4.0e-5 to 1.6e-5), and from
+107,078 to 767 at step 300 on all 364 triples of adult (6.4e-3 to 8.8e-4).
 Nothing is released that this certificate does not pass.
 
 **Acceleration.** The map's residual falls sublinearly; type-II Anderson acceleration
