@@ -60,7 +60,7 @@ import numpy as np
 
 from dpopt.estimate.marginal_space.layout import contrast, synthesize_axis
 
-__all__ = ["local_repair", "top_cliques", "SWEEPS"]
+__all__ = ["SWEEPS", "local_repair", "top_cliques"]
 
 #: FISTA steps on each clique's dual (12): 100 left 0.8 % of the stand-in's negative mass (300: 0.03 %,
 #: with the same certified gap to 1 %).
