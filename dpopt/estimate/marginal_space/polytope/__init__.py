@@ -8,6 +8,8 @@ with a duality-gap certificate. Parts:
   the multipliers) and the active-face polish;
 - :mod:`.admm` — the solver for large cyclic families (one expand and one adjoint a step);
 - :mod:`.anderson` — Anderson acceleration of ADMM's fixed-point map;
+- :mod:`.local_repair` — each clique's own top residual lifts its negative cells (moves that keep
+  every lower margin), before the records;
 - :mod:`.records` — a feasible point by adding records, the certificate's repair near the data;
 - :mod:`.augmented_lagrangian` — the earlier solver for large cyclic families (semismooth Newton
   inner solves; ``project(..., alm=True)``);

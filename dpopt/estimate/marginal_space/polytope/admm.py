@@ -26,9 +26,13 @@ step.
 ``κ = -ρ u`` (after the z-step ``u <= 0`` wherever ``z = 0``, and ``u = 0`` where ``z > 0``:
 complementary with ``z`` by construction). Every ``check_every`` steps ``κ`` is certified as
 every other path's multipliers are (one more product for ``r(κ)``), paired with a feasible point
-made from the step's ``r`` by adding records (:mod:`.records`: its violation is first order in
-ADMM's primal residual, cell by cell; the records are steered to cells where ``κ`` is small) and
-with the feasible point of least ``F`` found so far.
+made from the step's ``r``, first by moving each clique's own top residual
+(:mod:`.local_repair`: moves that keep every lower margin and every other clique) and then, for
+what is still negative, by adding records (:mod:`.records`: its violation is first order in
+ADMM's primal residual, cell by cell; the records are steered to cells where ``κ`` is small), and
+with the feasible point of least ``F`` found so far. The local step cut the repair's cost from
+54.7 to 5.4 at the 84-triple stand-in's step 1,000 (relative gap 4.0e-5 to 1.6e-5), and from
+107,078 to 767 at step 300 on all 364 triples of adult (6.4e-3 to 8.8e-4).
 Nothing is released that this certificate does not pass.
 
 **Acceleration.** The map's residual falls sublinearly; type-II Anderson acceleration
@@ -54,6 +58,7 @@ from typing import Callable
 import numpy as np
 
 from dpopt.estimate.marginal_space.polytope.anderson import Anderson, anderson_memory
+from dpopt.estimate.marginal_space.polytope.local_repair import local_repair
 from dpopt.estimate.marginal_space.polytope.records import record_repair
 
 __all__ = ["admm", "RHO_L", "ALPHA", "CHECK_EVERY", "ADAPT"]
@@ -139,6 +144,7 @@ def admm(problem, *, max_products: int, deadline: float | None = None, stop_gap:
             # copies: a certified point may hold its primal vectors (when nothing needed lifting), and
             # the work vectors change at the next step
             x, m = r.copy(), er.copy()
+            local_repair(problem, x, m)  # each clique's own top residual first, in place (local_repair notes)
             points.append(certify_with(problem, kappa, rk, mk, *(record_repair(problem, x, m, price=kappa) or (x, m))))
             if feasible is not None:  # the best primal point so far against these multipliers
                 points.append(certify_with(problem, kappa, rk, mk, feasible[0], feasible[1]))

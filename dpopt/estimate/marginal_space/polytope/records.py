@@ -34,6 +34,9 @@ one adjoint, no table. On the 9-attribute stand-in (84 triples of adult, 2.34 M 
 ADMM points certified at a gap 30 to 55 times smaller than by the mix
 (``examples/benchmarks/bench_admm.py``).
 
+ADMM's certificate first lets each clique's own top residual absorb its negative cells
+(:mod:`.local_repair`: no other clique moves), and lifts only what is left by records.
+
 Not used (None) where a record would break a constraint: a fixed residual other than the total
 (an exact marginal or invariant), or a record landing on a structural zero.
 """
