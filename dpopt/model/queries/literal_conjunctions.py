@@ -96,6 +96,7 @@ class Conjunctions(StructuredQuery):
             arr.setflags(write=False)
         self.positions, self.values, self.negated = pos, val, neg
         self._groups_cache = None
+        self._cell_cache = None
 
     # ---- construction ----------------------------------------------------------------------
     @classmethod
@@ -209,8 +210,7 @@ class Conjunctions(StructuredQuery):
     def groups(self) -> list[tuple[tuple[int, ...], np.ndarray, np.ndarray]]:
         """``(positions, rows, cells)`` per attribute set: the rows over it and their marginal cells."""
         if self._groups_cache is None:
-            uniq, inverse = np.unique(self.positions, axis=0, return_inverse=True)
-            inverse = inverse.ravel()
+            uniq, inverse = self._position_sets()
             order = np.argsort(inverse, kind="stable")
             starts = np.searchsorted(inverse[order], np.arange(len(uniq) + 1))
             sizes = np.asarray(self.domain.sizes, dtype=np.int64)
@@ -223,6 +223,37 @@ class Conjunctions(StructuredQuery):
                 out.append((pos, rows, cells))
             self._groups_cache = out
         return self._groups_cache
+
+    def _position_sets(self) -> tuple[np.ndarray, np.ndarray]:
+        """``np.unique(positions, axis=0, return_inverse=True)``, the same arrays: rows read as one
+        integer each (positions + 1 in base ``len(domain) + 1`` keep the rows' order), sorted once
+        in one dimension. 1,000,000 rows of KDD99's conjunctions: 0.1 CPU-s where the row-wise
+        unique took 2.3 s."""
+        pos = self.positions
+        base = len(self.domain) + 1
+        if pos.shape[1] * np.log2(base) >= 62:  # the key would overflow int64
+            uniq, inverse = np.unique(pos, axis=0, return_inverse=True)
+            return uniq, inverse.ravel()
+        weights = base ** np.arange(pos.shape[1] - 1, -1, -1, dtype=np.int64)
+        _, first, inverse = np.unique((pos + 1) @ weights, return_index=True, return_inverse=True)
+        return pos[first], inverse.ravel()
+
+    def _cell_index(self):
+        """``(sets, multipliers, set of each row, cell of each row)``: each row's conjunction as
+        one cell of the marginal on its attribute set (row-major, as :meth:`groups`), or None when
+        a marginal has 2^62 cells or more. For :meth:`satisfied`."""
+        if self._cell_cache is None:
+            uniq, inverse = self._position_sets()
+            sizes = np.asarray(self.domain.sizes, dtype=np.int64)
+            width = np.where(uniq >= 0, sizes[np.maximum(uniq, 0)], 1)  # padding: one value
+            if np.max(np.sum(np.log2(width), axis=1)) >= 62:
+                self._cell_cache = (None,)
+            else:
+                after = np.cumprod(width[:, ::-1], axis=1)[:, ::-1]  # product of the sizes from j on
+                multipliers = np.concatenate([after[:, 1:], np.ones((len(uniq), 1), dtype=np.int64)], axis=1)
+                cells = np.sum(self.values * multipliers[inverse], axis=1)
+                self._cell_cache = (uniq, multipliers, inverse, cells)
+        return None if self._cell_cache[0] is None else self._cell_cache
 
     # ---- answers on records ----------------------------------------------------------------
     def count_records(self, codes: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
@@ -263,8 +294,16 @@ class Conjunctions(StructuredQuery):
         record = np.asarray(record, dtype=np.int64).ravel()
         if record.shape != (len(self.domain),):
             raise QueryError(f"{self.name}: a record has {len(self.domain)} codes, got {record.shape}")
-        lit = (self.positions < 0) | (record[np.maximum(self.positions, 0)] == self.values)
-        return lit.all(axis=1) != self.negated
+        index = self._cell_index()
+        if index is None:
+            lit = (self.positions < 0) | (record[np.maximum(self.positions, 0)] == self.values)
+            return lit.all(axis=1) != self.negated
+        # The record's cell in each attribute set's marginal, compared with each row's cell: one
+        # gather per row instead of one per literal (DualQuery asks this every round: 1,000,000
+        # rows of 3 literals, 35 ms a call before).
+        sets, multipliers, set_of_row, cell_of_row = index
+        record_cells = np.sum(np.where(sets >= 0, record[np.maximum(sets, 0)], 0) * multipliers, axis=1)
+        return (cell_of_row == record_cells[set_of_row]) != self.negated
 
     # ---- the linear operator on dense histograms -------------------------------------------
     def _marginal_attrs(self, pos: tuple[int, ...]) -> tuple[str, ...]:
