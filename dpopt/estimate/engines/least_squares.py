@@ -228,7 +228,12 @@ def crossover(problem: ConsistencyProblem, x: np.ndarray, free: np.ndarray, sigm
     vertex[work] = values
     if k and np.abs(A_eq @ vertex - b_eq).max() > tol * max(1.0, float(np.abs(b_eq).max())):
         return None
-    scale = max(float(np.abs(Q.T @ (w * w * y)).max(initial=0.0)), 1e-300)
+    # The gradient's scale: that of the measurements, or of one count in a cell (H_jj = Σ_i Q_ij² w_i²)
+    # when the measurements are all 0 (then the optimum is x = 0 with zero multipliers, and a
+    # scale of 0 failed the rounding-level residues of the face's solve: the interior point's
+    # 1.7e-5 per cell was released instead).
+    per_count = float(np.asarray(Q[:, free].multiply(Q[:, free]).T @ (w * w)).max(initial=0.0))
+    scale = max(float(np.abs(Q.T @ (w * w * y)).max(initial=0.0)), per_count, 1e-300)
     gradient, zero = _kkt_at(vertex, Q, w, y, (A_eq, b_eq) if k else None, free, tol * scale)
     if gradient is None:
         return None
@@ -250,7 +255,15 @@ def crossover(problem: ConsistencyProblem, x: np.ndarray, free: np.ndarray, sigm
     moved[support] += delta
     floor = 1e-12 * max(top, 1.0)
     if (moved[support] < -floor).any():
-        return None
+        # Every table on the affine set {Q x = b*, A x = b} has the optimal answers; the vertex is one
+        # and is >= 0, so the point of the segment from it towards ``moved`` that is furthest from it
+        # with no cell negative is optimal too, and as central as that segment allows. Needed where
+        # no multiplier is positive (an exact fit: measurements that agree, e.g. all 0): then no cell
+        # is put on its bound above, and the least change leaves the interior point's residue in the
+        # null space of Q, below 0 in some cells.
+        low = moved[support] < 0.0
+        step = vertex[support][low] / (vertex[support][low] - moved[support][low])
+        moved[support] = vertex[support] + float(step.min()) * (moved[support] - vertex[support])
     moved[support] = np.maximum(moved[support], 0.0)
     answers_scale = max(1.0, float(np.abs(target).max(initial=0.0)))
     if np.abs(rows @ moved - target).max() > 1e-10 * answers_scale:
