@@ -365,3 +365,15 @@ def test_the_noise_unit_check_is_zero_at_the_optimum_and_counts_a_move_in_noise_
     moved[big] += 5 * sigma_scaled  # five noise standard deviations in one cell
     moved[big - 1] -= 5 * sigma_scaled  # and out of its neighbour, so that the total still holds
     assert noise_unit_kkt(problem, moved, free) > 1.0
+
+
+def test_identity_measurements_with_no_positive_total_are_refused_under_entropy():
+    """Hypothesis seed 162: an identity whose noisy cells sum to 0 took the cell-by-cell shortcut and
+    came back NUMERICAL_ERROR; the entropy objective refuses a non-positive total by name, as its
+    engine does for every other measurement."""
+    dom = Domain(("a", "b"), (2, 3))
+    q = Identity(dom)
+    ms = [Measurement(q, np.array([1.0, -1.0, 0.0, -2.0, 0.0, 2.0]), "discrete_laplace", 1.0,
+                      discrete_laplace_variance(1.0), label="ab")]
+    with pytest.raises(SolverError, match="positive total, the measurements imply 0"):
+        reconstruct(ms, ConstraintSet(dom, [NonNegativity()]), "entropy")
