@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 import pytest
+import scipy.linalg
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy.optimize import linprog, nnls
@@ -153,6 +154,18 @@ def _stack(ms):
     return Q, y, s
 
 
+def _certified_answer_slack(Q, y, s, x) -> float:
+    """What the L2 engine certifies of a released table's answers, in this objective's units: its
+    exact-face polish (``least_squares.crossover``) meets the optimal answers to 1e-10 of the
+    largest, so the objective may exceed the optimum by what moving each answer that far costs,
+    ``(|r| + δ)² − r²`` over the noise variance. Negligible unless a measurement's noise is tiny:
+    a discrete Laplace at eps 65 has standard deviation 2e-6, and rounding residues of 2e-12
+    counts then cost 4e-12 (Hypothesis seed 87), above the 1e-12 compared at before."""
+    delta = 1e-10 * max(1.0, float(np.abs(y).max()))
+    residual = np.abs(Q @ x - y)
+    return float(np.sum((2.0 * residual * delta + delta * delta) / s**2))
+
+
 def brute_force_l2(Q, y, s, A, b):
     """min Σ ((Q x − y)/s)² over x ≥ 0 with A x = b, by enumerating supports with independent columns
     (a vertex of the optimal face has one); None when infeasible."""
@@ -167,9 +180,14 @@ def brute_force_l2(Q, y, s, A, b):
                 continue
             R, t = w[:, None] * Q[:, cols], w * y
             if A.shape[0]:
-                k = A.shape[0]
-                kkt = np.block([[2 * R.T @ R, A[:, cols].T], [A[:, cols], np.zeros((k, k))]])
-                v = np.linalg.lstsq(kkt, np.concatenate([2 * R.T @ t, b]), rcond=None)[0][: len(cols)]
+                # On A x = b through its null space: x = x_p + N z, z by least squares. (The KKT
+                # matrix [[2RᵀR, Aᵀ], [A, 0]] solved by lstsq lost 2e-5 of a count to its rank cut-off
+                # when A = I with weights of 700: condition 6e32, every support refused.)
+                sub = A[:, cols]
+                particular = np.linalg.lstsq(sub, b, rcond=None)[0] if cols else np.zeros(0)
+                null = scipy.linalg.null_space(sub) if cols else np.zeros((0, 0))
+                shift = np.linalg.lstsq(R @ null, t - R @ particular, rcond=None)[0] if null.size else np.zeros(0)
+                v = particular + (null @ shift if null.size else 0.0)
             else:
                 v = np.linalg.lstsq(R, t, rcond=None)[0] if cols else np.zeros(0)
             x = np.zeros(n)
@@ -265,9 +283,10 @@ def test_every_epsilon_matches_an_independent_formulation_or_is_refused(log_epsi
         return
     Q, y, s = _stack(noisy)
     mine = float(np.sum(((Q @ res.x - y) / s) ** 2))
+    slack = 1e-12 + _certified_answer_slack(Q, y, s, res.x)
     if objective == "l2":
         ref = brute_force_l2(Q, y, s, A, b)
-        assert mine <= ref[0] * (1 + REL) + 1e-12, (mine, ref[0])
+        assert mine <= ref[0] * (1 + REL) + slack, (mine, ref[0], slack)
     elif objective in ("l1", "linf"):
         ref_value, _ = linprog_l1_linf(Q, y, s, A, b, objective)
         z = (Q @ res.x - y) / s
@@ -277,7 +296,7 @@ def test_every_epsilon_matches_an_independent_formulation_or_is_refused(log_epsi
         total = prepare(problem).problem.total_estimate() * prepare(problem).scale
         fit = brute_force_l2(Q, y, s, np.vstack([A, np.ones((1, dom.size))]), np.concatenate([b, [total]]))
         assert res.x.sum() == pytest.approx(total, rel=REL)
-        assert mine <= fit[0] * (1 + REL) + 1e-12, (mine, fit[0])
+        assert mine <= fit[0] * (1 + REL) + slack, (mine, fit[0], slack)
 
 
 @pytest.mark.parametrize("picks, truth", [(["b"], [0, 0, 0, 0, 0, 0]), (["a", "ab", "b"], [0, 0, 0, 0, 0, 0]),
@@ -346,3 +365,15 @@ def test_the_noise_unit_check_is_zero_at_the_optimum_and_counts_a_move_in_noise_
     moved[big] += 5 * sigma_scaled  # five noise standard deviations in one cell
     moved[big - 1] -= 5 * sigma_scaled  # and out of its neighbour, so that the total still holds
     assert noise_unit_kkt(problem, moved, free) > 1.0
+
+
+def test_identity_measurements_with_no_positive_total_are_refused_under_entropy():
+    """Hypothesis seed 162: an identity whose noisy cells sum to 0 took the cell-by-cell shortcut and
+    came back NUMERICAL_ERROR; the entropy objective refuses a non-positive total by name, as its
+    engine does for every other measurement."""
+    dom = Domain(("a", "b"), (2, 3))
+    q = Identity(dom)
+    ms = [Measurement(q, np.array([1.0, -1.0, 0.0, -2.0, 0.0, 2.0]), "discrete_laplace", 1.0,
+                      discrete_laplace_variance(1.0), label="ab")]
+    with pytest.raises(SolverError, match="positive total, the measurements imply 0"):
+        reconstruct(ms, ConstraintSet(dom, [NonNegativity()]), "entropy")

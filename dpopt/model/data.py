@@ -343,9 +343,9 @@ def _integer_codes(series: pd.Series, size: int) -> np.ndarray | None:
         numeric = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64)
         ok = np.isfinite(numeric) & (numeric == np.floor(numeric)) & (numeric >= 0) & (numeric < size)
         return numeric.astype(np.int64) if ok.all() else None
-    # Text (a CSV is read as text): parse each distinct value once, not every row. The column has
-    # at most a few hundred distinct values; parsing its 494,021 rows took 0.24 CPU-s a column on
-    # KDD99 (42 columns: 7 s of the shipped spec's run), the distinct values 0.01 s.
+    # Text (a CSV is read as text): parse each distinct value once, not every row. A column of valid
+    # codes has at most ``size`` of them; parsing KDD99's 494,021 rows took 0.24 CPU-s a column
+    # (42 columns: 7 s of the shipped spec's run), the distinct values 0.01 s.
     row_value, uniques = pd.factorize(series, use_na_sentinel=False)
     numeric = pd.to_numeric(pd.Series(uniques, dtype=object), errors="coerce").to_numpy(dtype=np.float64)
     ok = np.isfinite(numeric) & (numeric == np.floor(numeric)) & (numeric >= 0) & (numeric < size)

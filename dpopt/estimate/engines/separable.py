@@ -45,6 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dpopt.errors import SolverError
 from dpopt.estimate.problem import ConsistencyProblem, diagonal_of
 from dpopt.estimate.result import Result, make_result
 from dpopt.estimate.status import Status
@@ -146,6 +147,10 @@ def solve_separable(problem: ConsistencyProblem, time_limit: float | None = None
     start = time.perf_counter()
     free = problem.free_cells()
     extra_total = None
+    if problem.objective == "entropy" and problem.total_estimate() <= 0:
+        # the entropy engine's own refusal, before this shortcut answered it with an uncertified point
+        raise SolverError(f"the entropy objective needs a positive total, the measurements imply "
+                          f"{problem.total_estimate():g}")
     if problem.objective == "entropy" and not problem.constraints.invariants:
         extra_total = problem.total_estimate()
     if problem.objective == "smooth":
