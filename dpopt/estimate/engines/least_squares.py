@@ -199,8 +199,10 @@ def crossover(problem: ConsistencyProblem, x: np.ndarray, free: np.ndarray, sigm
     ``tol`` relative). The cells whose reduced gradient exceeds ``tol`` there are 0 in every
     optimal table (strict complementarity: ``μ·x`` is constant, 0, on ``{Q x = b*, A x = b}``), so
     ``x`` puts them on their bound, exactly 0, and takes the smallest change of its other positive
-    cells that meets ``Q x = b*`` and ``A x = b`` (LSQR), kept when no cell turns negative beyond
-    rounding, the equations hold to 1e-10 and the KKT test passes again at the moved point itself.
+    cells that meets ``Q x = b*`` and ``A x = b`` (LSQR); where that turns a cell negative (an exact
+    fit has no positive multiplier, so no cell is put on its bound), the point furthest from the
+    vertex towards it with no cell negative, optimal too since every table meeting those equations
+    is. It is kept when the equations hold to 1e-10 and the KKT test passes again at it.
     The vertex itself is not returned: when the optimum is not unique it is the sparsest
     optimal table, while the interior point is a central one (on czech with all 2-way
     marginals the vertex's 3-way errors were twice the central point's).

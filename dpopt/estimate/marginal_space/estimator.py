@@ -25,9 +25,11 @@ Steps (module notes of each):
    interaction whose every pair was measured. It does not carry dependence through a common
    neighbour as a graphical model's maximum-entropy completion does: measure what is released;
 4. :mod:`~dpopt.estimate.marginal_space.polytope.projection` — non-negativity and structural zeros by
-   the dual of (4) (projected Newton first on large problems, L-BFGS-B, the polish), and the
-   duality-gap certificate (with the interior point of
-   :mod:`~dpopt.estimate.marginal_space.polytope.interior` for exact feasibility).
+   the dual of (4) (L-BFGS-B and the polish; on large problems projected Newton first, stopped
+   when it stalls, then ADMM), and the duality-gap certificate (its feasible point from the
+   interior point of :mod:`~dpopt.estimate.marginal_space.polytope.interior`, or, after ADMM, from
+   the local repair and records of :mod:`~dpopt.estimate.marginal_space.polytope.local_repair`).
+   The estimate's message names the methods that ran.
 
 This module is post-processing only: it never sees data or randomness.
 """
