@@ -339,17 +339,20 @@ def _unmatched_hint(values, labels: tuple, attr: str, size: int) -> str:
 
 def _integer_codes(series: pd.Series, size: int) -> np.ndarray | None:
     """The column as codes ``0..size-1``, or None when some value is not such a code."""
+    row_value = None
     if pd.api.types.is_numeric_dtype(series.dtype):
         numeric = pd.to_numeric(series, errors="coerce").to_numpy(dtype=np.float64)
-        ok = np.isfinite(numeric) & (numeric == np.floor(numeric)) & (numeric >= 0) & (numeric < size)
-        return numeric.astype(np.int64) if ok.all() else None
-    # Text (a CSV is read as text): parse each distinct value once, not every row. A column of valid
-    # codes has at most ``size`` of them; parsing KDD99's 494,021 rows took 0.24 CPU-s a column
-    # (42 columns: 7 s of the shipped spec's run), the distinct values 0.01 s.
-    row_value, uniques = pd.factorize(series, use_na_sentinel=False)
-    numeric = pd.to_numeric(pd.Series(uniques, dtype=object), errors="coerce").to_numpy(dtype=np.float64)
+    else:
+        # Text (a CSV is read as text): parse each distinct value once, not every row. A column of
+        # valid codes has at most ``size`` of them; parsing KDD99's 494,021 rows took 0.24 CPU-s a
+        # column (42 columns: 7 s of the shipped spec's run), the distinct values 0.01 s.
+        row_value, uniques = pd.factorize(series, use_na_sentinel=False)
+        numeric = pd.to_numeric(pd.Series(uniques, dtype=object), errors="coerce").to_numpy(dtype=np.float64)
     ok = np.isfinite(numeric) & (numeric == np.floor(numeric)) & (numeric >= 0) & (numeric < size)
-    return numeric.astype(np.int64)[row_value] if ok.all() else None
+    if not ok.all():
+        return None
+    codes = numeric.astype(np.int64)
+    return codes if row_value is None else codes[row_value]
 
 
 def _raise_out_of_domain(series: pd.Series, bad: np.ndarray, attr: str, domain: Domain, note: str = "") -> None:

@@ -152,7 +152,7 @@ def noise_unit_kkt(problem: ConsistencyProblem, x: np.ndarray, free: np.ndarray)
     sigma = problem.sigmas()
     v = x[free]
     g = Q.T @ ((Q @ v - problem.targets()) / sigma**2)
-    h = np.asarray(Q.multiply(Q).T @ (1.0 / sigma**2)).ravel()
+    h = cell_curvature(Q, 1.0 / sigma)
     measured = h > 0
     if not measured.any():
         return 0.0
@@ -170,6 +170,12 @@ def noise_unit_kkt(problem: ConsistencyProblem, x: np.ndarray, free: np.ndarray)
     lo = np.concatenate([np.full(A.shape[0], -np.inf), np.zeros(at_bound.size)])
     fit = lsq_linear(M, g * unit, bounds=(lo, np.full(lo.size, np.inf)), lsmr_tol="auto", tol=1e-12, max_iter=200)
     return float(np.abs(M @ fit.x - g * unit).max(initial=0.0))
+
+
+def cell_curvature(Q, w: np.ndarray) -> np.ndarray:
+    """``H_jj = Σ_i Q_ij² w_i²`` per column of the sparse ``Q``: the weighted loss's curvature in
+    each cell, the gradient one count there makes."""
+    return np.asarray(Q.multiply(Q).T @ (w * w)).ravel()
 
 
 def matrix_free_form(form) -> bool:
@@ -234,7 +240,7 @@ def crossover(problem: ConsistencyProblem, x: np.ndarray, free: np.ndarray, sigm
     # when the measurements are all 0 (then the optimum is x = 0 with zero multipliers, and a
     # scale of 0 failed the rounding-level residues of the face's solve: the interior point's
     # 1.7e-5 per cell was released instead).
-    per_count = float(np.asarray(Q[:, free].multiply(Q[:, free]).T @ (w * w)).max(initial=0.0))
+    per_count = float(cell_curvature(Q[:, free], w).max(initial=0.0))
     scale = max(float(np.abs(Q.T @ (w * w * y)).max(initial=0.0)), per_count, 1e-300)
     gradient, zero = _kkt_at(vertex, Q, w, y, (A_eq, b_eq) if k else None, free, tol * scale)
     if gradient is None:

@@ -147,12 +147,12 @@ def solve_separable(problem: ConsistencyProblem, time_limit: float | None = None
     start = time.perf_counter()
     free = problem.free_cells()
     extra_total = None
-    if problem.objective == "entropy" and problem.total_estimate() <= 0:
-        # the entropy engine's own refusal, before this shortcut answered it with an uncertified point
-        raise SolverError(f"the entropy objective needs a positive total, the measurements imply "
-                          f"{problem.total_estimate():g}")
-    if problem.objective == "entropy" and not problem.constraints.invariants:
-        extra_total = problem.total_estimate()
+    if problem.objective == "entropy":
+        total = problem.total_estimate()
+        if total <= 0:  # the entropy engine's own refusal, before this shortcut answered with an uncertified point
+            raise SolverError(f"the entropy objective needs a positive total, the measurements imply {total:g}")
+        if not problem.constraints.invariants:
+            extra_total = total
     if problem.objective == "smooth":
         from dpopt.estimate.engines.smooth import held_total
 

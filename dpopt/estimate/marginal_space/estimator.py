@@ -521,7 +521,7 @@ def _estimate_l2(measurements: list[Measurement], workload, constraints, *, tota
     }
     solver = (f"dpopt.estimate.reconstruct ({certificate.get('backend')})" if polytope == "table" else
               "residual least squares, then the projection onto the polytope by "
-              f"{', then '.join(solved.methods) or 'no solver (the fit was feasible)'}")
+              f"{methods}")
     if total_choice.mode != "public":
         message = f"{message}; total {total_choice.reason}"
     return MarginalEstimate(

@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dpopt.estimate.marginal_space.layout import contrast, synthesize_axis
+from dpopt.estimate.marginal_space.layout import contrast
 
 __all__ = ["SWEEPS", "local_repair", "top_cliques"]
 
@@ -110,7 +110,7 @@ def local_repair(problem, x: np.ndarray, m: np.ndarray, sweeps: int = SWEEPS, fl
         mu = cells.reshape(shape)
         v = mu + _interaction(_dual(mu, None if zero is None else zero.reshape(shape), sweeps))
         top = contrast(v).ravel()
-        new = (mu + _synthesize(top - x[block], shape)).ravel()  # E x' on C: only c_C changed
+        new = v.ravel()  # v - mu lies in S_C, where Q_C^T Q_C is the identity: E x' on C is v (to rounding)
         after = new < 0 if zero is None else (new < 0) & ~zero
         kept_zeros = zero is None or np.abs(new[zero]).max(initial=0.0) <= np.abs(cells[zero]).max(initial=0.0)
         if kept_zeros and -float(new[after].sum()) < -float(cells[low].sum()):
@@ -144,12 +144,3 @@ def _interaction(v: np.ndarray) -> np.ndarray:
     for axis in range(v.ndim):
         out = out - out.mean(axis=axis, keepdims=True)
     return out
-
-
-def _synthesize(residual: np.ndarray, shape: tuple) -> np.ndarray:
-    """``Q_C^T c``: a top residual's part of its clique's marginal (layout (1)), shaped ``shape``."""
-    g = np.zeros(shape)
-    g[(slice(1, None),) * len(shape)] = residual.reshape(tuple(n - 1 for n in shape))
-    for axis in range(len(shape)):
-        g = synthesize_axis(g, axis)
-    return g
