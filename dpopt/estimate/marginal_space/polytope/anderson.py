@@ -76,13 +76,13 @@ class Anderson:
         """Write the next iterate (11) from ``s`` and its residual ``f`` into ``out`` (not ``s``
         or ``f``); True when it is extrapolated, False when it is the plain step ``s + f`` (no
         history yet, or a least squares that is not finite)."""
-        n = min(self.count + self.started, self.memory)
         if self.started:
             j = self.count % self.memory
             self.count += 1
             np.subtract(f, self.prev_f, out=self.df[j])
             np.subtract(s, self.prev_s, out=self.dg[j])
             self.dg[j] += self.df[j]
+            n = min(self.count, self.memory)
             row = self.df[:n] @ self.df[j]
             self.gram[j, :n] = row
             self.gram[:n, j] = row
@@ -90,6 +90,7 @@ class Anderson:
         self.prev_f[...] = f
         self.started = True
         np.add(s, f, out=out)
+        n = min(self.count, self.memory)
         if n == 0:
             return False
         scale = max(float(np.trace(self.gram[:n, :n])) / n, 1e-300)
