@@ -50,7 +50,7 @@ residual-balancing update of ``ρ`` (``adapt=True``, :func:`_balance`) made the 
 worse (gap 3.5e-3 against 6.5e-4 after 1,100 steps), so it is off by default. A penalty per
 clique keeps ``E^T R E`` diagonal and a step's cost, but none of those tried helped: one Jacobi
 sweep of ``E``'s row blocks against ``W`` certified the stand-in after 2,223 products against
-2,122, and penalties by the cliques' cells or share of negative cells were 3-7x worse after 800
+2,122, and penalties by the cliques' cells or share of negative cells left gaps 4-7x larger after 800
 (docs, marginal-space §2: with equal noise on every triple ``W`` is proportional to ``D``).
 """
 
