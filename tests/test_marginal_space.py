@@ -83,20 +83,31 @@ def test_expand_gives_the_marginals_and_adjoint_is_its_transpose(dense_cells, mo
     np.testing.assert_allclose(family.adjoint(v * family.per_set(w)), family.adjoint(v, w), atol=1e-12)
 
 
-@pytest.mark.parametrize("n", [2, 3, 40])
+@pytest.mark.parametrize("n", [2, 3, 40, 100])
 def test_helmert_transforms_are_orthonormal_and_transposed(n, monkeypatch, rng):
-    """The per-axis transforms by cumulative sums equal the dense ``U_a`` and its transpose; the
-    contrasts are orthonormal and orthogonal to the constant."""
+    """The per-axis transforms, by the dense product (2-D along the last axis) and by cumulative
+    sums, equal the dense ``U_a`` and its transpose along every axis position, and the work-array
+    versions equal them bit for bit; the contrasts are orthonormal and orthogonal to the constant."""
     u = layout_module._axis_matrix(n)
     q = u[:, 1:].T
     np.testing.assert_allclose(q @ q.T, np.eye(n - 1), atol=1e-12)
     np.testing.assert_allclose(q @ np.ones(n), 0.0, atol=1e-12)
-    x = rng.standard_normal((3, n, 5))
-    for dense_axis, work in ((layout_module.DENSE_AXIS, layout_module.DENSE_AXIS_WORK), (0, 0)):
-        monkeypatch.setattr(layout_module, "DENSE_AXIS", dense_axis)
-        monkeypatch.setattr(layout_module, "DENSE_AXIS_WORK", work)
-        np.testing.assert_allclose(layout_module.synthesize_axis(x, 1), np.einsum("ij,ajb->aib", u, x), atol=1e-12)
-        np.testing.assert_allclose(layout_module.analyse_axis(x, 1), np.einsum("ji,ajb->aib", u, x), atol=1e-12)
+    # n first, in the middle with 2 and with 5 entries after it, and last (where the 2-D product runs)
+    for shape, axis in (((n, 4), 0), ((3, n, 2), 1), ((3, n, 5), 1), ((4, n), 1)):
+        x = rng.standard_normal(shape)
+        moved = np.moveaxis(x, axis, -1)
+        for dense_axis, work in ((layout_module.DENSE_AXIS, layout_module.DENSE_AXIS_WORK), (0, 0)):
+            monkeypatch.setattr(layout_module, "DENSE_AXIS", dense_axis)
+            monkeypatch.setattr(layout_module, "DENSE_AXIS_WORK", work)
+            synthesized = layout_module.synthesize_axis(x, axis)
+            analysed = layout_module.analyse_axis(x, axis)
+            np.testing.assert_allclose(synthesized, np.moveaxis(moved @ u.T, -1, axis), atol=1e-12)
+            np.testing.assert_allclose(analysed, np.moveaxis(moved @ u, -1, axis), atol=1e-12)
+            into = np.empty_like(x)
+            layout_module._synthesize_into(x.copy(), axis, into)
+            np.testing.assert_array_equal(into, synthesized)
+            layout_module._analyse_into(x, axis, into, np.empty(x.size))
+            np.testing.assert_array_equal(into, analysed)
 
 
 def test_maximal_sets_keep_the_largest_only():
