@@ -1,7 +1,7 @@
 """One product of the marginal-space layout (an ``expand`` and an ``adjoint``) on adult's triples (issue 27).
 
-    OPENBLAS_NUM_THREADS=1 python examples/benchmarks/bench_layout_product.py            # the 9-attribute stand-in
-    OPENBLAS_NUM_THREADS=1 python examples/benchmarks/bench_layout_product.py --all      # all 14 attributes, 364 triples
+    OPENBLAS_NUM_THREADS=1 python examples/benchmarks/bench_layout_product.py          # the 9-attribute stand-in
+    OPENBLAS_NUM_THREADS=1 python examples/benchmarks/bench_layout_product.py --all    # 14 attributes, 364 triples
 
 Prints the CPU-s of each map (least and median of 12 calls) and, with ``--paths``, how much of one
 product each per-axis path takes (dense product or cumulative sums; first, middle or last axis).

@@ -70,8 +70,8 @@ def _scales(n: int) -> np.ndarray:
 #: but several passes over the array). Measured per entry (a synthesis and an analysis, one core,
 #: ns): n = 64: dense 32 against 49 with 2 entries after the axis, 9 against 21 with 32; n = 100:
 #: 54 against 49 with 2 after, 27 against 32 with 4, 11 against 14 along the last axis; n = 200:
-#: cumulative sums win from 16 after. On all 364 triples of adult the product fell from 1.07 to
-#: about 0.75 CPU-s (the cumulative sums had been 0.78 of it).
+#: cumulative sums win from 16 after. On all 364 triples of adult one product fell from 1.07 to
+#: 0.73 CPU-s with the 2-D product below (the cumulative sums had been 0.78 of it).
 DENSE_AXIS = 64
 DENSE_AXIS_WORK = 2**24
 
