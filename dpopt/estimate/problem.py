@@ -184,6 +184,14 @@ class ConsistencyProblem:
         combination of the totals implied by measurements whose rows partition the cells."""
         return self.total_estimate_with_error()[0]
 
+    def positive_total(self, objective: str) -> float:
+        """:meth:`total_estimate`, refused (SolverError, naming ``objective``) when it is not
+        positive: an objective over positive tables has no table with that total."""
+        total = self.total_estimate()
+        if total <= 0:
+            raise SolverError(f"the {objective} objective needs a positive total, the measurements imply {total:g}")
+        return total
+
     def total_estimate_with_error(self) -> tuple[float, float]:
         """:meth:`total_estimate` and its standard error (0 when an invariant fixes the total)."""
         for inv in self.constraints.invariants:

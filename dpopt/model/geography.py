@@ -411,6 +411,13 @@ class Geography:
             raise DomainError(f"geography: unknown level {name!r}; levels: {list(self.names)}")
         return self.names.index(name)
 
+    def memo(self, key, build):
+        """``build()``, made once per ``key`` and kept on the geography: for values that depend on
+        it (and on what the key names) and are asked for again and again, as an audit's releases do."""
+        if key not in self._cache:
+            self._cache[key] = build()
+        return self._cache[key]
+
     def children(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         """``(order, starts)``: the units of level ``k + 1`` grouped by parent in level ``k``.
 

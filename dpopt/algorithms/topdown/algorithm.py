@@ -482,17 +482,18 @@ def _label_columns(geography: Geography, chars: Domain, level: str, k: int, unit
                    keep: bool) -> dict:
     """The unit and characteristics columns (Categorical) of a level frame's rows ``(unit, cell)``;
     with ``keep`` (a frame of every unit x cell) kept on the geography and read from it."""
+    def build() -> dict:
+        columns = {level: pd.Categorical.from_codes(unit, categories=list(geography.units[k]))}
+        codes = chars.unravel(cell)
+        for j, attr in enumerate(chars.attrs):
+            columns[attr] = pd.Categorical.from_codes(codes[:, j], categories=list(chars.labels_of(attr)))
+        return columns
+
+    if not keep:
+        return build()
     key = ("level frame labels", k, unit.size, chars.attrs, chars.sizes,
            tuple(tuple(chars.labels_of(a)) for a in chars.attrs))
-    if keep and key in geography._cache:
-        return geography._cache[key]
-    columns = {level: pd.Categorical.from_codes(unit, categories=list(geography.units[k]))}
-    codes = chars.unravel(cell)
-    for j, attr in enumerate(chars.attrs):
-        columns[attr] = pd.Categorical.from_codes(codes[:, j], categories=list(chars.labels_of(attr)))
-    if keep:
-        geography._cache[key] = columns
-    return columns
+    return geography.memo(key, build)
 
 
 def _detailed_label(noisy: dict, table: np.ndarray) -> str | None:

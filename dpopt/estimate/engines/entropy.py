@@ -80,9 +80,7 @@ def solve_entropy(
                           "(backend 'mw') and ['face_tol', 'initial'] (backend 'exact')")
     mw_options = {k: options.pop(k) for k in ("max_passes", "tol", "ipf_sweeps", "simultaneous") if k in options}
     start = time.perf_counter()
-    total = problem.total_estimate()
-    if total <= 0:
-        raise SolverError(f"the entropy objective needs a positive total, the measurements imply {total:g}")
+    total = problem.positive_total("entropy")
     if backend is None:
         backend = "exact" if exact_entropy_applies(problem) and not mw_options else "mw"
     if backend == "exact":

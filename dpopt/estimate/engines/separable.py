@@ -45,7 +45,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpopt.errors import SolverError
 from dpopt.estimate.problem import ConsistencyProblem, diagonal_of
 from dpopt.estimate.result import Result, make_result
 from dpopt.estimate.status import Status
@@ -148,9 +147,7 @@ def solve_separable(problem: ConsistencyProblem, time_limit: float | None = None
     free = problem.free_cells()
     extra_total = None
     if problem.objective == "entropy":
-        total = problem.total_estimate()
-        if total <= 0:  # the entropy engine's own refusal, before this shortcut answered with an uncertified point
-            raise SolverError(f"the entropy objective needs a positive total, the measurements imply {total:g}")
+        total = problem.positive_total("entropy")  # the entropy engine's own refusal, not an uncertified point
         if not problem.constraints.invariants:
             extra_total = total
     if problem.objective == "smooth":
