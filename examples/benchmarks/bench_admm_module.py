@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_alm_overhead import add_problem_arguments, capture_problem, measured_triples  # noqa: E402
+from bench_alm_overhead import add_problem_arguments, capture_problem, measured_triples
 
 
 def cpu() -> float:
@@ -44,6 +44,8 @@ def main() -> None:
     parser.add_argument("--rho-l", type=float, default=20.0)
     parser.add_argument("--adapt", action="store_true", help="OSQP's penalty update")
     parser.add_argument("--check-every", type=int, default=100)
+    parser.add_argument("--stop-gap", type=float, default=1e-7,
+                        help="stop at this certified gap (the release's tolerance is 1e-6)")
     parser.add_argument("--memory", type=int, default=None,
                         help="Anderson memory (default: the module's rule for the cells; 0: plain ADMM)")
     parser.add_argument("--estimate", action="store_true",
@@ -63,11 +65,10 @@ def main() -> None:
         print(f"step {step}: {products} products, gap {point[3]:.4g}, violation {point[4]:.2g}, F {point[5]:.10g}, "
               f"g {point[6]:.10g}, {cpu() - start:.1f} CPU-s", flush=True)
 
-    point, products = admm(problem, max_products=args.products, stop_gap=1e-7, feasibility=1e-6, rho_l=args.rho_l,
+    point, products = admm(problem, max_products=args.products, stop_gap=args.stop_gap, feasibility=1e-6, rho_l=args.rho_l,
                            check_every=args.check_every, adapt=args.adapt, memory=args.memory,
                            log=log)
     if args.polish:
-        import numpy as np
 
         from dpopt.estimate.marginal_space.polytope.projection import certify_with, polish
         from dpopt.estimate.marginal_space.polytope.records import record_repair
