@@ -25,8 +25,12 @@ def estimate_end_to_end(args) -> None:
     """``estimate_marginals`` on every triple of ``args.attrs``, as a release would call it."""
     from dpopt.estimate.marginal_space import estimate_marginals
 
+    from dpopt.estimate.progress import SOLVER_PROGRESS
+
     measurements, sets = measured_triples(tuple(args.attrs), args.eps, args.accounting, args.seed)
     start = cpu()
+    # every certified point, as the release's progress bar gets it
+    SOLVER_PROGRESS.set(lambda line: print(f"{line}, {cpu() - start:.1f} CPU-s", flush=True))
     est = estimate_marginals(measurements, sets, objective="l2", max_iter=args.products)
     cert = est.info["certificate"]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -65,11 +69,10 @@ def main() -> None:
         print(f"step {step}: {products} products, gap {point[3]:.4g}, violation {point[4]:.2g}, F {point[5]:.10g}, "
               f"g {point[6]:.10g}, {cpu() - start:.1f} CPU-s", flush=True)
 
-    point, products = admm(problem, max_products=args.products, stop_gap=args.stop_gap, feasibility=1e-6, rho_l=args.rho_l,
-                           check_every=args.check_every, adapt=args.adapt, memory=args.memory,
+    point, products = admm(problem, max_products=args.products, stop_gap=args.stop_gap, feasibility=1e-6,
+                           rho_l=args.rho_l, check_every=args.check_every, adapt=args.adapt, memory=args.memory,
                            log=log)
     if args.polish:
-
         from dpopt.estimate.marginal_space.polytope.projection import certify_with, polish
         from dpopt.estimate.marginal_space.polytope.records import record_repair
 
