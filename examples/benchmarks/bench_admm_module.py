@@ -24,7 +24,6 @@ def cpu() -> float:
 def estimate_end_to_end(args) -> None:
     """``estimate_marginals`` on every triple of ``args.attrs``, as a release would call it."""
     from dpopt.estimate.marginal_space import estimate_marginals
-
     from dpopt.estimate.progress import SOLVER_PROGRESS
 
     measurements, sets = measured_triples(tuple(args.attrs), args.eps, args.accounting, args.seed)
