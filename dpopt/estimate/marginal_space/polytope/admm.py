@@ -68,7 +68,7 @@ from dpopt.estimate.marginal_space.polytope.records import record_repair
 
 __all__ = ["ADAPT", "ALPHA", "CHECK_EVERY", "CHECK_SPACING", "RHO_L", "admm"]
 
-RHO_L = 20.0
+RHO_L = 10.0
 ALPHA = 1.6
 CHECK_EVERY = 100
 #: The checks' spacing grows to at most this many ``check_every`` while the gap is far from the
