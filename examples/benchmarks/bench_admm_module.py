@@ -69,7 +69,8 @@ def main() -> None:
               f"g {point[6]:.10g}, {cpu() - start:.1f} CPU-s", flush=True)
 
     point, products = admm(problem, max_products=args.products, stop_gap=args.stop_gap, feasibility=1e-6,
-                           rho_l=RHO_L if args.rho_l is None else args.rho_l, check_every=args.check_every, adapt=args.adapt, memory=args.memory,
+                           rho_l=RHO_L if args.rho_l is None else args.rho_l, check_every=args.check_every,
+                           adapt=args.adapt, memory=args.memory,
                            log=log)
     if args.polish:
         from dpopt.estimate.marginal_space.polytope.projection import certify_with, polish
