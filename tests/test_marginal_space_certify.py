@@ -777,7 +777,8 @@ def test_anderson_solves_a_linear_fixed_point_in_dimension_plus_one_steps():
 ])
 def test_admm_with_and_without_acceleration_certify_the_same_optimum(sets, monkeypatch):
     """ADMM plain (memory 0) and Anderson-accelerated (the default memory) both certify a gap of
-    1e-9 at the same objective; the accelerated run needs fewer products. And an accelerator that
+    1e-9 at the same objective; the accelerated run needs fewer products (checked every 5 steps:
+    every 10, both certify the decomposable family at the same check). And an accelerator that
     returns nonsense is caught by the safeguard: every bad point is rejected for the plain step,
     and the run still certifies (at most about twice the plain run's products)."""
     from dpopt.estimate.marginal_space.polytope import admm as admm_module
@@ -786,7 +787,7 @@ def test_admm_with_and_without_acceleration_certify_the_same_optimum(sets, monke
     _, _, problem = _captured_problem(sets, monkeypatch)
     runs = {}
     for memory in (0, None):
-        point, products = admm_module.admm(problem, max_products=5000, check_every=10, stop_gap=1e-9,
+        point, products = admm_module.admm(problem, max_products=5000, check_every=5, stop_gap=1e-9,
                                            feasibility=1e-9, memory=memory)
         assert point[3] <= 1e-9 and point[4] <= 1e-9
         assert point[5] == pytest.approx(objective(problem, point[0]), rel=1e-12)
@@ -807,6 +808,46 @@ def test_admm_with_and_without_acceleration_certify_the_same_optimum(sets, monke
     assert point[3] <= 1e-9 and point[4] <= 1e-9
     assert point[5] == pytest.approx(runs[0][0][5], rel=1e-8)
     assert products <= 2 * runs[0][1] + 20
+
+
+def test_check_spacing_aims_at_the_step_the_gap_rate_predicts():
+    """admm.check_spacing by hand: gaps 1e-3 then 5e-4 a hundred steps apart halve per 100 steps,
+    so 1e-6 is log2(500) = 896.6 steps away: capped at CHECK_SPACING x 100; 8e-7 of a goal 5e-7 is
+    67.8 steps away: raised to 100. Fewer than two checks, no goal, a gap that did not fall, an
+    infeasible check: every 100."""
+    from dpopt.estimate.marginal_space.polytope.admm import CHECK_SPACING, check_spacing
+
+    halving = [(100, 1e-3), (200, 5e-4)]
+    assert check_spacing(halving, 1e-6, 100) == CHECK_SPACING * 100
+    assert check_spacing(halving, 1e-6, 1000) == 1000
+    assert check_spacing(halving, 1.25e-4, 100) == 200  # two halvings: exactly the prediction
+    assert check_spacing([(0, 3.2e-6), (100, 1.6e-6), (200, 8e-7)], 5e-7, 100) == 100
+    assert check_spacing(halving[:1], 1e-6, 100) == 100
+    assert check_spacing(halving, 0.0, 100) == 100
+    assert check_spacing([(100, 5e-4), (200, 5e-4)], 1e-6, 100) == 100
+    assert check_spacing([(100, np.inf), (200, 5e-4)], 1e-6, 100) == 100
+
+
+def test_admm_spaces_its_checks_by_the_gap_and_certifies_the_same_optimum(monkeypatch):
+    """With a goal, ADMM's checks after the second are spaced by check_spacing (between every and
+    CHECK_SPACING x every steps apart), and the run certifies the same optimum as checking every
+    ``every`` steps (CHECK_SPACING 1), within the gaps both certify, in no more products."""
+    from dpopt.estimate.marginal_space.polytope import admm as admm_module
+
+    _, _, problem = _captured_problem([("a", "b", "c"), ("c", "d"), ("b", "d", "e")], monkeypatch)
+    runs = {}
+    for spacing in (1, admm_module.CHECK_SPACING):
+        monkeypatch.setattr(admm_module, "CHECK_SPACING", spacing)
+        steps = []
+        point, products = admm_module.admm(problem, max_products=5000, check_every=5, stop_gap=1e-12,
+                                           feasibility=1e-9, memory=0, log=lambda step, *_, seen=steps: seen.append(step))
+        assert point[3] <= 1e-12 and point[4] <= 1e-9
+        runs[spacing] = (point, products, np.diff(steps))
+    fixed, spaced = runs[1], runs[admm_module.CHECK_SPACING]
+    assert np.all(fixed[2] == 5)
+    assert np.all((spaced[2] >= 5) & (spaced[2] <= 5 * admm_module.CHECK_SPACING)) and spaced[2].max() > 5
+    assert len(spaced[2]) < len(fixed[2]) and spaced[1] <= fixed[1] + 5 * admm_module.CHECK_SPACING
+    assert spaced[0][5] == pytest.approx(fixed[0][5], rel=1e-11)
 
 
 def test_priced_records_move_only_to_cheaper_cells_and_stay_consistent(monkeypatch):

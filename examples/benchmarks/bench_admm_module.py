@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_alm_overhead import add_problem_arguments, capture_problem, measured_triples  # noqa: E402
+from bench_alm_overhead import add_problem_arguments, capture_problem, measured_triples
 
 
 def cpu() -> float:
@@ -24,9 +24,12 @@ def cpu() -> float:
 def estimate_end_to_end(args) -> None:
     """``estimate_marginals`` on every triple of ``args.attrs``, as a release would call it."""
     from dpopt.estimate.marginal_space import estimate_marginals
+    from dpopt.estimate.progress import SOLVER_PROGRESS
 
     measurements, sets = measured_triples(tuple(args.attrs), args.eps, args.accounting, args.seed)
     start = cpu()
+    # every certified point, as the release's progress bar gets it
+    SOLVER_PROGRESS.set(lambda line: print(f"{line}, {cpu() - start:.1f} CPU-s", flush=True))
     est = estimate_marginals(measurements, sets, objective="l2", max_iter=args.products)
     cert = est.info["certificate"]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -36,14 +39,16 @@ def estimate_end_to_end(args) -> None:
 
 
 def main() -> None:
-    from dpopt.estimate.marginal_space.polytope.admm import admm
+    from dpopt.estimate.marginal_space.polytope.admm import RHO_L, admm
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_problem_arguments(parser)
     parser.add_argument("--products", type=int, default=4000)
-    parser.add_argument("--rho-l", type=float, default=20.0)
+    parser.add_argument("--rho-l", type=float, default=None, help="rho L (default: the module's RHO_L)")
     parser.add_argument("--adapt", action="store_true", help="OSQP's penalty update")
     parser.add_argument("--check-every", type=int, default=100)
+    parser.add_argument("--stop-gap", type=float, default=1e-7,
+                        help="stop at this certified gap (the release's tolerance is 1e-6)")
     parser.add_argument("--memory", type=int, default=None,
                         help="Anderson memory (default: the module's rule for the cells; 0: plain ADMM)")
     parser.add_argument("--estimate", action="store_true",
@@ -63,12 +68,11 @@ def main() -> None:
         print(f"step {step}: {products} products, gap {point[3]:.4g}, violation {point[4]:.2g}, F {point[5]:.10g}, "
               f"g {point[6]:.10g}, {cpu() - start:.1f} CPU-s", flush=True)
 
-    point, products = admm(problem, max_products=args.products, stop_gap=1e-7, feasibility=1e-6, rho_l=args.rho_l,
-                           check_every=args.check_every, adapt=args.adapt, memory=args.memory,
+    point, products = admm(problem, max_products=args.products, stop_gap=args.stop_gap, feasibility=1e-6,
+                           rho_l=RHO_L if args.rho_l is None else args.rho_l, check_every=args.check_every,
+                           adapt=args.adapt, memory=args.memory,
                            log=log)
     if args.polish:
-        import numpy as np
-
         from dpopt.estimate.marginal_space.polytope.projection import certify_with, polish
         from dpopt.estimate.marginal_space.polytope.records import record_repair
 
