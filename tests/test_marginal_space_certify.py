@@ -840,7 +840,8 @@ def test_admm_spaces_its_checks_by_the_gap_and_certifies_the_same_optimum(monkey
         monkeypatch.setattr(admm_module, "CHECK_SPACING", spacing)
         steps = []
         point, products = admm_module.admm(problem, max_products=5000, check_every=5, stop_gap=1e-12,
-                                           feasibility=1e-9, memory=0, log=lambda step, *_, seen=steps: seen.append(step))
+                                           feasibility=1e-9, memory=0,
+                                           log=lambda step, *_, seen=steps: seen.append(step))
         assert point[3] <= 1e-12 and point[4] <= 1e-9
         runs[spacing] = (point, products, np.diff(steps))
     fixed, spaced = runs[1], runs[admm_module.CHECK_SPACING]

@@ -695,7 +695,11 @@ def least_squares_reach(domain, sets) -> LeastSquaresReach:
     adult (12 triples, 1.54 M cells) certified in 105-181 CPU-s at ε 0.1 and 1, zCDP and pure.
     Cycles, not cells alone, make the solve hard, so the two families get two limits, each a
     judgement just beyond its largest certified case (no cyclic case between 554 k and 1.77 M and no
-    decomposable case above 1.54 M was run), not a derived constant.
+    decomposable case above 1.54 M was run), not a derived constant. Since then ADMM's penalty
+    (ρL 10) and spaced checks certify the 84 triples end to end in 262 CPU-s (issue 27, session 17;
+    ``bench_admm_module.py --estimate``), so the cyclic limit may now be too low; it was not
+    revisited, because a higher one changes which marginals ``auto`` measures on the validation
+    grid, and those runs were not repeated.
 
     Parameters
     ----------

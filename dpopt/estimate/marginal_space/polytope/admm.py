@@ -48,10 +48,11 @@ certificate's first repair (uniform) 20 was the best of 1, 20 and 100 on adult's
 stand-in (84 triples, 2.34 M cells, zCDP ε 1): after 800 steps the certified gap was 0.59
 (ρL = 1), 0.018 (20) and 0.058 at 400 steps (100, whose dual value lagged). With the local
 repair and the priced records the certified gap is mostly the primal point's (docs,
-marginal-space §2), and a smaller penalty certifies sooner: at step
-500 the gap was 3.9e-5 (ρL 5), 1.8e-5 (10), 1.3e-4 (20) and 5.5e-4 (40), and 10 certified the
-stand-in after 1,280 products and 234 CPU-s against 2,078 and 353 at 20
-(``bench_admm_module.py --rho-l R --stop-gap 1e-6``). α = 1.6 (Boyd et al. §3.4.3: 1.5–1.8). OSQP's
+marginal-space §2), and a smaller penalty certifies sooner: at step 500 the gap was 3.9e-5
+(ρL 5), 1.8e-5 (10), 1.3e-4 (20) and 5.5e-4 (40), and 10 certified the stand-in after 1,280
+products and 234 CPU-s against 2,078 and 353 at 20 (``bench_admm_module.py --rho-l R
+--stop-gap 1e-6``); at ε 0.1 it left 9.1e-6 after 1,210 products against 6.0e-5.
+α = 1.6 (Boyd et al. §3.4.3: 1.5–1.8). OSQP's
 residual-balancing update of ``ρ`` (``adapt=True``, :func:`_balance`) made the stand-in at ε 0.1
 worse (gap 3.5e-3 against 6.5e-4 after 1,100 steps), so it is off by default. A penalty per
 clique keeps ``E^T R E`` diagonal and a step's cost, but none of those tried helped: one Jacobi
