@@ -39,14 +39,14 @@ def estimate_end_to_end(args) -> None:
 
 
 def main() -> None:
-    from dpopt.estimate.marginal_space.polytope.admm import RHO_L, admm
+    from dpopt.estimate.marginal_space.polytope.admm import CHECK_EVERY, RHO_L, admm
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     add_problem_arguments(parser)
     parser.add_argument("--products", type=int, default=4000)
-    parser.add_argument("--rho-l", type=float, default=None, help="rho L (default: the module's RHO_L)")
+    parser.add_argument("--rho-l", type=float, default=RHO_L)
     parser.add_argument("--adapt", action="store_true", help="OSQP's penalty update")
-    parser.add_argument("--check-every", type=int, default=100)
+    parser.add_argument("--check-every", type=int, default=CHECK_EVERY)
     parser.add_argument("--stop-gap", type=float, default=1e-7,
                         help="stop at this certified gap (the release's tolerance is 1e-6)")
     parser.add_argument("--memory", type=int, default=None,
@@ -69,8 +69,7 @@ def main() -> None:
               f"g {point[6]:.10g}, {cpu() - start:.1f} CPU-s", flush=True)
 
     point, products = admm(problem, max_products=args.products, stop_gap=args.stop_gap, feasibility=1e-6,
-                           rho_l=RHO_L if args.rho_l is None else args.rho_l, check_every=args.check_every,
-                           adapt=args.adapt, memory=args.memory,
+                           rho_l=args.rho_l, check_every=args.check_every, adapt=args.adapt, memory=args.memory,
                            log=log)
     if args.polish:
         from dpopt.estimate.marginal_space.polytope.projection import certify_with, polish
