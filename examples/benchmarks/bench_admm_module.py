@@ -29,6 +29,10 @@ def estimate_end_to_end(args) -> None:
     from dpopt.estimate.marginal_space import estimate_marginals
     from dpopt.estimate.progress import SOLVER_PROGRESS
 
+    from dpopt.estimate.marginal_space.polytope import projection
+
+    if args.newton_cells is not None:  # where the path of projected-Newton rounds, then ADMM, starts
+        projection.NEWTON_CELLS = args.newton_cells
     measurements, sets = measured_triples(tuple(args.attrs), args.eps, args.accounting, args.seed)
     start = cpu()
     # every certified point, as the release's progress bar gets it
@@ -66,6 +70,8 @@ def main() -> None:
                         help="Anderson memory (default: the module's rule for the cells; 0: plain ADMM)")
     parser.add_argument("--estimate", action="store_true",
                         help="run estimate_marginals end to end (its own path choice) instead of ADMM alone")
+    parser.add_argument("--newton-cells", type=int, default=None,
+                        help="with --estimate: projection.NEWTON_CELLS for the run (0: rounds, then ADMM, at any size)")
     parser.add_argument("--polish", type=int, default=0, help="rounds of the dual's face polish after ADMM")
     parser.add_argument("--polish-steps", type=int, default=150)
     args = parser.parse_args()
