@@ -912,6 +912,7 @@ def test_records_made_in_batches_are_the_records_made_at_once(priced, monkeypatc
     assert np.array_equal(one_by_one[0], whole[0]) and np.array_equal(one_by_one[1], whole[1])
     np.testing.assert_allclose(one_by_one[2], whole[2], rtol=1e-14, atol=1e-14 * whole[1].sum())
 
+
 def test_records_are_not_used_where_they_would_break_a_constraint(monkeypatch):
     """A fixed residual other than the total (an exact marginal) or a record landing on a
     structural zero: record_repair says None, and the caller keeps the mix."""

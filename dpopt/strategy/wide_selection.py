@@ -694,8 +694,8 @@ def least_squares_reach(domain, sets) -> LeastSquaresReach:
     at 554 k cells (8 attributes, 56 triples) in 28 CPU-s, 929 k in 41, 1.77 M in 141, 2.34 M
     (9 attributes, 84 triples) in 245 and 4.06 M (10 attributes, 120 triples: the stand-in's 9 and
     native-country) in 468 (1,931 products, peak 2.7 GB); every triple of adult (364, 20.9 M cells)
-    takes CPU-hours (:mod:`~dpopt.estimate.marginal_space.polytope.admm`'s notes). Adult's
-    decomposable chain (12 triples, 1.54 M cells) certified in 88 CPU-s. The limit is a judgement
+    takes CPU-hours (docs, *marginal space* §2). Adult's decomposable chain (12 triples, 1.54 M
+    cells) certified in 88 CPU-s (``bench_wide.py --cases adult-chain --estimators ls``). The limit is a judgement
     just above the largest cyclic case certified in minutes, not a derived constant; decomposable
     families have never been harder than cyclic ones of their size, and share it. Until session 18
     the limits were 2^20 and 2^21: the fits between 1 M and 2 M cells went to L-BFGS-B, which
