@@ -305,14 +305,14 @@ def test_adaptive_ledger_rows_name_their_mechanism_and_noise():
     """Steps an adaptive plan charges at run time (auto's wide selection: no plan lists its rounds)
     still show their mechanism and noise in the report, read off the measurement of the same label
     or the exponential mechanism's charge; long exact fractions are shortened in the readable table
-    only. 10 attributes of 30 values: every triple's relaxation is beyond ALL_L2_CELLS, so the plan
-    selects."""
+    only. 10 attributes of 33 values: every triple's relaxation (4.31 M cells) is beyond
+    ALL_L2_CELLS, so the plan selects."""
     from dpopt.report import summary_blocks
 
     gen = np.random.default_rng(3)
-    codes = (gen.integers(0, 30, size=(3000, 1)) + gen.integers(0, 3, size=(3000, 10))) % 30
+    codes = (gen.integers(0, 33, size=(3000, 1)) + gen.integers(0, 3, size=(3000, 10))) % 33
     frame = pd.DataFrame(codes, columns=[f"b{i}" for i in range(10)])
-    raw = {"domain": {"attributes": {c: 30 for c in frame.columns}}, "data": {"source": "file"},
+    raw = {"domain": {"attributes": {c: 33 for c in frame.columns}}, "data": {"source": "file"},
            "privacy": {"accounting": "zcdp", "rho": "1/2"}, "workload": {"marginals": "all 3-way"},
            "output": {"formats": ["csv"], "summary": ["md"], "plots": False}}
     r = run(raw, data=frame, seed=5)

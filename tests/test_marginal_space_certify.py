@@ -893,6 +893,26 @@ def test_priced_records_move_only_to_cheaper_cells_and_stay_consistent(monkeypat
     _check_records(dom, problem, problem.target.copy(), m, price, 2)
 
 
+@pytest.mark.parametrize("priced", [False, True])
+def test_records_made_in_batches_are_the_records_made_at_once(priced, monkeypatch):
+    """polytope.records makes a clique's records in batches of ``BATCH_CELLS`` cell indices (their
+    cell in every clique): batches of one record give the same records and masses, in the same
+    order, and the same lift to rounding (only the order of its sums changes), priced or not."""
+    from dpopt.estimate.marginal_space.polytope import records as records_module
+
+    dom, _, problem = _captured_problem([("a", "b", "c"), ("c", "d"), ("b", "d", "e")], monkeypatch)
+    fam = problem.cliques
+    m = fam.expand(problem.target)
+    gen = np.random.default_rng(6)
+    price = gen.uniform(0, 1, fam.size) * (gen.uniform(size=fam.size) < 0.5) if priced else None
+    whole = records_module.lifting_records(problem, m, price, 2)
+    monkeypatch.setattr(records_module, "BATCH_CELLS", 1)  # one record per batch
+    one_by_one = records_module.lifting_records(problem, m, price, 2)
+    assert whole[0].shape[0] > len(fam.sets)  # some clique has several records: batches matter
+    assert np.array_equal(one_by_one[0], whole[0]) and np.array_equal(one_by_one[1], whole[1])
+    np.testing.assert_allclose(one_by_one[2], whole[2], rtol=1e-14, atol=1e-14 * whole[1].sum())
+
+
 def test_records_are_not_used_where_they_would_break_a_constraint(monkeypatch):
     """A fixed residual other than the total (an exact marginal) or a record landing on a
     structural zero: record_repair says None, and the caller keeps the mix."""

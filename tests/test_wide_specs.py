@@ -254,7 +254,7 @@ def test_all_3_way_on_adult_plans_selection_only_and_says_why():
     cells = sum(prod(ADULT_SIZES[a] for a in t) for t in combinations(ADULT_SIZES, 3))  # every triple is maximal
     assert not fit.fits and fit.objective == "l2" and fit.cells == cells == 20_894_536 > ALL_L2_CELLS
     text = p.describe()
-    assert "measuring every workload marginal is excluded" in text and "ALL_L2_CELLS = 1,048,576" in text
+    assert "measuring every workload marginal is excluded" in text and f"ALL_L2_CELLS = {ALL_L2_CELLS:,}" in text
     assert "20,894,536 clique cells" in text
 
 
@@ -287,18 +287,20 @@ def test_the_rule_reads_sizes_only_and_bounds_forced_smooth():
     for objective in ("auto", "l2", "smooth"):
         fit = measure_all_fit(domain, triples, objective=objective)
         assert not fit.fits, objective
-    four = [("a0", "a1", "a2"), ("a2", "a3", "a4"), ("a4", "a5", "a6"), ("a5", "a6", "a7")]  # every attribute held
-    assert measure_all_fit(domain, four, objective="l2").cells == 4 * 262_144 == ALL_L2_CELLS  # exactly the limit
-    assert measure_all_fit(domain, four, objective="l2").fits
-    assert not measure_all_fit(domain, four + [("a0", "a3", "a7")], objective="l2").fits
+    k = ALL_L2_CELLS // 262_144
+    first = triples[:k]  # cyclic triples holding every attribute: exactly the limit, then one triple over it
+    assert k < len(triples) and {a for t in first for a in t} == set(domain.attrs)
+    assert measure_all_fit(domain, first, objective="l2").cells == k * 262_144 == ALL_L2_CELLS
+    assert measure_all_fit(domain, first, objective="l2").fits
+    assert not measure_all_fit(domain, first + [triples[k]], objective="l2").fits
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_an_excluded_all_runs_selection_where_the_probe_would_measure_all(monkeypatch):
     """Same data, seed and budget (so large the probe chooses "all"): with the fit of "all" beyond
     ALL_L2_CELLS the run selects instead, the ledger is the same and the reason is given; with the
-    limit raised it measures all. 10 attributes of 30 values: every triple's relaxation holds
-    3.24 M cells."""
+    limit raised it measures all. 10 attributes of 33 values: every triple's relaxation holds
+    4.31 M cells."""
     from fractions import Fraction
     from itertools import combinations
 
@@ -307,17 +309,18 @@ def test_an_excluded_all_runs_selection_where_the_probe_would_measure_all(monkey
     from dpopt.privacy.randomness import make_random
     from dpopt.strategy import wide_selection as ws
 
-    domain = Domain(tuple(f"b{i}" for i in range(10)), (30,) * 10)
+    domain = Domain(tuple(f"b{i}" for i in range(10)), (33,) * 10)
     gen = np.random.default_rng(3)
-    codes = (gen.integers(0, 30, size=(3000, 1)) + gen.integers(0, 3, size=(3000, 10))) % 30  # dependent columns
+    codes = (gen.integers(0, 33, size=(3000, 1)) + gen.integers(0, 3, size=(3000, 10))) % 33  # dependent columns
     data = Dataset(codes, domain)
     sets = list(combinations(domain.attrs, 3))
     budget = Budget.zcdp(Fraction(10**6))
     runs, default = {}, ws.ALL_L2_CELLS
+    assert 120 * 33**3 > default
     for limit in (default, 10**7):
         monkeypatch.setattr(ws, "ALL_L2_CELLS", limit)
         selection_plan = ws.plan_wide_selection(domain, sets, budget, "gaussian")
-        assert selection_plan.all_fit.fits == (limit == 10**7) and selection_plan.all_fit.cells == 120 * 30**3
+        assert selection_plan.all_fit.fits == (limit == 10**7) and selection_plan.all_fit.cells == 120 * 33**3
         accountant = budget.accountant()
         runs[limit] = ws.run_wide_selection(selection_plan, data, accountant, make_random(5))
         assert accountant.spent.rho == budget.rho  # the ledger sums exactly either way
@@ -326,7 +329,7 @@ def test_an_excluded_all_runs_selection_where_the_probe_would_measure_all(monkey
     assert excluded.mode == "select" and len(excluded.chosen) >= 1
     # Each pick is measured only while the fit of the measured sets stays in reach (the guard of
     # step 3): here the tree of the chosen triples outgrows SMOOTH_TREE_CELLS, and least squares
-    # would hold every triple (3.24 M cells, cyclic), so later picks are refused, not measured.
+    # would hold every triple (4.31 M cells, cyclic), so later picks are refused, not measured.
     ones = [(a,) for a in domain.attrs]
     monkeypatch.setattr(ws, "ALL_L2_CELLS", default)
     assert ws.fit_in_reach(domain, ones + excluded.chosen, sets).fits
@@ -364,7 +367,7 @@ def test_an_explicit_spec_beyond_the_least_squares_limit_is_warned_in_its_plan()
     assert "warning: least squares" not in plan(every(2), require_data=False).describe()
     chain_cells = sum(ADULT_SIZES[a] * ADULT_SIZES[b] * ADULT_SIZES[c] for a, b, c in zip(names, names[1:], names[2:]))
     chain_text = plan(chain, require_data=False).describe()
-    assert chain_cells > ALL_L2_CELLS and f"({chain_cells:,} cells)" in chain_text
+    assert f"({chain_cells:,} cells)" in chain_text
     assert "warning: least squares" not in chain_text
 
 
@@ -378,15 +381,22 @@ def test_one_least_squares_rule_with_two_limits_for_all_and_for_the_explicit_war
     from dpopt.model.domain import Domain
     from dpopt.strategy import wide_selection as ws
 
-    names = tuple(f"p{i}" for i in range(10))
     pair = 512 * 512
-    cycle4 = [(names[i], names[(i + 1) % 4]) for i in range(4)]  # a 4-cycle: not chordal
-    cycle5 = [(names[i], names[(i + 1) % 5]) for i in range(5)]
-    chain8 = [(names[i], names[i + 1]) for i in range(8)]        # a path: chordal, its edges the cliques
-    chain9 = [(names[i], names[i + 1]) for i in range(9)]
+    kc, kd = ws.ALL_L2_CELLS // pair, ws.DECOMPOSABLE_L2_CELLS // pair  # pairs at each limit
+    names = tuple(f"p{i}" for i in range(max(kc, kd) + 2))
+
+    def cycle(k):  # a k-cycle (k >= 4): not chordal
+        return [(names[i], names[(i + 1) % k]) for i in range(k)]
+
+    def chain(k):  # a path: chordal, its edges the cliques
+        return [(names[i], names[i + 1]) for i in range(k)]
+
     l2 = ObjectiveChoice("l2", "l2", "asked", None, None, False)
-    for sets, cells, decomposable, fits in ((cycle4, 4 * pair, False, True), (cycle5, 5 * pair, False, False),
-                                            (chain8, 8 * pair, True, True), (chain9, 9 * pair, True, False)):
+    assert kc >= 4 and kc * pair == ws.ALL_L2_CELLS and kd * pair == ws.DECOMPOSABLE_L2_CELLS
+    for sets, cells, decomposable, fits in ((cycle(kc), kc * pair, False, True),
+                                            (cycle(kc + 1), (kc + 1) * pair, False, False),
+                                            (chain(kd), kd * pair, True, True),
+                                            (chain(kd + 1), (kd + 1) * pair, True, False)):
         used = sorted({a for s in sets for a in s}, key=names.index)
         domain = Domain(tuple(used), (512,) * len(used))  # every attribute in a set: no loose one-way clique
         reach = ws.least_squares_reach(domain, sets)
@@ -397,21 +407,25 @@ def test_one_least_squares_rule_with_two_limits_for_all_and_for_the_explicit_war
         name = "DECOMPOSABLE_L2_CELLS" if decomposable else "ALL_L2_CELLS"
         assert f"{name} = {reach.limit:,}" in reach.reason and "\n" not in reach.reason
     # measure_all_fit and fit_in_reach add the one-way marginals (inside the pairs here): the same answers
-    assert ws.measure_all_fit(Domain(names[:4], (512,) * 4), cycle4, objective="l2").fits
-    assert not ws.measure_all_fit(Domain(names[:5], (512,) * 5), cycle5, objective="l2").fits
-    assert ws.measure_all_fit(Domain(names[:9], (512,) * 9), chain8, objective="l2").fits
-    assert not ws.fit_in_reach(domain, chain9 + [(a,) for a in names], chain9, objective="l2").fits
+    assert ws.measure_all_fit(Domain(names[:kc], (512,) * kc), cycle(kc), objective="l2").fits
+    assert not ws.measure_all_fit(Domain(names[:kc + 1], (512,) * (kc + 1)), cycle(kc + 1), objective="l2").fits
+    assert ws.measure_all_fit(Domain(names[:kd + 1], (512,) * (kd + 1)), chain(kd), objective="l2").fits
+    longer = chain(kd + 1)
+    assert not ws.fit_in_reach(Domain(names[:kd + 2], (512,) * (kd + 2)), longer + [(a,) for a in names[:kd + 2]],
+                               longer, objective="l2").fits
 
 
 def test_a_plan_whose_every_selection_would_be_least_squares_out_of_reach_is_refused_before_any_draw():
     """Every triple of adult with estimator = 'l2': whatever is selected, least squares holds every
     workload triple (20.9 M clique cells of cyclic sets), so no fit can finish: refused in the plan,
     in one line naming the limit (before, the plan ran selection and its fit could not finish)."""
+    from dpopt.strategy.wide_selection import ALL_L2_CELLS
+
     with pytest.raises(SpecError) as err:
         plan(adult_auto_spec("all 3-way", estimator="l2"), require_data=False)
     text = str(err.value)
     assert "\n" not in text and "no selection's fit can finish" in text
-    assert "20,894,536 clique cells of cyclic sets, above ALL_L2_CELLS = 1,048,576" in text
+    assert f"20,894,536 clique cells of cyclic sets, above ALL_L2_CELLS = {ALL_L2_CELLS:,}" in text
 
 
 @pytest.mark.parametrize("workload, l2_cells", [("all 3-way", 0), ("all 2-way", 148_137)])

@@ -190,7 +190,14 @@ def test_a_product_release_runs_with_exact_standard_errors(tmp_path):
     W, A = details.workload, details.strategy
     X = W.to_dense() @ np.linalg.pinv(A.to_dense())   # W A⁺: diag(W (AᵀA)⁺ Wᵀ) = row norms² of W A⁺
     explicit = np.einsum("ij,ij->i", X, X)
-    np.testing.assert_allclose(answers["stderr"].to_numpy(), np.sqrt(law.variance * explicit), rtol=1e-7)
+    # The release forms (AᵀA)⁺ factor by factor from the Gram, whose pseudo-inverse is accurate to about
+    # eps·cond(AᵀA) relative (the Gram squares A's condition number). The optimized strategy, and so its
+    # condition number, moves with the libraries' releases (on 2026-11-28 cond(A) was 2.8e5: bound 1.7e-5,
+    # observed 2.5e-7), so the tolerance is that bound: a fixed 1e-7 broke with a new release
+    bound = np.finfo(float).eps * np.linalg.cond(A.to_dense()) ** 2
+    assert bound < 1e-3  # the bound is not vacuous
+    stderr = np.sqrt(law.variance * explicit)
+    np.testing.assert_allclose(answers["stderr"].to_numpy(), stderr, rtol=max(bound, 1e-12))
     # The released answers are the workload applied to the released table.
     np.testing.assert_allclose(answers["count"].to_numpy(), W.matvec(np.asarray(release.counts, dtype=float)))
 

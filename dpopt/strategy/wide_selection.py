@@ -209,12 +209,12 @@ their fit is the estimator's with the release's options (``choose_objective`` un
   certified in every run of issue 27, in seconds to minutes);
 * least squares on the local relaxation (its cliques: the measured sets and the workload's):
   allowed by the one rule for least squares, :func:`least_squares_reach` — at most
-  :data:`ALL_L2_CELLS` = 2^20 clique cells, or :data:`DECOMPOSABLE_L2_CELLS` = 2^21 when the sets
+  :data:`ALL_L2_CELLS` = 2^22 clique cells, and :data:`DECOMPOSABLE_L2_CELLS` = 2^22 when the sets
   are decomposable. Its docstring has the evidence (solve times, never an error figure: cyclic
-  triples certified at 554 k cells and not at 1.77 M; adult's decomposable chain certified at
-  1.54 M). The ``marginal_space`` algorithm's plan warning reads the same rule. "All" used to be
-  held to 2^20 whatever the sets; the decomposable limit opens it for adult's chain under
-  ``estimator = "l2"`` (1.54 M cells), the one plan of ``auto`` this changes.
+  triples of adult certified at 4.06 M cells in 8 CPU-minutes; all of adult's triples, 20.9 M, took
+  hours). The ``marginal_space`` algorithm's plan warning reads the same rule. "All" was held to
+  2^20 (2^21 for decomposable sets) until session 18, when the solver's path for such sizes got
+  faster; none of the validation grid's cases lies between the old and the new limits.
 
 Beyond either limit only selection runs (T sets, each at most one workload set). Adult with every
 3-way marginal is such a case: at the issue's budgets the probe chose selection anyway (expected
@@ -287,12 +287,13 @@ CANDIDATE_LIMIT = 20_000
 #: this share of the probe's deviation (module notes, step 3; chosen on the validation networks).
 TOP_UP_NOISE_FRACTION = 0.5
 #: The most clique cells (the local relaxation's: every maximal measured set's cells) of a least-squares
-#: fit for which ``mode = "all"`` is allowed (module notes, *Can the fit of "all" finish?*: the evidence,
-#: solve times on adult's chain and slices, ``bench_wide.py --cases adult-slice``).
-ALL_L2_CELLS = 2**20
+#: fit for which ``mode = "all"`` is allowed (:func:`least_squares_reach`: the evidence, solve times on
+#: adult's slices, ``bench_admm_module.py --estimate``).
+ALL_L2_CELLS = 2**22
 #: The most clique cells of a least-squares fit over *decomposable* sets (:func:`least_squares_reach`):
-#: adult's chain of 12 triples (1.54 M cells) certified in 105-181 CPU-s; no larger decomposable case was run.
-DECOMPOSABLE_L2_CELLS = 2**21
+#: adult's chain of 12 triples (1.54 M cells) certified in 88 CPU-s; no larger decomposable case was run,
+#: and none has been harder than a cyclic family of its size, so it shares the cyclic limit.
+DECOMPOSABLE_L2_CELLS = 2**22
 #: When the fit of ``mode = "all"`` would be least squares (while selection's is the smooth estimate)
 #: and every workload set has three attributes or more, "all" is measured only if its expected noise is
 #: at most this share of the probe's noisy deviation (module notes, *Which fit each mode gets*: a
@@ -682,24 +683,26 @@ def least_squares_reach(domain, sets) -> LeastSquaresReach:
     whose cliques are the maximal sets (:func:`~dpopt.estimate.marginal_space.layout.clique_cells`).
     It is in reach when that relaxation holds
 
-    * at most :data:`ALL_L2_CELLS` = 2^20 clique cells, or
-    * at most :data:`DECOMPOSABLE_L2_CELLS` = 2^21 clique cells and the maximal sets are
+    * at most :data:`ALL_L2_CELLS` = 2^22 clique cells, or
+    * at most :data:`DECOMPOSABLE_L2_CELLS` = 2^22 clique cells and the maximal sets are
       decomposable (the cliques of a chordal graph: the local polytope is then the marginal
       polytope, Wainwright and Jordan 2008, §4.1).
 
-    Evidence (solve times, never error; zCDP ε 1 unless said, CPU seconds under load, issue 27's
-    closing notes and ``bench_wide.py --cases adult-slice | adult-chain``): cyclic sets certified at
-    554 k cells (every triple of 8 adult attributes, 56 triples: gap 2.1e-8 in 84 CPU-s) and did not
-    at 1.77 M (the same with capital-loss: gap 5.9e-4 at the 619 CPU-s limit), 2.34 M (84 triples,
-    not within 700 CPU-s) or 20.9 M (all 364 triples, not within 1,500); the decomposable chain of
-    adult (12 triples, 1.54 M cells) certified in 105-181 CPU-s at ε 0.1 and 1, zCDP and pure.
-    Cycles, not cells alone, make the solve hard, so the two families get two limits, each a
-    judgement just beyond its largest certified case (no cyclic case between 554 k and 1.77 M and no
-    decomposable case above 1.54 M was run), not a derived constant. Since then ADMM's penalty
-    (ρL 10) and spaced checks certify the 84 triples end to end in 262 CPU-s (issue 27, session 17;
-    ``bench_admm_module.py --estimate``), so the cyclic limit may now be too low; it was not
-    revisited, because a higher one changes which marginals ``auto`` measures on the validation
-    grid, and those runs were not repeated.
+    Evidence (solve times, never error; least squares on every triple of adult slices, zCDP ε 1,
+    seed 7, ``estimate_marginals`` end to end, CPU seconds with another process on the machine;
+    issue 27, session 18, ``bench_admm_module.py --attrs … --estimate``): cyclic families certified
+    at 554 k cells (8 attributes, 56 triples) in 28 CPU-s, 929 k in 41, 1.77 M in 141, 2.34 M
+    (9 attributes, 84 triples) in 245 and 4.06 M (10 attributes, 120 triples: the stand-in's 9 and
+    native-country) in 468 (1,931 products, peak 2.7 GB); every triple of adult (364, 20.9 M cells)
+    takes CPU-hours (docs, *marginal space* §2). Adult's decomposable chain (12 triples, 1.54 M
+    cells) certified in 88 CPU-s (``bench_wide.py --cases adult-chain --estimators ls``). The limit is a judgement
+    just above the largest cyclic case certified in minutes, not a derived constant; decomposable
+    families have never been harder than cyclic ones of their size, and share it. Until session 18
+    the limits were 2^20 and 2^21: the fits between 1 M and 2 M cells went to L-BFGS-B, which
+    did not certify 1.77 M within 619 CPU-s (``projection.NEWTON_CELLS`` now sends them to
+    projected-Newton rounds and ADMM). None of the validation grid's cases (generated networks of
+    at most 23,400 clique cells; the grouped one, 9.2 M; adult's every triple, 20.9 M) lies between
+    the old limits and 2^22, so their plans are unchanged.
 
     Parameters
     ----------

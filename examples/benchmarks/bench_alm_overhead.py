@@ -60,13 +60,17 @@ class _Captured(Exception):
     pass
 
 
-def measured_triples(attrs, eps: float, accounting: str, seed: int):
-    """``(measurements, sets)``: every triple of ``attrs`` of adult_pgm, measured (benchmark noise)."""
+def adult_data(attrs) -> Dataset:
+    """adult_pgm's columns ``attrs`` as a :class:`~dpopt.model.data.Dataset`."""
     sizes = json.loads(shared_file("adult_pgm_domain.json").read_text())
     frame = pd.read_csv(shared_file("adult_pgm.csv"), usecols=list(attrs))[list(attrs)]
-    domain = Domain(tuple(attrs), tuple(int(sizes[a]) for a in attrs))
+    return Dataset.from_frame(frame, Domain(tuple(attrs), tuple(int(sizes[a]) for a in attrs)))
+
+
+def measured_triples(attrs, eps: float, accounting: str, seed: int):
+    """``(measurements, sets)``: every triple of ``attrs`` of adult_pgm, measured (benchmark noise)."""
     sets = list(combinations(attrs, 3))
-    measurements, _ = measure_sets(Dataset.from_frame(frame, domain), sets, accounting, eps, seed)
+    measurements, _ = measure_sets(adult_data(attrs), sets, accounting, eps, seed)
     return measurements, sets
 
 

@@ -81,9 +81,16 @@ __all__ = ["ProjectionProblem", "Projection", "project", "polish", "dual_value",
 POLISH_STEPS = 150
 #: From this many clique cells on, :func:`project` starts with projected Newton from ``kappa = 0``
 #: (a few vectors) before any L-BFGS-B (``2 memory + 5`` vectors, and hundreds of products to
-#: identify the face): on adult's 5-attribute slice (2.84 M cells) it certified (gap 2e-9) in 28
-#: products, 6 CPU-s, against 18.5 CPU-s by L-BFGS-B and the polish.
-NEWTON_CELLS = 2**21
+#: identify the face), and runs ADMM when those rounds stall: on adult's 5-attribute slice (2.84 M
+#: cells) the rounds certified (gap 2e-9) in 28 products, 6 CPU-s, against 18.5 CPU-s by L-BFGS-B
+#: and the polish. Every triple of adult slices, zCDP eps 1, least squares, CPU-s, L-BFGS-B and the
+#: polish against the rounds then ADMM (issue 27; ``bench_admm_module.py --estimate``, with and
+#: without ``--newton-cells 0``): 7 attributes (323 k cells) 26 against 12; 8 attributes (554 k) 64
+#: against 28, (929 k) 138 against 41, (1.77 M) not certified after 452 (gap 9.8e-4) against 141;
+#: the same errors where both certified. On generated binary networks (20-23 k cells, eps 0.1 and
+#: 1; ``bench_newton_cells.py --bn 27:3 100:2``) both certify in under 0.5 CPU-s. Below the smallest
+#: adult slice run, the tests' small problems keep L-BFGS-B and its polish.
+NEWTON_CELLS = 2**18
 #: From this many clique cells on, :func:`project` starts with the augmented Lagrangian method
 #: (:mod:`~dpopt.estimate.marginal_space.polytope.augmented_lagrangian`) instead: on adult's 364 triples
 #: (20.9 M cells) the projected-Newton rounds did not converge (675 products, gap 0.84). Below it

@@ -39,16 +39,30 @@ ADMM's certificate first lets each clique's own top residual absorb its negative
 
 Not used (None) where a record would break a constraint: a fixed residual other than the total
 (an exact marginal or invariant), or a record landing on a structural zero.
+
+**Memory.** A record is priced by its cell in every clique, so a clique's records with their
+cells take ``8 k |cliques|`` bytes for ``k`` records, several times over while they are priced.
+Made all at once, the records of ADMM's checks were the run's transient peak: at memray's
+high-water mark on the 84-triple stand-in (2.34 M clique cells) they held 0.89 GB against 1.24 GB
+for everything else of the fit, and the peak resident size was 2,112 MB. They are now made in
+batches of ``BATCH_CELLS // |cliques|`` records: each batch's records depend only on the clique's
+shortfall, fixed before its first batch, so the records are the same and only the order of the
+lift's sums changes. The records then held 0.33 GB at the high-water mark and the peak resident
+size fell to 1,614 MB, with the same certified point (gap 8.33e-7 after 1,586 products;
+``bench_admm_module.py --estimate`` under ``memray run``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["record_repair", "lifting_records", "CANDIDATES"]
+__all__ = ["BATCH_CELLS", "CANDIDATES", "lifting_records", "record_repair"]
 
 #: Values tried for each attribute of a priced record (its most frequent ones).
 CANDIDATES = 8
+#: Records made at once times the cliques they touch (each record's flat cell in every clique is
+#: held while its batch is priced): 2^22, 32 MB of cell indices per batch (module notes, *Memory*).
+BATCH_CELLS = 2 ** 22
 
 
 def record_repair(problem, x: np.ndarray, m: np.ndarray, price: np.ndarray | None = None,
@@ -72,7 +86,7 @@ def record_repair(problem, x: np.ndarray, m: np.ndarray, price: np.ndarray | Non
         negative &= ~zeros
     if not negative.any():
         return x, m
-    records, mass, lift = lifting_records(problem, m, price, candidates)
+    _, mass, lift = lifting_records(problem, m, price, candidates)
     if zeros is not None and np.any(lift[zeros] != 0.0):
         return None
     shift = fam.adjoint(lift) / index.per_set(fam.diagonal())
@@ -105,6 +119,7 @@ def lifting_records(problem, m: np.ndarray, price: np.ndarray | None = None,
     if price is not None:
         plan = _price_plan(fam, one_way, shapes, price, zeros, candidates)
     lift = np.zeros(fam.size)
+    batch = max(int(BATCH_CELLS) // max(len(fam.sets), 1), 1)  # records per batch
     all_records, all_mass = [np.zeros((0, len(sizes)), dtype=np.int64)], [np.zeros(0)]
     for i in sorted(range(len(fam.sets)), key=lambda i: fam.cells[i]):  # a loop over sets, not cells
         part = slice(fam.offsets[i], fam.offsets[i] + fam.cells[i])
@@ -114,18 +129,21 @@ def lifting_records(problem, m: np.ndarray, price: np.ndarray | None = None,
         local = np.flatnonzero(low)
         if local.size == 0:
             continue
-        mass = -(m[part][local] + lift[part][local])
-        records = np.tile(mode, (local.size, 1))
-        for a, value in zip(fam.sets[i], np.unravel_index(local, shapes[i])):
-            records[:, a] = value
-        cells = [fam.offsets[j] + (np.ravel_multi_index(tuple(records[:, a] for a in axes), shapes[j]) if axes
-                                   else np.zeros(local.size, dtype=np.int64)) for j, axes in enumerate(fam.sets)]
-        if price is not None:
-            _cheaper_completions(records, cells, fam.sets[i], plan)
-        for flat in cells:  # the records' cell in every clique
-            np.add.at(lift, flat, mass)
-        all_records.append(records)
-        all_mass.append(mass)
+        masses = -(m[part][local] + lift[part][local])  # what this clique lacks, before any of its records
+        # its records in batches (module notes, *Memory*): a batch's records depend on no other's
+        for start in range(0, local.size, batch):
+            cells_here, mass = local[start:start + batch], masses[start:start + batch]
+            records = np.tile(mode, (cells_here.size, 1))
+            for a, value in zip(fam.sets[i], np.unravel_index(cells_here, shapes[i])):
+                records[:, a] = value
+            cells = [fam.offsets[j] + (np.ravel_multi_index(tuple(records[:, a] for a in axes), shapes[j]) if axes
+                                       else np.zeros(cells_here.size, dtype=np.int64)) for j, axes in enumerate(fam.sets)]
+            if price is not None:
+                _cheaper_completions(records, cells, fam.sets[i], plan)
+            for flat in cells:  # the records' cell in every clique
+                np.add.at(lift, flat, mass)
+            all_records.append(records)
+            all_mass.append(mass)
     return np.concatenate(all_records), np.concatenate(all_mass), lift
 
 
