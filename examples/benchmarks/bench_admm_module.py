@@ -40,8 +40,8 @@ def estimate_end_to_end(args) -> None:
         projection.NEWTON_CELLS = args.newton_cells
     measurements, sets = measured_triples(tuple(args.attrs), args.eps, args.accounting, args.seed)
     start = cpu()
-    # every certified point, as the release's progress bar gets it
-    SOLVER_PROGRESS.set(lambda line: print(f"{line}, {cpu() - start:.1f} CPU-s", flush=True))
+    # every certified point, as the release's progress bar gets it (not the work lines between them)
+    SOLVER_PROGRESS.set(lambda line: " after " in line and print(f"{line}, {cpu() - start:.1f} CPU-s", flush=True))
     est = estimate_marginals(measurements, sets, objective="l2", max_iter=args.products)
     cert = est.info["certificate"]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
