@@ -16,7 +16,8 @@ from collections.abc import Callable
 
 __all__ = ["SOLVER_PROGRESS", "report_progress", "report_work"]
 
-#: Receives one line per certified point of a long solve; None (the default): nothing is reported.
+#: Receives one line per certified point of a long solve, and the work lines between them; None (the
+#: default): nothing is reported.
 #: ``dpopt run`` sets it to its progress bar's postfix for the algorithm's step.
 SOLVER_PROGRESS: ContextVar[Callable[[str], None] | None] = ContextVar("dpopt_solver_progress", default=None)
 
