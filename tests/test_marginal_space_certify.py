@@ -937,7 +937,8 @@ def test_records_are_not_used_where_they_would_break_a_constraint(monkeypatch):
 def test_long_solves_report_each_certified_point_to_the_release_progress_bar(monkeypatch):
     """Within :func:`dpopt.release.pipeline.solver_progress` every certified point of the projection
     after the start reaches the bar as one line (method, gap, products), the same points as the
-    estimate's history; outside it nothing is reported."""
+    estimate's history, and between them ADMM says every WORKING_EVERY steps how many products it
+    has made and the last certified gap; outside it nothing is reported."""
     from dpopt.estimate.marginal_space.polytope import projection as projection_module
     from dpopt.estimate.progress import SOLVER_PROGRESS
     from dpopt.release.pipeline import solver_progress
@@ -957,11 +958,24 @@ def test_long_solves_report_each_certified_point_to_the_release_progress_bar(mon
     assert SOLVER_PROGRESS.get() is None
     assert est.status is Status.OPTIMAL and est.info["stopped"] == "certified (ADMM)"
     history = est.info["history"][1:]
-    assert len(bar.lines) == len(history) >= 2
-    for line, (_, products, gap, _) in zip(bar.lines, history):
+    certified = [line for line in bar.lines if " gap " in line and "last certified" not in line]
+    assert len(certified) == len(history) >= 2
+    for line, (_, products, gap, _) in zip(certified, history):
         assert line == f"ADMM: gap {gap:.1e} after {products:,} products"
+    # the work between them: products rising, each line naming the last certified gap before it
+    working, last_gap, seen = [], None, 0
+    for line in bar.lines:
+        if line in certified:
+            last_gap = float(line.split(" gap ")[1].split(" after")[0])
+            continue
+        products = int(line.split(": ")[1].split(" products")[0].replace(",", ""))
+        assert products > seen and line.endswith("no certified point yet" if last_gap is None
+                                                 else f"last certified gap {last_gap:.1e}")
+        seen = products
+        working.append(products)
+    assert len(working) >= 2 and np.all(np.diff(working) > 0)
     silent = estimate_marginals(ms, exact_cells=0)  # no bar: the same solve, nothing sent anywhere
-    assert silent.info["history"] == est.info["history"] and len(bar.lines) == len(history)
+    assert silent.info["history"] == est.info["history"] and len(bar.lines) == len(certified) + len(working)
 
 
 def _dense_expand(problem) -> np.ndarray:

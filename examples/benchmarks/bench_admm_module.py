@@ -24,6 +24,11 @@ def cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def _figure(value) -> str:
+    """A certificate's number as the release prints it, or n/a (a table solved densely has none)."""
+    return "n/a" if value is None else f"{value:.4g}"
+
+
 def estimate_end_to_end(args) -> None:
     """``estimate_marginals`` on every triple of ``args.attrs``, as a release would call it."""
     from dpopt.estimate.marginal_space import estimate_marginals
@@ -35,13 +40,13 @@ def estimate_end_to_end(args) -> None:
         projection.NEWTON_CELLS = args.newton_cells
     measurements, sets = measured_triples(tuple(args.attrs), args.eps, args.accounting, args.seed)
     start = cpu()
-    # every certified point, as the release's progress bar gets it
-    SOLVER_PROGRESS.set(lambda line: print(f"{line}, {cpu() - start:.1f} CPU-s", flush=True))
+    # every certified point, as the release's progress bar gets it (not the work lines between them)
+    SOLVER_PROGRESS.set(lambda line: " after " in line and print(f"{line}, {cpu() - start:.1f} CPU-s", flush=True))
     est = estimate_marginals(measurements, sets, objective="l2", max_iter=args.products)
     cert = est.info["certificate"]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"estimate_marginals: {est.status.name}, stopped: {est.info.get('stopped')}, polytope "
-          f"{est.info.get('polytope')}, gap {cert.get('gap', 'n/a')}, violation {cert.get('violation', 'n/a')}, "
+          f"{est.info.get('polytope')}, gap {_figure(cert.get('gap'))}, violation {_figure(cert.get('violation'))}, "
           f"{cpu() - start:.1f} CPU-s, peak RSS {peak:,.0f} MB; {est.message}", flush=True)
     # the error of what a release would publish, against the noisy answers it came from (mean L1 / n
     # per triple, bench_wide's measure); the solver's incumbent is labelled when it was not certified

@@ -72,7 +72,7 @@ from dpopt.estimate.marginal_space.polytope.anderson import Anderson, anderson_m
 from dpopt.estimate.marginal_space.polytope.local_repair import local_repair
 from dpopt.estimate.marginal_space.polytope.records import record_repair
 
-__all__ = ["ADAPT", "ALPHA", "CHECK_EVERY", "CHECK_SPACING", "RHO_L", "admm"]
+__all__ = ["ADAPT", "ALPHA", "CHECK_EVERY", "CHECK_SPACING", "RHO_L", "WORKING_EVERY", "admm"]
 
 RHO_L = 10.0
 ALPHA = 1.6
@@ -80,20 +80,26 @@ CHECK_EVERY = 100
 #: The checks' spacing grows to at most this many ``check_every`` while the gap is far from the
 #: goal (:func:`check_spacing`).
 CHECK_SPACING = 3
+#: Steps between two reports of the work done (``working``): a check can be 300 steps away, some
+#: 9 minutes on every triple of adult (:mod:`dpopt.estimate.progress`).
+WORKING_EVERY = 20
 #: The penalty changes when OSQP's balance asks for a factor beyond this (either way).
 ADAPT = 5.0
 
 
 def admm(problem, *, max_products: int, deadline: float | None = None, stop_gap: float = 0.0,
          feasibility: float = 0.0, rho_l: float = RHO_L, alpha: float = ALPHA, check_every: int = CHECK_EVERY,
-         adapt: bool = False, memory: int | None = None, log: Callable | None = None) -> tuple[tuple, int]:
+         adapt: bool = False, memory: int | None = None, log: Callable | None = None,
+         working: Callable | None = None) -> tuple[tuple, int]:
     """Solve (4) by (9)–(10) from ``z = max(E r^, 0)``, ``u = 0`` (module notes).
 
     Stops at a certified point (gap within ``stop_gap``, violation within ``feasibility``), after
     ``max_products`` products (an ``expand`` and an ``adjoint`` make one; certificates included),
     or at ``deadline`` (``time.perf_counter()``). ``memory`` is the Anderson memory (default
     :func:`~dpopt.estimate.marginal_space.polytope.anderson.anderson_memory` of the cells; 0 for
-    plain ADMM). ``log(step, products, point)`` is called with every certified point. Returns the
+    plain ADMM). ``log(step, products, point)`` is called with every certified point, and
+    ``working(products, gap)`` every :data:`WORKING_EVERY` steps between them (``gap``: the best
+    certified point's, None before the first). Returns the
     best certified point (the tuple of
     :func:`~dpopt.estimate.marginal_space.polytope.projection.certify_at`) and the products made.
     """
@@ -137,6 +143,8 @@ def admm(problem, *, max_products: int, deadline: float | None = None, stop_gap:
         r[fixed] = target[fixed]
         fam.expand(r, out=er)
         products += 1
+        if working is not None and step % WORKING_EVERY == 0:  # alive between checks (progress notes)
+            working(products, best[3] if best is not None and best[4] <= feasibility else None)
         # f = T(s) - s = alpha (E r - z): the step x = alpha E r + (1 - alpha) z, z <- P(x + u),
         # u <- u + x - z of (10) is s <- x + u = s + f
         np.subtract(er, z, out=f)

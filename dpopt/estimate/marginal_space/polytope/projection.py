@@ -70,7 +70,7 @@ import numpy as np
 from dpopt.estimate.marginal_space.polytope.admm import admm as run_admm
 from dpopt.estimate.marginal_space.polytope.augmented_lagrangian import augmented_lagrangian
 from dpopt.estimate.marginal_space.layout import ResidualIndex, SetFamily
-from dpopt.estimate.progress import report_progress
+from dpopt.estimate.progress import report_progress, report_work
 
 __all__ = ["ProjectionProblem", "Projection", "project", "polish", "dual_value", "objective", "repair", "certify",
            "bounded_multipliers", "NEWTON_STALL",
@@ -554,7 +554,8 @@ def project(problem: ProjectionProblem, *, tol: float = 1e-6, feasibility: float
     def admm_path():
         return run_path(lambda done, logged: run_admm(
             problem, max_products=max(max_iter - done, 1), deadline=deadline, stop_gap=accept, feasibility=feasibility,
-            log=lambda step, products, point: logged(products, point)), "ADMM")
+            log=lambda step, products, point: logged(products, point),
+            working=lambda products, gap: report_work("ADMM", done + products, gap)), "ADMM")
 
     admm_after_rounds = admm is None and alm is None and cells >= NEWTON_CELLS
     if admm if admm is not None else alm is None and cells >= ADMM_CELLS:
