@@ -211,8 +211,8 @@ their fit is the estimator's with the release's options (``choose_objective`` un
   allowed by the one rule for least squares, :func:`least_squares_reach` — at most
   :data:`ALL_L2_CELLS` = 2^22 clique cells, and :data:`DECOMPOSABLE_L2_CELLS` = 2^22 when the sets
   are decomposable. Its docstring has the evidence (solve times, never an error figure: cyclic
-  triples of adult certified at 4.06 M cells in 8 CPU-minutes; all of adult's triples, 20.9 M, took
-  hours). The ``marginal_space`` algorithm's plan warning reads the same rule. "All" was held to
+  triples of adult certified at 4.06 M cells in 8-17 CPU-minutes; all of adult's triples, 20.9 M,
+  not within 1.3 CPU-hours). The ``marginal_space`` algorithm's plan warning reads the same rule. "All" was held to
   2^20 (2^21 for decomposable sets) until session 18, when the solver's path for such sizes got
   faster; none of the validation grid's cases lies between the old and the new limits.
 
@@ -693,10 +693,11 @@ def least_squares_reach(domain, sets) -> LeastSquaresReach:
     issue 27, session 18, ``bench_admm_module.py --attrs … --estimate``): cyclic families certified
     at 554 k cells (8 attributes, 56 triples) in 28 CPU-s, 929 k in 41, 1.77 M in 141, 2.34 M
     (9 attributes, 84 triples) in 245 and 4.06 M (10 attributes, 120 triples: the stand-in's 9 and
-    native-country) in 468 (1,931 products, peak 2.7 GB); every triple of adult (364, 20.9 M cells)
-    takes CPU-hours (docs, *marginal space* §2). Adult's decomposable chain (12 triples, 1.54 M
-    cells) certified in 88 CPU-s (``bench_wide.py --cases adult-chain --estimators ls``). The limit is a judgement
-    just above the largest cyclic case certified in minutes, not a derived constant; decomposable
+    native-country) in 468 (1,931 products, peak 2.7 GB; at zCDP ε 0.1 in 1,019, 4,098 products);
+    every triple of adult (364, 20.9 M cells) not within 1.3 CPU-hours (docs, *marginal space* §2). Adult's
+    decomposable chain (12 triples, 1.54 M cells) certified in 88 CPU-s (``bench_wide.py --cases
+    adult-chain --estimators ls``). The limit is a judgement just above the largest cyclic case
+    certified in minutes, not a derived constant; decomposable
     families have never been harder than cyclic ones of their size, and share it. Until session 18
     the limits were 2^20 and 2^21: the fits between 1 M and 2 M cells went to L-BFGS-B, which
     did not certify 1.77 M within 619 CPU-s (``projection.NEWTON_CELLS`` now sends them to
