@@ -32,13 +32,13 @@ def _figure(value) -> str:
 def estimate_end_to_end(args) -> None:
     """``estimate_marginals`` on every triple of ``args.attrs``, as a release would call it."""
     from dpopt.estimate.marginal_space import estimate_marginals
-    from dpopt.estimate.progress import SOLVER_PROGRESS
-
     from dpopt.estimate.marginal_space.polytope import projection
+    from dpopt.estimate.progress import SOLVER_PROGRESS
 
     if args.newton_cells is not None:  # where the path of projected-Newton rounds, then ADMM, starts
         projection.NEWTON_CELLS = args.newton_cells
-    measurements, sets = measured_triples(tuple(args.attrs), args.eps, args.accounting, args.seed)
+    data = adult_data(tuple(args.attrs))  # read once: measured here, and the truth for the errors below
+    measurements, sets = measured_triples(tuple(args.attrs), args.eps, args.accounting, args.seed, data=data)
     start = cpu()
     # every certified point, as the release's progress bar gets it (not the work lines between them)
     SOLVER_PROGRESS.set(lambda line: " after " in line and print(f"{line}, {cpu() - start:.1f} CPU-s", flush=True))
@@ -50,7 +50,6 @@ def estimate_end_to_end(args) -> None:
           f"{cpu() - start:.1f} CPU-s, peak RSS {peak:,.0f} MB; {est.message}", flush=True)
     # the error of what a release would publish, against the noisy answers it came from (mean L1 / n
     # per triple, bench_wide's measure); the solver's incumbent is labelled when it was not certified
-    data = adult_data(tuple(args.attrs))
     truths = {tuple(s): data.marginal(tuple(s)).astype(float).ravel() for s in sets}
     n = float(data.total)
     noisy = {tuple(s): m.values for s, m in zip(sets, measurements)}

@@ -67,10 +67,11 @@ def adult_data(attrs) -> Dataset:
     return Dataset.from_frame(frame, Domain(tuple(attrs), tuple(int(sizes[a]) for a in attrs)))
 
 
-def measured_triples(attrs, eps: float, accounting: str, seed: int):
-    """``(measurements, sets)``: every triple of ``attrs`` of adult_pgm, measured (benchmark noise)."""
+def measured_triples(attrs, eps: float, accounting: str, seed: int, data: Dataset | None = None):
+    """``(measurements, sets)``: every triple of ``attrs`` of adult_pgm (``data``, read when not
+    given), measured (benchmark noise)."""
     sets = list(combinations(attrs, 3))
-    measurements, _ = measure_sets(adult_data(attrs), sets, accounting, eps, seed)
+    measurements, _ = measure_sets(adult_data(attrs) if data is None else data, sets, accounting, eps, seed)
     return measurements, sets
 
 
