@@ -31,7 +31,8 @@ step), against an ``expand`` and an ``adjoint``; memory ``2M + 3`` vectors. Stor
 took a fourth product: on adult's 84-triple stand-in (memory 10) the history's work per step
 was about 65 ms with it, 48 without (profiled over 248 steps). One matrix product with
 ``[ΔF_new, f]`` in place of the first two reads the history once but was slower (OpenBLAS: 28 ms
-against 17 for the two).
+against 17 for the two). On several threads the update runs in contiguous pieces of the cells
+(:class:`Anderson`'s ``threads``), each piece's differences and dot products in one pass.
 """
 
 from __future__ import annotations
