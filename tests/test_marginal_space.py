@@ -11,6 +11,7 @@ from itertools import combinations
 import numpy as np
 import pytest
 
+from dpopt import workers
 from dpopt.errors import DomainError, InconsistentConstraintsError, ParameterError, QueryError
 from dpopt.estimate import reconstruct
 from dpopt.estimate.marginal_space import estimate_marginals as _estimate_marginals
@@ -81,6 +82,69 @@ def test_expand_gives_the_marginals_and_adjoint_is_its_transpose(dense_cells, mo
     np.testing.assert_allclose(family.adjoint(family.expand(rc)), index.per_set(family.diagonal()) * rc, atol=1e-12)
     w = rng.random(len(sets))
     np.testing.assert_allclose(family.adjoint(v * family.per_set(w)), family.adjoint(v, w), atol=1e-12)
+
+
+WIDE = Domain(tuple("abcdefg"), (2, 3, 2, 4, 2, 3, 5))
+
+
+@pytest.mark.parametrize("dense_cells", [layout_module.DENSE_TRANSFORM_CELLS, 0])
+@pytest.mark.parametrize("threads", [2, 3])
+def test_the_maps_on_threads_equal_them_on_one(threads, dense_cells, monkeypatch, rng):
+    """Every set of every shape split over threads (some with no piece of a one-set group) gives
+    the maps of one thread: equal to the last bits along the cumulative sums, to rounding where a
+    BLAS product may block fewer rows differently; ``transform`` is the maps' per-axis part and
+    leaves its input as it was."""
+    monkeypatch.setattr(layout_module, "DENSE_TRANSFORM_CELLS", dense_cells)
+    monkeypatch.setattr(layout_module, "THREAD_CELLS", 0)
+    sets = [tuple(c) for c in combinations(range(len(WIDE)), 3)] + [(0, 6), (5,)]
+    family = SetFamily(ResidualIndex(WIDE, sets), sets)
+    assert any(len(g.axes) < threads for g in family.groups) and any(len(g.axes) > threads for g in family.groups)
+    r, v, w = rng.standard_normal(family.index.size), rng.standard_normal(family.size), rng.random(len(sets))
+    monkeypatch.setenv(workers.THREADS_VARIABLE, "1")
+    serial = family.expand(r), family.adjoint(v), family.adjoint(v, w), family.transform(v, True), \
+        family.transform(v, False)
+    monkeypatch.setenv(workers.THREADS_VARIABLE, str(threads))
+    given = v.copy()
+    threaded = family.expand(r), family.adjoint(v), family.adjoint(v, w, out=np.empty(family.index.size)), \
+        family.transform(v, True), family.transform(v, False)
+    assert len(family._plan()) == threads
+    np.testing.assert_array_equal(v, given)
+    for one, many in zip(serial, threaded):
+        np.testing.assert_allclose(many, one, rtol=1e-13, atol=1e-13 * np.abs(one).max())
+    np.testing.assert_allclose(family.transform(np.take(r, family._indices()), False), threaded[0], atol=1e-12)
+    np.testing.assert_allclose(np.bincount(family._indices(), weights=threaded[3], minlength=family.index.size),
+                               threaded[1], atol=1e-12)
+
+
+def test_an_error_on_a_helper_thread_is_raised_to_the_caller(monkeypatch, rng):
+    import threading
+
+    real = layout_module._synthesize_into
+
+    def fails_off_the_main_thread(*args):
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError("a helper's piece failed")
+        real(*args)
+
+    monkeypatch.setattr(layout_module, "_synthesize_into", fails_off_the_main_thread)
+    monkeypatch.setattr(layout_module, "DENSE_TRANSFORM_CELLS", 0)
+    monkeypatch.setattr(layout_module, "THREAD_CELLS", 0)
+    monkeypatch.setenv(workers.THREADS_VARIABLE, "2")
+    sets = [tuple(c) for c in combinations(range(len(WIDE)), 3)]
+    family = SetFamily(ResidualIndex(WIDE, sets), sets)
+    with pytest.raises(RuntimeError, match="a helper's piece failed"):
+        family.expand(rng.standard_normal(family.index.size))
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "two", "1.5"])
+def test_the_threads_variable_must_be_a_positive_integer(value, monkeypatch):
+    monkeypatch.setenv(workers.THREADS_VARIABLE, value)
+    with pytest.raises(ParameterError, match=f"DPOPT_THREADS must be a positive integer, got '{value}'"):
+        workers.worker_threads()
+    monkeypatch.setenv(workers.THREADS_VARIABLE, "3")
+    assert workers.worker_threads() == 3
+    monkeypatch.delenv(workers.THREADS_VARIABLE)
+    assert 1 <= workers.worker_threads() <= workers.MAX_THREADS
 
 
 @pytest.mark.parametrize("n", [2, 3, 40, 100])

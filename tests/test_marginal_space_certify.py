@@ -771,6 +771,31 @@ def test_anderson_solves_a_linear_fixed_point_in_dimension_plus_one_steps():
     assert np.linalg.norm(a @ plain + b - plain) >= 1e-2 * first
 
 
+@pytest.mark.parametrize("threads", [2, 3])
+def test_anderson_in_pieces_takes_the_steps_of_one_piece(threads):
+    """The step (11) made in pieces at once (their dot products summed) gives the iterates of the
+    whole vectors, to rounding, on a contracting affine map over a run long enough to fill and
+    cycle the history."""
+    from dpopt.estimate.marginal_space.polytope.anderson import Anderson
+
+    n, memory = 50, 5
+    gen = np.random.default_rng(6)
+    q, _ = np.linalg.qr(gen.normal(size=(n, n)))
+    a = q @ np.diag(np.linspace(0.0, 0.95, n)) @ q.T
+    b = gen.normal(size=n)
+    runs = []
+    for pieces in (1, threads):
+        accelerator = Anderson(n, memory, threads=pieces)
+        assert len(accelerator.pieces) == pieces
+        s, following, iterates = np.zeros(n), np.empty(n), []
+        for _ in range(12):
+            accelerator.step(s, a @ s + b - s, out=following)
+            s = following.copy()
+            iterates.append(s)
+        runs.append(np.array(iterates))
+    np.testing.assert_allclose(runs[1], runs[0], rtol=0, atol=1e-10 * np.abs(runs[0]).max())
+
+
 @pytest.mark.parametrize("sets", [
     [("a", "b", "c"), ("b", "c", "d"), ("d", "e")],   # decomposable
     [("a", "b", "c"), ("c", "d"), ("b", "d", "e")],   # a cycle
@@ -808,6 +833,30 @@ def test_admm_with_and_without_acceleration_certify_the_same_optimum(sets, monke
     assert point[3] <= 1e-9 and point[4] <= 1e-9
     assert point[5] == pytest.approx(runs[0][0][5], rel=1e-8)
     assert products <= 2 * runs[0][1] + 20
+
+
+@pytest.mark.parametrize("threads", ["2", "3"])
+def test_admm_on_threads_certifies_the_optimum_of_one_thread(threads, monkeypatch):
+    """ADMM with its passes over the vectors, the maps and the history's update in pieces on
+    threads (DPOPT_THREADS; the size threshold lowered to this small cyclic family) certifies the
+    optimum that one thread certifies, within the gaps both certify."""
+    from dpopt import workers
+    from dpopt.estimate.marginal_space import layout
+    from dpopt.estimate.marginal_space.polytope import admm as admm_module
+
+    _, _, problem = _captured_problem([("a", "b", "c"), ("c", "d"), ("b", "d", "e")], monkeypatch)
+    runs = {}
+    for count in ("1", threads):
+        monkeypatch.setenv(workers.THREADS_VARIABLE, count)
+        monkeypatch.setattr(admm_module, "THREAD_CELLS", 0)
+        monkeypatch.setattr(layout, "THREAD_CELLS", 0)
+        point, products = admm_module.admm(problem, max_products=5000, check_every=5, stop_gap=1e-9,
+                                           feasibility=1e-9)
+        assert point[3] <= 1e-9 and point[4] <= 1e-9
+        runs[count] = point, products
+    assert len(problem.cliques._plan()) == int(threads)
+    assert runs[threads][0][5] == pytest.approx(runs["1"][0][5], rel=1e-8)
+    assert abs(runs[threads][1] - runs["1"][1]) <= 10  # the same run, but for the sums' rounding
 
 
 def test_check_spacing_aims_at_the_step_the_gap_rate_predicts():

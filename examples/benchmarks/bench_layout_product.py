@@ -2,16 +2,20 @@
 
     OPENBLAS_NUM_THREADS=1 python examples/benchmarks/bench_layout_product.py          # the 9-attribute stand-in
     OPENBLAS_NUM_THREADS=1 python examples/benchmarks/bench_layout_product.py --all    # 14 attributes, 364 triples
+    OPENBLAS_NUM_THREADS=1 python examples/benchmarks/bench_layout_product.py --threads 1 2
 
-Prints the CPU-s of each map (least and median of 12 calls) and, with ``--paths``, how much of one
-product each per-axis path takes (dense product or cumulative sums; first, middle or last axis).
-Every solver of the local-polytope projection spends most of its time in these two maps.
+Prints the wall and CPU seconds of each map (least and median of 12 calls) on each number of
+threads (``DPOPT_THREADS``; default: what dpopt would use here) and, with ``--paths``, how much of
+one product each per-axis path takes on one thread (dense product or cumulative sums; first,
+middle or last axis). Every solver of the local-polytope projection spends most of its time in
+these two maps.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -27,22 +31,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--all", action="store_true", help="every attribute of adult_pgm (364 triples)")
     parser.add_argument("--paths", action="store_true", help="split one product by per-axis path")
+    parser.add_argument("--threads", type=int, nargs="+", help="numbers of threads to time (DPOPT_THREADS)")
     args = parser.parse_args()
+    from dpopt.workers import THREADS_VARIABLE, worker_threads
+
     attrs = list(json.loads(shared_file("adult_pgm_domain.json").read_text())) if args.all else list(STAND_IN)
     problem = capture_problem(tuple(attrs), 1.0, "zcdp", 7)
     fam = problem.cliques
     print(f"{len(attrs)} attributes: {fam.size:,} clique cells, {problem.index.size:,} residuals")
     residuals = np.random.default_rng(0).standard_normal(problem.index.size)
     cells, back = np.empty(fam.size), np.empty(problem.index.size)
-    for label, call in (("expand", lambda: fam.expand(residuals, out=cells)),
-                        ("adjoint", lambda: fam.adjoint(cells, out=back))):
-        times = []
-        for _ in range(12):
-            start = time.process_time()
-            call()
-            times.append(time.process_time() - start)
-        print(f"{label}: least {min(times):.4f} CPU-s, median {np.median(times):.4f}")
+    for threads in args.threads or [worker_threads()]:
+        os.environ[THREADS_VARIABLE] = str(threads)
+        for label, call in (("expand", lambda: fam.expand(residuals, out=cells)),
+                            ("adjoint", lambda: fam.adjoint(cells, out=back))):
+            walls, cpus = [], []
+            for _ in range(12):
+                wall, cpu = time.perf_counter(), time.process_time()
+                call()
+                walls.append(time.perf_counter() - wall)
+                cpus.append(time.process_time() - cpu)
+            print(f"{threads} thread(s), {label}: wall least {min(walls):.4f} s, median {np.median(walls):.4f}; "
+                  f"CPU least {min(cpus):.4f} s, median {np.median(cpus):.4f}")
     if args.paths:
+        os.environ[THREADS_VARIABLE] = "1"  # the CPU clock is the process's: one thread to split it
         split_by_path(fam, residuals, cells, back)
 
 

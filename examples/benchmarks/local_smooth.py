@@ -156,16 +156,7 @@ class CliqueBlockPreconditioner:
 
     def _transform(self, source: np.ndarray, analyse: bool) -> np.ndarray:
         """``U_C`` (or ``U_Cᵀ``) on every clique of a flat slot (cell) vector."""
-        family = self.family
-        out = np.empty(family.size)
-        for g in family.groups:  # batched by shape
-            tensor = np.ascontiguousarray(family.view(source, g).reshape(len(g.axes), -1))
-            target = family.view(out, g).reshape(len(g.axes), -1)
-            if g.dense is not None:
-                np.matmul(tensor, g.dense if analyse else g.dense.T, out=target)
-            else:
-                family._transform(g, tensor, target, analyse=analyse)
-        return out
+        return self.family.transform(source, analyse)
 
     def _per_clique_sum(self, slots: np.ndarray) -> list[np.ndarray]:
         return [self.family.view(slots, g).reshape(len(g.axes), -1).sum(axis=1) for g in self.family.groups]

@@ -23,13 +23,11 @@ much. Every result is checked here, in exact integer arithmetic, before it is re
 
 from __future__ import annotations
 
-import functools
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 import scipy.sparse as sp
-from threadpoolctl import ThreadpoolController
 
 from dpopt.errors import InconsistentConstraintsError
 from dpopt.estimate.status import Status
@@ -46,6 +44,7 @@ from dpopt.model.measurement import Measurement
 from dpopt.model.queries.basic import Identity
 from dpopt.model.queries.kronecker import Kronecker
 from dpopt.model.queries.marginal import Marginal
+from dpopt.workers import blas_pools
 
 __all__ = ["TaskQuery", "TaskInvariant", "SolveOptions", "ParentTask", "ParentSolution", "solve_parent",
            "relax_parent", "PARENT_CONSTRAINT"]
@@ -184,16 +183,8 @@ def solve_parent(task: ParentTask) -> ParentSolution:
     the floating-point sums enough to move a rounding tie, so every executor would release a
     slightly different table.
     """
-    with _blas_libraries().limit(limits=1, user_api="blas"):
+    with blas_pools().limit(limits=1, user_api="blas"):  # the library scan is made once (workers notes)
         return _solve_parent(task)
-
-
-@functools.lru_cache(maxsize=None)
-def _blas_libraries() -> ThreadpoolController:
-    """The process's thread pools, found once (numpy and scipy have loaded BLAS by the first solve):
-    threadpoolctl's scan of the loaded libraries costs about 4 ms of CPU, which ``threadpool_limits``
-    paid again for every parent (1,476 of them in one 60-run top-down audit)."""
-    return ThreadpoolController()
 
 
 def _solve_parent(task: ParentTask) -> ParentSolution:

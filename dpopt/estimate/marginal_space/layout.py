@@ -42,7 +42,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from itertools import combinations
+from itertools import combinations, pairwise
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -50,13 +50,18 @@ from scipy import sparse
 
 from dpopt.errors import DomainError, QueryError
 from dpopt.model.domain import Domain
+from dpopt.workers import in_threads, worker_threads
 
 __all__ = ["ResidualIndex", "SetFamily", "downward_closure", "maximal_sets", "is_decomposable", "contrast",
            "check_sets"]
 
 #: Shapes with at most this many cells transform through a dense Kronecker matrix.
 DENSE_TRANSFORM_CELLS = 256
-
+#: Families of at least this many cells split :meth:`SetFamily.expand` and :meth:`SetFamily.adjoint`
+#: over :func:`~dpopt.workers.worker_threads` threads (``DPOPT_THREADS``; numpy releases the GIL in
+#: their gathers, products and sums); below it a thread's start (tens of microseconds) is a visible
+#: share of a product.
+THREAD_CELLS = 2**18
 
 # ---- the per-axis transforms ---------------------------------------------------------------------
 def _scales(n: int) -> np.ndarray:
@@ -512,15 +517,41 @@ class SetFamily:
         return out
 
     # ---- the residual maps ---------------------------------------------------------------
-    def _buffers(self) -> list[np.ndarray]:
-        """Three work arrays of the largest group's length, made once and reused by :meth:`expand`
-        and :meth:`adjoint` (fresh whole-vector temporaries on every product cost page faults:
-        system time). The maps are therefore not re-entrant on one family from several threads."""
+    def _plan(self) -> list[list[tuple[_ShapeGroup, int, int]]]:
+        """Each thread's share of the maps: pieces ``(group, lo, hi)``, the group's members
+        ``lo:hi``. A group of at least as many sets as threads is cut into that many runs of
+        members; the pieces, largest first, each go to the least loaded share (Graham's rule), so
+        that the shares are balanced when most shapes hold one set (adult's attributes all differ in
+        size). One share (every group whole) below :data:`THREAD_CELLS` or with one thread. Made
+        once per family and thread count."""
+        threads = worker_threads() if self.size >= THREAD_CELLS else 1
+        plan = getattr(self, "_shares", None)
+        if plan is not None and len(plan) == threads:
+            return plan
+        pieces = []
+        for g in self.groups:
+            bounds = np.linspace(0, len(g.axes), min(threads, len(g.axes)) + 1).astype(np.int64)
+            pieces += [(g, int(lo), int(hi)) for lo, hi in pairwise(bounds)]
+        plan, loads = [[] for _ in range(threads)], [0] * threads
+        for piece in sorted(pieces, key=lambda q: -(q[2] - q[1]) * q[0].cells):  # stable: ties keep their order
+            least = loads.index(min(loads))
+            plan[least].append(piece)
+            loads[least] += (piece[2] - piece[1]) * piece[0].cells
+        self._shares, self._work = plan, None
+        return plan
+
+    def _buffers(self, share: int) -> list[np.ndarray]:
+        """Three work arrays for one thread's share, as long as its largest piece, made once and
+        reused by :meth:`expand` and :meth:`adjoint` (fresh whole-vector temporaries on every
+        product cost page faults: system time). The maps are therefore not re-entrant on one
+        family from several callers' threads."""
         work = getattr(self, "_work", None)
         if work is None:
-            longest = max((g.length for g in self.groups), default=0)
-            work = self._work = [np.empty(longest) for _ in range(3)]
-        return work
+            work = self._work = [None] * len(self._plan())
+        if work[share] is None:
+            longest = max(((hi - lo) * g.cells for g, lo, hi in self._shares[share]), default=0)
+            work[share] = [np.empty(longest) for _ in range(3)]
+        return work[share]
 
     def release_work(self) -> None:
         """Drop the work arrays of :meth:`expand` and :meth:`adjoint` (made again when next needed):
@@ -535,11 +566,19 @@ class SetFamily:
             indices = self._source_intp = self._source.astype(np.intp)
         return indices
 
-    def _transform(self, group: _ShapeGroup, tensor: np.ndarray, target: np.ndarray, analyse: bool) -> None:
-        """The per-axis transforms of one group's ``tensor`` (M, cells) into ``target`` (M, cells),
-        ping-ponging between the work arrays; the last axis writes ``target`` itself."""
-        work = self._buffers()
-        shape = (len(group.axes),) + group.sizes
+    def _in_threads(self, work) -> None:
+        """``work(share, pieces)`` for every thread's share of :meth:`_plan`, at once
+        (:func:`~dpopt.workers.in_threads`); the shares write disjoint slices."""
+        plan = self._plan()
+        in_threads(lambda t: work(t, plan[t]), len(plan))
+
+    def _transform(self, group: _ShapeGroup, count: int, tensor: np.ndarray, target: np.ndarray,
+                   analyse: bool, work: list[np.ndarray]) -> None:
+        """The per-axis transforms of ``count`` of a group's sets, ``tensor`` (count, cells), into
+        ``target`` (count, cells), ping-ponging between the share's work arrays; the last axis
+        writes ``target`` itself."""
+        length = count * group.cells
+        shape = (count,) + group.sizes
         k = len(group.sizes)
         current = tensor.reshape(shape)
         spare = work[:2] if analyse else work[1::-1]  # expand's tensor is held in work[0]
@@ -547,25 +586,55 @@ class SetFamily:
             if axis == k - 1:
                 dest = target.reshape(shape)
             else:
-                dest = spare[axis % 2][:group.length].reshape(shape)
+                dest = spare[axis % 2][:length].reshape(shape)
             if analyse:
                 _analyse_into(current, axis + 1, dest, work[2])
             else:
                 _synthesize_into(current, axis + 1, dest)
             current = dest
 
+    def transform(self, cells: np.ndarray, analyse: bool, out: np.ndarray | None = None) -> np.ndarray:
+        """``U_T`` (synthesis) or ``U_T^T`` (``analyse``) on every set's cells of a flat vector:
+        the per-axis transforms of :meth:`expand` and :meth:`adjoint` alone."""
+        out = np.empty(self.size) if out is None else out
+
+        def pieces(share: int, plan) -> None:
+            work = self._buffers(share)
+            for g, lo, hi in plan:
+                start, stop = g.offset + lo * g.cells, g.offset + hi * g.cells
+                target = out[start:stop].reshape(hi - lo, -1)
+                tensor = cells[start:stop].reshape(target.shape)
+                if g.dense is not None:
+                    np.matmul(tensor, g.dense if analyse else g.dense.T, out=target)
+                    continue
+                if not analyse:  # synthesis overwrites its input (a temporary): work on a copy in work[0]
+                    held = work[0][:stop - start].reshape(target.shape)
+                    held[...] = tensor
+                    tensor = held
+                self._transform(g, hi - lo, np.ascontiguousarray(tensor), target, analyse, work)
+
+        self._in_threads(pieces)
+        return out
+
     def expand(self, residuals: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """Equation (1): the marginal of every set from the residuals (flat layout)."""
         out = np.empty(self.size) if out is None else out
-        for g in self.groups:
-            target = self.view(out, g).reshape(len(g.axes), -1)
-            tensor = self._buffers()[0][:g.length].reshape(len(g.axes), -1)
-            source = self._indices()[g.offset:g.offset + g.length].reshape(tensor.shape)  # g.source as intp
-            np.take(residuals, source, out=tensor, mode="clip")  # valid indices; "raise" would buffer
-            if g.dense is not None:
-                np.matmul(tensor, g.dense.T, out=target)
-            else:
-                self._transform(g, tensor, target, analyse=False)
+        indices = self._indices()
+
+        def pieces(share: int, plan) -> None:
+            work = self._buffers(share)
+            for g, lo, hi in plan:
+                start, stop = g.offset + lo * g.cells, g.offset + hi * g.cells
+                target = out[start:stop].reshape(hi - lo, -1)
+                tensor = work[0][:stop - start].reshape(target.shape)
+                # valid indices (g.source as intp); mode "raise" would buffer
+                np.take(residuals, indices[start:stop].reshape(target.shape), out=tensor, mode="clip")
+                if g.dense is not None:
+                    np.matmul(tensor, g.dense.T, out=target)
+                else:
+                    self._transform(g, hi - lo, tensor, target, False, work)
+
+        self._in_threads(pieces)
         return out
 
     def adjoint(self, cells: np.ndarray, weights: np.ndarray | None = None,
@@ -578,15 +647,22 @@ class SetFamily:
         transformed = getattr(self, "_transformed", None)
         if transformed is None:
             transformed = self._transformed = np.empty(self.size)
-        for g in self.groups:
-            v = self.view(cells, g).reshape(len(g.axes), -1)
-            if weights is not None:
-                v = v * np.asarray(weights, dtype=np.float64)[g.members][:, None]
-            target = self.view(transformed, g).reshape(len(g.axes), -1)
-            if g.dense is not None:
-                np.matmul(v, g.dense, out=target)
-            else:
-                self._transform(g, np.ascontiguousarray(v), target, analyse=True)
+        per_set = None if weights is None else np.asarray(weights, dtype=np.float64)
+
+        def pieces(share: int, plan) -> None:
+            work = self._buffers(share)
+            for g, lo, hi in plan:
+                start, stop = g.offset + lo * g.cells, g.offset + hi * g.cells
+                v = cells[start:stop].reshape(hi - lo, -1)
+                if per_set is not None:
+                    v = v * per_set[g.members[lo:hi]][:, None]
+                target = transformed[start:stop].reshape(v.shape)
+                if g.dense is not None:
+                    np.matmul(v, g.dense, out=target)
+                else:
+                    self._transform(g, hi - lo, np.ascontiguousarray(v), target, True, work)
+
+        self._in_threads(pieces)
         if out is None:
             return np.bincount(self._indices(), weights=transformed, minlength=index.size)
         out[...] = 0.0

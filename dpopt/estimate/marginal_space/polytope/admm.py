@@ -59,6 +59,12 @@ clique keeps ``E^T R E`` diagonal and a step's cost, but none of those tried hel
 sweep of ``E``'s row blocks against ``W`` certified the stand-in after 2,223 products against
 2,122, and penalties by the cliques' cells or share of negative cells left gaps 4-7x larger after 800
 (docs, marginal-space §2: with equal noise on every triple ``W`` is proportional to ``D``).
+
+**Threads.** From :data:`~dpopt.estimate.marginal_space.layout.THREAD_CELLS` clique cells the
+step's passes over its vectors (the bounds and ``2 P(s) - s``, the division (10), ``f`` and its
+norm, ``s + f``) run in contiguous pieces at once on :func:`~dpopt.workers.worker_threads`
+threads, as do the maps and Anderson's update; the checks are serial. On adult's stand-in 300
+steps took 43.2 s on one thread and 33.6 s on two (2 cores, wall clock).
 """
 
 from __future__ import annotations
@@ -68,9 +74,11 @@ from collections.abc import Callable
 
 import numpy as np
 
+from dpopt.estimate.marginal_space.layout import THREAD_CELLS
 from dpopt.estimate.marginal_space.polytope.anderson import Anderson, anderson_memory
 from dpopt.estimate.marginal_space.polytope.local_repair import local_repair
 from dpopt.estimate.marginal_space.polytope.records import record_repair
+from dpopt.workers import in_threads, split_range, worker_threads
 
 __all__ = ["ADAPT", "ALPHA", "CHECK_EVERY", "CHECK_SPACING", "RHO_L", "WORKING_EVERY", "admm"]
 
@@ -115,7 +123,11 @@ def admm(problem, *, max_products: int, deadline: float | None = None, stop_gap:
     weighted_target = w * target
     cells = fam.size
     memory = anderson_memory(cells) if memory is None else int(memory)
-    accelerator = Anderson(cells, memory) if memory > 0 else None
+    # The step's passes over the vectors run in pieces at once on large problems, as the maps do
+    # (:func:`_in_pieces`): the pieces change the rounding of the sums, not the values.
+    threads = worker_threads() if cells >= THREAD_CELLS else 1
+    cell_pieces, residual_pieces = split_range(cells, threads), split_range(index.size, threads)
+    accelerator = Anderson(cells, memory, threads=threads) if memory > 0 else None
 
     products = 1
     # The state is one vector s, with z = P(s) and u = s - z (module notes: (9)-(10) as the map
@@ -133,13 +145,9 @@ def admm(problem, *, max_products: int, deadline: float | None = None, stop_gap:
     extrapolated, last_norm = False, np.inf
     while products < max_products:
         step += 1
-        _bound_into(s, z, problem.nonnegative, zeros)
-        np.multiply(z, 2.0, out=difference)  # z - u = 2 P(s) - s
-        difference -= s
+        _in_pieces(cell_pieces, _bounded_difference, s, z, difference, zeros, nonnegative=problem.nonnegative)
         fam.adjoint(difference, out=r)
-        r *= rho
-        r += weighted_target
-        r /= denominator
+        _in_pieces(residual_pieces, _residual_step, r, weighted_target, denominator, rho=rho)
         r[fixed] = target[fixed]
         fam.expand(r, out=er)
         products += 1
@@ -147,15 +155,13 @@ def admm(problem, *, max_products: int, deadline: float | None = None, stop_gap:
             working(products, best[3] if best is not None and best[4] <= feasibility else None)
         # f = T(s) - s = alpha (E r - z): the step x = alpha E r + (1 - alpha) z, z <- P(x + u),
         # u <- u + x - z of (10) is s <- x + u = s + f
-        np.subtract(er, z, out=f)
-        f *= alpha
-        norm = float(np.linalg.norm(f))
+        norm = float(np.sqrt(sum(_in_pieces(cell_pieces, _scaled_residual, er, z, f, alpha=alpha))))
         if extrapolated and norm > last_norm:  # the safeguard: back to the plain step (anderson notes)
             accelerator.reset()
             s, plain = plain, s
             extrapolated, last_norm = False, np.inf
             continue
-        np.add(s, f, out=plain)
+        _in_pieces(cell_pieces, np.add, s, f, plain)
         adapted = False
         if step >= next_check or products >= max_products - 1 or _late(deadline):
             kappa = _multipliers(problem, plain, z, rho)  # those of the plain step
@@ -229,6 +235,37 @@ def check_spacing(checks: list, stop_gap: float, every: int) -> int:
     rate = np.log(earlier / gap) / (last - before)  # of the log gap, per step
     needed = np.log(gap / stop_gap) / rate
     return int(min(max(needed, every), CHECK_SPACING * every))
+
+
+def _in_pieces(pieces: list, work: Callable, *arrays, **options) -> list:
+    """``work(*slices, **options)`` on every piece ``(lo, hi)`` of the arrays (None stays None), at
+    once (:func:`~dpopt.workers.in_threads`); the results in order. One piece: the whole arrays."""
+    def piece(t: int):
+        lo, hi = pieces[t]
+        return work(*(None if a is None else a[lo:hi] for a in arrays), **options)
+
+    return in_threads(piece, len(pieces))
+
+
+def _bounded_difference(s, z, difference, zeros, *, nonnegative: bool) -> None:
+    """``z = P(s)`` and ``difference = z - u = 2 P(s) - s`` (module notes)."""
+    _bound_into(s, z, nonnegative, zeros)
+    np.multiply(z, 2.0, out=difference)
+    difference -= s
+
+
+def _residual_step(r, weighted_target, denominator, *, rho: float) -> None:
+    """(10) from ``r = E^T (z - u)``: ``r <- (W r^ + rho r) / (W + rho D)``, in place."""
+    r *= rho
+    r += weighted_target
+    r /= denominator
+
+
+def _scaled_residual(er, z, f, *, alpha: float) -> float:
+    """``f = alpha (E r - z)``; returns ``||f||^2`` over the piece."""
+    np.subtract(er, z, out=f)
+    f *= alpha
+    return float(f @ f)
 
 
 def _bound_into(v: np.ndarray, out: np.ndarray, nonnegative: bool, zeros) -> None:

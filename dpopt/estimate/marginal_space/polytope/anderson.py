@@ -31,12 +31,15 @@ step), against an ``expand`` and an ``adjoint``; memory ``2M + 3`` vectors. Stor
 took a fourth product: on adult's 84-triple stand-in (memory 10) the history's work per step
 was about 65 ms with it, 48 without (profiled over 248 steps). One matrix product with
 ``[ΔF_new, f]`` in place of the first two reads the history once but was slower (OpenBLAS: 28 ms
-against 17 for the two).
+against 17 for the two). On several threads the update runs in contiguous pieces of the cells
+(:class:`Anderson`'s ``threads``), each piece's differences and dot products in one pass.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from dpopt.workers import in_threads, split_range
 
 __all__ = ["MEMORY", "MEMORY_BYTES", "REGULARIZATION", "Anderson", "anderson_memory"]
 
@@ -56,9 +59,14 @@ def anderson_memory(cells: int, memory: int = MEMORY, budget: int = MEMORY_BYTES
 
 
 class Anderson:
-    """The history and the step (11) for vectors of ``size`` entries and memory ``memory``."""
+    """The history and the step (11) for vectors of ``size`` entries and memory ``memory``.
 
-    def __init__(self, size: int, memory: int, regularization: float = REGULARIZATION):
+    With ``threads`` > 1 the step's passes over the vectors run in that many contiguous pieces at
+    once (:func:`~dpopt.workers.in_threads`): each piece's differences, dot products and step are
+    made in one pass over it, and the pieces' dot products summed (so the rounding, not the
+    values, depends on the number of pieces)."""
+
+    def __init__(self, size: int, memory: int, regularization: float = REGULARIZATION, threads: int = 1):
         if memory < 1:
             raise ValueError(f"Anderson memory must be at least 1, got {memory}")
         self.memory, self.regularization = int(memory), float(regularization)
@@ -67,42 +75,61 @@ class Anderson:
         self.gram = np.zeros((self.memory, self.memory))
         self.prev_s, self.prev_f, self.combination = np.empty(size), np.empty(size), np.empty(size)
         self.count, self.started = 0, False
+        self.pieces = split_range(size, threads)
 
     def reset(self) -> None:
         """Forget the history (after a rejected step or a change of the map)."""
         self.count, self.started = 0, False
 
+    def _record(self, s: np.ndarray, f: np.ndarray, out: np.ndarray, j: int | None, n: int, t: int):
+        """One piece of the history's update: ``ΔF`` and ``ΔS + ΔF`` into slot ``j`` (None: no
+        history yet), the piece's Gram row and right side over the first ``n`` slots, the new
+        previous point, and the plain step ``s + f`` into ``out``."""
+        lo, hi = self.pieces[t]
+        row = rhs = None
+        if j is not None:
+            df, dg = self.df[j, lo:hi], self.dg[j, lo:hi]
+            np.subtract(f[lo:hi], self.prev_f[lo:hi], out=df)
+            np.subtract(s[lo:hi], self.prev_s[lo:hi], out=dg)
+            dg += df
+            row = self.df[:n, lo:hi] @ df
+            rhs = self.df[:n, lo:hi] @ f[lo:hi]
+        self.prev_s[lo:hi] = s[lo:hi]
+        self.prev_f[lo:hi] = f[lo:hi]
+        np.add(s[lo:hi], f[lo:hi], out=out[lo:hi])
+        return row, rhs
+
+    def _extrapolate(self, gamma: np.ndarray, out: np.ndarray, t: int) -> None:
+        """One piece of ``out -= (ΔS + ΔF) γ``, without a fresh vector over the cells."""
+        lo, hi = self.pieces[t]
+        # matmul, not dot: np.dot copies a strided slice of the history (10x slower on one of adult's)
+        np.matmul(gamma, self.dg[:len(gamma), lo:hi], out=self.combination[lo:hi])
+        out[lo:hi] -= self.combination[lo:hi]
+
     def step(self, s: np.ndarray, f: np.ndarray, out: np.ndarray) -> bool:
         """Write the next iterate (11) from ``s`` and its residual ``f`` into ``out`` (not ``s``
         or ``f``); True when it is extrapolated, False when it is the plain step ``s + f`` (no
         history yet, or a least squares that is not finite)."""
+        j = None
         if self.started:
             j = self.count % self.memory
             self.count += 1
-            np.subtract(f, self.prev_f, out=self.df[j])
-            np.subtract(s, self.prev_s, out=self.dg[j])
-            self.dg[j] += self.df[j]
-            n = min(self.count, self.memory)
-            row = self.df[:n] @ self.df[j]
-            self.gram[j, :n] = row
-            self.gram[:n, j] = row
-        self.prev_s[...] = s
-        self.prev_f[...] = f
-        self.started = True
-        np.add(s, f, out=out)
         n = min(self.count, self.memory)
+        parts = in_threads(lambda t: self._record(s, f, out, j, n, t), len(self.pieces))
+        self.started = True
         if n == 0:
             return False
+        row = np.sum([part[0] for part in parts], axis=0)
+        self.gram[j, :n] = row
+        self.gram[:n, j] = row
         scale = max(float(np.trace(self.gram[:n, :n])) / n, 1e-300)
         gram = self.gram[:n, :n] + self.regularization * scale * np.eye(n)
         try:
-            gamma = np.linalg.solve(gram, self.df[:n] @ f)
+            gamma = np.linalg.solve(gram, np.sum([part[1] for part in parts], axis=0))
         except np.linalg.LinAlgError:
             gamma = None
         if gamma is None or not np.all(np.isfinite(gamma)):
             self.reset()
             return False
-        # out = s + f - (ΔS + ΔF) γ, without a fresh vector over the cells
-        np.dot(gamma, self.dg[:n], out=self.combination)
-        out -= self.combination
+        in_threads(lambda t: self._extrapolate(gamma, out, t), len(self.pieces))
         return True
