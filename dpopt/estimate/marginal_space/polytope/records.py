@@ -173,7 +173,9 @@ def _cheaper_completions_in_pieces(records: np.ndarray, cells: list, fixed: tupl
     """:func:`_cheaper_completions` on contiguous pieces of the records at once (each record's
     sweep is its own: the same records and cells as one call), from :data:`THREAD_RECORDS`
     records on. Its gathers from the price (random reads of a vector over every clique cell) were
-    half of a check on all 364 triples of adult (102 of about 190 s, py-spy)."""
+    half of a check on all 364 triples of adult (102 of about 190 s, py-spy). On the 84-triple
+    stand-in's records at ADMM's step 300 (2 cores) :func:`lifting_records` took 3.1-3.8 s on one
+    thread and 2.5-3.1 s on two: the rest of it (the records' cells, the lift) is serial."""
     count = records.shape[0]
     threads = worker_threads() if count >= THREAD_RECORDS else 1
     pieces = split_range(count, threads)
