@@ -429,6 +429,8 @@ CASES = [
          r"key 'measure\[1\]': the matrix-free solve needs about 4.0 GiB \(L-BFGS-B vectors over 10,000,000 cells "
          r"and 10,000,100 measured rows, matrix-free engine\).*above the memory limit of 4.0 GiB "
          r"\(DPOPT_MEMORY_LIMIT\); use fewer or coarser attributes: even the matrix-free solve holds vectors over every cell"),
+    Case("DPOPT_THREADS not a positive integer", lambda w: ["run", "spec.toml", "--out", "release"],
+         r"DPOPT_THREADS must be a positive integer, got 'two'", env={"DPOPT_THREADS": "two"}),
     Case("synthetic total above the limit", lambda w: ["run", "spec.toml", "--out", "release"],
          r"key 'output.synthetic': the released table totals 600 records, above the limit of 100 synthetic records",
          after_noise=True, patch=_limit_synthetic),

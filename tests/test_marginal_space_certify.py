@@ -942,6 +942,35 @@ def test_priced_records_move_only_to_cheaper_cells_and_stay_consistent(monkeypat
     _check_records(dom, problem, problem.target.copy(), m, price, 2)
 
 
+@pytest.mark.parametrize("threads", ["2", "3"])
+def test_priced_completions_on_threads_are_those_of_one_call(threads, monkeypatch):
+    """The priced completions of records split into pieces on threads (the record threshold
+    lowered to these 200) move every record exactly as one call does: each record's sweep is its
+    own, so records and cells are equal, not merely close."""
+    from dpopt import workers
+    from dpopt.estimate.marginal_space.polytope import records as records_module
+
+    _, _, problem = _captured_problem([("a", "b", "c"), ("c", "d"), ("b", "d", "e")], monkeypatch)
+    fam, sizes = problem.cliques, problem.index.sizes
+    gen = np.random.default_rng(7)
+    price = gen.uniform(0, 1, fam.size) * (gen.uniform(size=fam.size) < 0.5)
+    m = fam.expand(problem.target)
+    shapes = [tuple(int(sizes[a]) for a in axes) for axes in fam.sets]
+    plan = records_module._price_plan(fam, records_module._one_way(fam, m, sizes), shapes, price, None, 2)
+    records = gen.integers(0, sizes, size=(200, len(sizes)))
+    cells = [fam.offsets[j] + np.ravel_multi_index(tuple(records[:, a] for a in axes), shapes[j])
+             for j, axes in enumerate(fam.sets)]
+    before = records.copy()
+    one = records.copy(), [c.copy() for c in cells]
+    records_module._cheaper_completions(one[0], one[1], fam.sets[0], plan)
+    assert not np.array_equal(one[0], before)  # the sweep moved records: the comparison means something
+    monkeypatch.setenv(workers.THREADS_VARIABLE, threads)
+    monkeypatch.setattr(records_module, "THREAD_RECORDS", 1)
+    records_module._cheaper_completions_in_pieces(records, cells, fam.sets[0], plan)
+    assert np.array_equal(records, one[0])
+    assert all(np.array_equal(c, expected) for c, expected in zip(cells, one[1]))
+
+
 @pytest.mark.parametrize("priced", [False, True])
 def test_records_made_in_batches_are_the_records_made_at_once(priced, monkeypatch):
     """polytope.records makes a clique's records in batches of ``BATCH_CELLS`` cell indices (their

@@ -252,9 +252,11 @@ def plan(
                     given, seed, out_path, overwrite, protected, show_confidential=bool(show_confidential))
     from dpopt.release.checks import check_synthetic_total
     from dpopt.release.resources import check_resources
+    from dpopt.workers import worker_threads
 
     check_synthetic_total(p)
     p.resources = check_resources(p)
+    worker_threads()  # DPOPT_THREADS is read mid-solve: a bad value is refused here, before any draw
     if p.resources.engine_options:  # the solve the resource check chose (e.g. matrix-free)
         p.algorithm_plan = dataclasses.replace(p.algorithm_plan, engine_options=dict(p.resources.engine_options))
     return p

@@ -63,6 +63,7 @@ DENSE_TRANSFORM_CELLS = 256
 #: share of a product.
 THREAD_CELLS = 2**18
 
+
 # ---- the per-axis transforms ---------------------------------------------------------------------
 def _scales(n: int) -> np.ndarray:
     i = np.arange(1, n, dtype=np.float64)
