@@ -900,6 +900,21 @@ def test_admm_spaces_its_checks_by_the_gap_and_certifies_the_same_optimum(monkey
     assert spaced[0][5] == pytest.approx(fixed[0][5], rel=1e-11)
 
 
+def _priced_cycle(monkeypatch, seed: int):
+    """A cyclic family's problem with a random price (zero on half the cells) and its price plan
+    (2 candidates): ``(domain, problem, generator, price, marginals, shapes, plan)``."""
+    from dpopt.estimate.marginal_space.polytope import records as records_module
+
+    dom, _, problem = _captured_problem([("a", "b", "c"), ("c", "d"), ("b", "d", "e")], monkeypatch)
+    fam, sizes = problem.cliques, problem.index.sizes
+    gen = np.random.default_rng(seed)
+    price = gen.uniform(0, 1, fam.size) * (gen.uniform(size=fam.size) < 0.5)
+    m = fam.expand(problem.target)
+    shapes = [tuple(int(sizes[a]) for a in axes) for axes in fam.sets]
+    plan = records_module._price_plan(fam, records_module._one_way(fam, m, sizes), shapes, price, None, 2)
+    return dom, problem, gen, price, m, shapes, plan
+
+
 def test_priced_records_move_only_to_cheaper_cells_and_stay_consistent(monkeypatch):
     """Records steered by a price (polytope.records, one sweep of iterated conditional modes):
     checked by brute force on a cyclic family with a random price (zero on half the cells). Each
@@ -909,13 +924,8 @@ def test_priced_records_move_only_to_cheaper_cells_and_stay_consistent(monkeypat
     total, exactly as with the modes."""
     from dpopt.estimate.marginal_space.polytope import records as records_module
 
-    dom, _, problem = _captured_problem([("a", "b", "c"), ("c", "d"), ("b", "d", "e")], monkeypatch)
+    dom, problem, gen, price, m, shapes, plan = _priced_cycle(monkeypatch, 5)
     fam, sizes = problem.cliques, problem.index.sizes
-    gen = np.random.default_rng(5)
-    price = gen.uniform(0, 1, fam.size) * (gen.uniform(size=fam.size) < 0.5)
-    m = fam.expand(problem.target)
-    shapes = [tuple(int(sizes[a]) for a in axes) for axes in fam.sets]
-    plan = records_module._price_plan(fam, records_module._one_way(fam, m, sizes), shapes, price, None, 2)
     fixed = fam.sets[0]
     records = gen.integers(0, sizes, size=(200, len(sizes)))
 
@@ -950,13 +960,8 @@ def test_priced_completions_on_threads_are_those_of_one_call(threads, monkeypatc
     from dpopt import workers
     from dpopt.estimate.marginal_space.polytope import records as records_module
 
-    _, _, problem = _captured_problem([("a", "b", "c"), ("c", "d"), ("b", "d", "e")], monkeypatch)
+    _, problem, gen, price, m, shapes, plan = _priced_cycle(monkeypatch, 7)
     fam, sizes = problem.cliques, problem.index.sizes
-    gen = np.random.default_rng(7)
-    price = gen.uniform(0, 1, fam.size) * (gen.uniform(size=fam.size) < 0.5)
-    m = fam.expand(problem.target)
-    shapes = [tuple(int(sizes[a]) for a in axes) for axes in fam.sets]
-    plan = records_module._price_plan(fam, records_module._one_way(fam, m, sizes), shapes, price, None, 2)
     records = gen.integers(0, sizes, size=(200, len(sizes)))
     cells = [fam.offsets[j] + np.ravel_multi_index(tuple(records[:, a] for a in axes), shapes[j])
              for j, axes in enumerate(fam.sets)]
