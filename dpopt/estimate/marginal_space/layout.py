@@ -42,7 +42,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from itertools import combinations, pairwise
+from itertools import combinations
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -50,7 +50,7 @@ from scipy import sparse
 
 from dpopt.errors import DomainError, QueryError
 from dpopt.model.domain import Domain
-from dpopt.workers import in_threads, worker_threads
+from dpopt.workers import in_threads, split_range, worker_threads
 
 __all__ = ["ResidualIndex", "SetFamily", "downward_closure", "maximal_sets", "is_decomposable", "contrast",
            "check_sets"]
@@ -531,8 +531,7 @@ class SetFamily:
             return plan
         pieces = []
         for g in self.groups:
-            bounds = np.linspace(0, len(g.axes), min(threads, len(g.axes)) + 1).astype(np.int64)
-            pieces += [(g, int(lo), int(hi)) for lo, hi in pairwise(bounds)]
+            pieces += [(g, lo, hi) for lo, hi in split_range(len(g.axes), threads)]
         plan, loads = [[] for _ in range(threads)], [0] * threads
         for piece in sorted(pieces, key=lambda q: -(q[2] - q[1]) * q[0].cells):  # stable: ties keep their order
             least = loads.index(min(loads))
